@@ -1,0 +1,46 @@
+// Package election elects one leader per lease name among any number of
+// instances sharing a database, and is the acting gate every leader-only
+// action passes through.
+//
+// # How it works
+//
+// An Elector starts as a follower. It reads the lease row; while another
+// holder's lease is unexpired (in database time) it waits — the acquire
+// interval, or less when the database says the lease expires sooner — and
+// reads again. When the row is missing or expired it tries to acquire it in
+// one conditional statement; exactly one contender wins and the epoch goes up.
+//
+// The leader renews every RenewInterval. It trusts its lease only until
+//
+//	trustedUntil = sentAt + LeaseDuration - SafetyMargin
+//
+// where sentAt is read on the local monotonic clock before the renew is sent.
+// The database computed expires_at = db_now + LeaseDuration with db_now no
+// earlier than sentAt, so the local deadline always falls before the lease can
+// expire in database time, however skewed the host clock is. Each renew is
+// given that deadline, so a slow database cannot stretch trust.
+//
+// # The acting gate
+//
+// Require returns the token only while this instance leads and its local
+// deadline has not passed — checked in memory, with no database round trip,
+// so a process resumed from SIGSTOP or a long GC pause after its deadline is
+// refused at once. Ensure re-checks a token just before an irreversible step.
+// Fenced runs database writes in a transaction that verifies and locks the
+// lease row (holder, epoch, unexpired in database time), so writes from a
+// stale leader never commit; a failed fence closes the gate at once.
+//
+// # Failure cases
+//
+//   - Renew fails (no row, SQL error, timeout): leadership is dropped at once.
+//   - Deadline passes without a successful renew (pause, slow database): the
+//     gate closes and the leading context is cancelled.
+//   - Fence fails: the gate closes and leadership is dropped.
+//   - Context ends: the gate closes, the OnStartedLeading callback is waited
+//     for (at most until the local deadline), then the lease is released so a
+//     follower takes over at its next poll.
+//
+// What it cannot do: stop an external effect already under way when
+// leadership is lost. Check Ensure immediately before such an effect and make
+// it idempotent with the token's epoch or a stable key.
+package election

@@ -1,0 +1,459 @@
+package election
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqlease/sqlease"
+)
+
+// Elector competes for one lease and gates leader-only actions. Create it
+// with New, run it with Run, and call Require/Ensure/Fenced from any goroutine.
+type Elector struct {
+	cfg Config
+	log *slog.Logger
+	obs sqlease.Observer
+
+	running atomic.Bool
+	wake    chan struct{} // nudges a waiting follower to poll now
+	lost    chan struct{} // a failed fence tells the lead loop
+
+	mu           sync.Mutex
+	tok          sqlease.Token      // zero while following
+	trustedUntil time.Time          // local monotonic deadline of tok
+	expiresAt    time.Time          // database expiry of tok's lease (diagnostics)
+	cancelLead   context.CancelFunc // cancels the OnStartedLeading context
+	observed     sqlease.Lease      // the last lease row seen (any holder)
+	observedOK   bool
+	lastErr      error
+}
+
+// Status is a snapshot of an Elector for health checks and diagnostics.
+type Status struct {
+	// Leading is true while the gate is open.
+	Leading bool
+	// Token is this instance's token while leading.
+	Token sqlease.Token
+	// HolderID is this instance's holder id.
+	HolderID string
+	// Leader is the last lease row observed (this instance's while leading).
+	Leader sqlease.Lease
+	// LeaderKnown is false until the lease row has been read once.
+	LeaderKnown bool
+	// TrustedUntil is the local deadline of the current token.
+	TrustedUntil time.Time
+	// LastError is the last database error seen, nil after a success.
+	LastError error
+}
+
+// New validates cfg and returns an Elector. The error joins one
+// sqlease.ErrInvalidConfig error per broken rule.
+func New(cfg Config) (*Elector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Elector{
+		cfg:  cfg,
+		log:  cfg.Logger.With(slog.String("lease_name", cfg.LeaseName), slog.String("holder_id", cfg.HolderID)),
+		obs:  cfg.Observer,
+		wake: make(chan struct{}, 1),
+		lost: make(chan struct{}, 1),
+	}, nil
+}
+
+// HolderID returns this instance's holder id.
+func (e *Elector) HolderID() string { return e.cfg.HolderID }
+
+// LeaseName returns the lease name.
+func (e *Elector) LeaseName() string { return e.cfg.LeaseName }
+
+// Config returns the effective configuration, defaults applied.
+func (e *Elector) Config() Config { return e.cfg }
+
+// Run competes for the lease until ctx ends, then closes the gate, releases
+// the lease if held and returns nil. It returns an error at once if the
+// Elector is already running.
+func (e *Elector) Run(ctx context.Context) error {
+	if !e.running.CompareAndSwap(false, true) {
+		return errors.New("sqlease: elector is already running")
+	}
+	defer e.running.Store(false)
+	var callbacks sync.WaitGroup
+	for ctx.Err() == nil {
+		lease, sentAt, err := e.tryAcquire(ctx)
+		if err == nil {
+			e.lead(ctx, lease, sentAt, &callbacks)
+			// Never overlap two terms' callbacks in one process: the old
+			// one was cancelled, wait for it before competing again.
+			callbacks.Wait()
+			continue
+		}
+		e.sleep(ctx, e.followWait(lease, err))
+	}
+	return nil
+}
+
+// Wake makes a waiting follower poll the lease now (e.g. on a notification
+// that the leader released it).
+func (e *Elector) Wake() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// tryAcquire reads the lease and acquires it when missing or expired. On
+// failure it returns the lease as observed (zero if unknown) and the reason.
+func (e *Elector) tryAcquire(ctx context.Context) (sqlease.Lease, time.Time, error) {
+	cur, err := e.cfg.Store.Lease(ctx, e.cfg.LeaseName)
+	switch {
+	case errors.Is(err, sqlease.ErrNoLease):
+	case err != nil:
+		e.setErr(err)
+		if ctx.Err() == nil {
+			e.log.Warn("leader_acquire_failed", slog.String("sql_error", err.Error()))
+		}
+		return sqlease.Lease{}, time.Time{}, err
+	default:
+		e.observe(cur)
+		if !cur.Expired() {
+			return cur, time.Time{}, sqlease.ErrLeaseHeld
+		}
+	}
+
+	sentAt := e.cfg.Clock.Now()
+	lease, err := e.cfg.Store.Acquire(ctx, e.cfg.LeaseName, e.cfg.HolderID, e.cfg.LeaseDuration)
+	took := e.cfg.Clock.Now().Sub(sentAt)
+	e.obs.AcquireAttempted(e.cfg.LeaseName, took, err == nil, err)
+	switch {
+	case err == nil:
+		e.setErr(nil)
+		return lease, sentAt, nil
+	case errors.Is(err, sqlease.ErrLeaseHeld):
+		e.setErr(nil)
+		e.log.Debug("leader_acquire_failed", slog.String("reason", "held"))
+		return sqlease.Lease{}, time.Time{}, err
+	default:
+		e.setErr(err)
+		if ctx.Err() == nil {
+			e.log.Warn("leader_acquire_failed", slog.String("sql_error", err.Error()))
+		}
+		return sqlease.Lease{}, time.Time{}, err
+	}
+}
+
+// followWait is how long a follower waits before polling again: the jittered
+// acquire interval, or less when the observed lease expires sooner.
+func (e *Elector) followWait(cur sqlease.Lease, err error) time.Duration {
+	d := e.cfg.AcquireInterval
+	if j := e.cfg.AcquireJitter; j > 0 {
+		d = time.Duration(float64(d) * (1 + j*(2*rand.Float64()-1)))
+	}
+	if errors.Is(err, sqlease.ErrLeaseHeld) && !cur.ExpiresAt.IsZero() {
+		// Poll just after the expiry the database reported; the millisecond
+		// covers the resolution of database timestamps.
+		if left := cur.Remaining() + time.Millisecond; left > 0 && left < d {
+			d = left
+		}
+	}
+	return d
+}
+
+func (e *Elector) sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-e.wake:
+	}
+}
+
+// lead holds the lease until it is lost or ctx ends.
+func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Time, callbacks *sync.WaitGroup) {
+	tok := lease.Token()
+	leadCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// Drain a stale fence-failure signal from an earlier term.
+	select {
+	case <-e.lost:
+	default:
+	}
+	trusted := sentAt.Add(e.cfg.LeaseDuration - e.cfg.SafetyMargin)
+	e.mu.Lock()
+	e.tok, e.trustedUntil, e.expiresAt, e.cancelLead = tok, trusted, lease.ExpiresAt, cancel
+	e.mu.Unlock()
+	e.observe(lease)
+
+	// Cancels the leading context when the local deadline passes without a
+	// renewal; reset after every successful renew.
+	deadline := time.AfterFunc(trusted.Sub(e.cfg.Clock.Now()), cancel)
+	defer deadline.Stop()
+
+	e.log.Info("leader_acquired", slog.Int64("lease_epoch", tok.Epoch), slog.Time("expires_at", lease.ExpiresAt))
+	e.obs.LeadershipChanged(e.cfg.LeaseName, true, tok.Epoch)
+	if f := e.cfg.OnStartedLeading; f != nil {
+		callbacks.Add(1)
+		go func() {
+			defer callbacks.Done()
+			f(leadCtx, tok)
+		}()
+	}
+
+	renew := time.NewTimer(e.cfg.RenewInterval)
+	defer renew.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			e.resign(ctx, tok, callbacks)
+			return
+		case <-e.lost:
+			e.drop(tok, "fence failed", nil)
+			return
+		case <-leadCtx.Done():
+			// Cancelled by the parent (shutdown), a failed fence or the
+			// deadline: tell them apart.
+			select {
+			case <-ctx.Done():
+				e.resign(ctx, tok, callbacks)
+			case <-e.lost:
+				e.drop(tok, "fence failed", nil)
+			default:
+				e.drop(tok, "local deadline passed without a successful renew", nil)
+			}
+			return
+		case <-renew.C:
+		}
+		sentAt := e.cfg.Clock.Now()
+		until := e.trustDeadline(tok)
+		if !sentAt.Before(until) {
+			e.drop(tok, "local deadline passed without a successful renew", nil)
+			return
+		}
+		rctx, rcancel := context.WithDeadline(ctx, until)
+		l, err := e.cfg.Store.Renew(rctx, tok, e.cfg.LeaseDuration)
+		rcancel()
+		e.obs.Renewed(e.cfg.LeaseName, e.cfg.Clock.Now().Sub(sentAt), err)
+		if err != nil {
+			if ctx.Err() != nil {
+				continue // shutting down: resign on the next turn
+			}
+			e.setErr(err)
+			e.log.Error("leader_renew_failed", slog.Int64("lease_epoch", tok.Epoch), slog.String("sql_error", err.Error()))
+			e.drop(tok, "renew failed", err)
+			return
+		}
+		trusted := sentAt.Add(e.cfg.LeaseDuration - e.cfg.SafetyMargin)
+		if !deadline.Stop() {
+			// The deadline fired while the renew was in flight: the callback's
+			// context is already cancelled, so this term is over.
+			e.drop(tok, "local deadline passed during renew", nil)
+			return
+		}
+		deadline.Reset(trusted.Sub(e.cfg.Clock.Now()))
+		e.mu.Lock()
+		if e.tok == tok {
+			e.trustedUntil, e.expiresAt = trusted, l.ExpiresAt
+		}
+		e.mu.Unlock()
+		e.setErr(nil)
+		e.observe(l)
+		e.log.Debug("leader_renewed", slog.Int64("lease_epoch", tok.Epoch), slog.Time("expires_at", l.ExpiresAt))
+		renew.Reset(e.cfg.RenewInterval)
+	}
+}
+
+func (e *Elector) trustDeadline(tok sqlease.Token) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.tok != tok {
+		return time.Time{}
+	}
+	return e.trustedUntil
+}
+
+// closeGate closes the gate for tok, if still open, and cancels its context.
+// It reports whether it closed it.
+func (e *Elector) closeGate(tok sqlease.Token) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.tok != tok || tok.IsZero() {
+		return false
+	}
+	e.tok, e.trustedUntil = sqlease.Token{}, time.Time{}
+	if e.cancelLead != nil {
+		e.cancelLead()
+		e.cancelLead = nil
+	}
+	return true
+}
+
+// drop ends a term that was lost.
+func (e *Elector) drop(tok sqlease.Token, reason string, cause error) {
+	e.closeGate(tok)
+	attrs := []any{slog.Int64("lease_epoch", tok.Epoch), slog.String("reason", reason)}
+	if cause != nil {
+		attrs = append(attrs, slog.String("sql_error", cause.Error()))
+	}
+	e.log.Warn("leader_lost", attrs...)
+	e.stopped(tok)
+}
+
+// resign ends a term on shutdown: close the gate, let the callback finish
+// (at most until the local deadline), then release so a follower takes over
+// at once.
+func (e *Elector) resign(ctx context.Context, tok sqlease.Token, callbacks *sync.WaitGroup) {
+	until := e.trustDeadline(tok)
+	e.closeGate(tok)
+	done := make(chan struct{})
+	go func() { callbacks.Wait(); close(done) }()
+	wait := time.NewTimer(max(until.Sub(e.cfg.Clock.Now()), 0))
+	defer wait.Stop()
+	select {
+	case <-done:
+	case <-wait.C:
+		// Still running: releasing now could let a new leader act beside it.
+		// The lease will expire by itself.
+		e.log.Warn("leader_lost", slog.Int64("lease_epoch", tok.Epoch),
+			slog.String("reason", "shutdown: leading callback did not return before the local deadline; lease left to expire"))
+		e.stopped(tok)
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ReleaseTimeout)
+	defer cancel()
+	err := e.cfg.Store.Release(rctx, tok)
+	switch {
+	case err == nil:
+		e.log.Info("leader_released", slog.Int64("lease_epoch", tok.Epoch))
+	case errors.Is(err, sqlease.ErrLeaseLost):
+		e.log.Info("leader_released", slog.Int64("lease_epoch", tok.Epoch), slog.String("reason", "lease had already expired"))
+	default:
+		e.log.Warn("leader_release_failed", slog.Int64("lease_epoch", tok.Epoch), slog.String("sql_error", err.Error()))
+	}
+	e.stopped(tok)
+}
+
+func (e *Elector) stopped(tok sqlease.Token) {
+	e.obs.LeadershipChanged(e.cfg.LeaseName, false, tok.Epoch)
+	if f := e.cfg.OnStoppedLeading; f != nil {
+		f(tok)
+	}
+}
+
+func (e *Elector) observe(l sqlease.Lease) {
+	e.mu.Lock()
+	changed := !e.observedOK || e.observed.Holder != l.Holder || e.observed.Epoch != l.Epoch
+	e.observed, e.observedOK = l, true
+	e.mu.Unlock()
+	if changed {
+		e.log.Info("leader_observed", slog.String("leader_holder_id", l.Holder), slog.Int64("lease_epoch", l.Epoch), slog.Time("expires_at", l.ExpiresAt))
+		if f := e.cfg.OnNewLeader; f != nil {
+			f(l.Holder, l.Epoch)
+		}
+	}
+}
+
+func (e *Elector) setErr(err error) {
+	e.mu.Lock()
+	e.lastErr = err
+	e.mu.Unlock()
+}
+
+// Require is the acting gate: it returns the current token while this
+// instance leads and its local deadline has not passed, and ErrNotLeader
+// otherwise — without a database round trip. It returns ctx's error if ctx
+// has ended.
+func (e *Elector) Require(ctx context.Context) (sqlease.Token, error) {
+	if err := ctx.Err(); err != nil {
+		return sqlease.Token{}, err
+	}
+	now := e.cfg.Clock.Now()
+	e.mu.Lock()
+	tok, until := e.tok, e.trustedUntil
+	e.mu.Unlock()
+	if tok.IsZero() || !now.Before(until) {
+		e.obs.Blocked(e.cfg.LeaseName)
+		return sqlease.Token{}, sqlease.ErrNotLeader
+	}
+	return tok, nil
+}
+
+// Ensure is the just-in-time check before an irreversible step: it returns
+// nil only if tok is still this instance's current token and its local
+// deadline has not passed, and an error wrapping ErrNotLeader otherwise.
+func (e *Elector) Ensure(tok sqlease.Token) error {
+	now := e.cfg.Clock.Now()
+	e.mu.Lock()
+	cur, until := e.tok, e.trustedUntil
+	e.mu.Unlock()
+	if cur.IsZero() || cur != tok || !now.Before(until) {
+		e.obs.Blocked(e.cfg.LeaseName)
+		return fmt.Errorf("token %s: %w", tok, sqlease.ErrNotLeader)
+	}
+	return nil
+}
+
+// Fenced runs fn in a transaction fenced by tok (see sqlease.LeaseStore.Fenced)
+// after checking the gate. It returns an error wrapping ErrNotLeader when the
+// gate is closed for tok, and ErrLeaseLost when the database fence fails — in
+// which case leadership is dropped at once.
+func (e *Elector) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) error {
+	if err := e.Ensure(tok); err != nil {
+		return err
+	}
+	err := e.cfg.Store.Fenced(ctx, tok, fn)
+	if errors.Is(err, sqlease.ErrLeaseLost) {
+		if e.closeGate(tok) {
+			select {
+			case e.lost <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return err
+}
+
+// IsLeader reports whether the gate is open now.
+func (e *Elector) IsLeader() bool {
+	_, err := e.Require(context.Background())
+	return err == nil
+}
+
+// Status returns a snapshot for health checks and diagnostics.
+func (e *Elector) Status() Status {
+	now := e.cfg.Clock.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Status{
+		Leading:      !e.tok.IsZero() && now.Before(e.trustedUntil),
+		Token:        e.tok,
+		HolderID:     e.cfg.HolderID,
+		Leader:       e.observed,
+		LeaderKnown:  e.observedOK,
+		TrustedUntil: e.trustedUntil,
+		LastError:    e.lastErr,
+	}
+}
+
+// Healthy returns an error when this instance believes it leads (its gate was
+// opened and not closed) but its local deadline has passed without a renew —
+// the condition /healthz reports as 503.
+func (e *Elector) Healthy() error {
+	now := e.cfg.Clock.Now()
+	e.mu.Lock()
+	tok, until := e.tok, e.trustedUntil
+	e.mu.Unlock()
+	if !tok.IsZero() && !now.Before(until) {
+		return fmt.Errorf("sqlease: leader %s missed its renew deadline by %s", tok, now.Sub(until))
+	}
+	return nil
+}

@@ -1,0 +1,35 @@
+package sqlease
+
+import "errors"
+
+var (
+	// ErrNotLeader is returned by the acting gate (election.Elector.Require and
+	// Ensure) when this instance does not hold the lease, or no longer trusts
+	// that it does because its local deadline has passed.
+	ErrNotLeader = errors.New("sqlease: not leader")
+
+	// ErrLeaseLost is returned by LeaseStore.Renew, Release and Fenced, and by
+	// Elector.Fenced, when the token no longer holds the lease: another holder
+	// took it over, the epoch moved on, or it expired in database time.
+	ErrLeaseLost = errors.New("sqlease: lease lost")
+
+	// ErrLeaseHeld is returned by LeaseStore.Acquire when another holder (or
+	// this one, under an unexpired earlier epoch) holds the lease.
+	ErrLeaseHeld = errors.New("sqlease: lease held")
+
+	// ErrNoLease is returned by LeaseStore.Lease when no row exists for the name.
+	ErrNoLease = errors.New("sqlease: no such lease")
+
+	// ErrInvalidName is wrapped by the validation errors of lease names,
+	// holder ids and table prefixes.
+	ErrInvalidName = errors.New("sqlease: invalid name")
+
+	// ErrInvalidConfig is wrapped by configuration validation errors; the
+	// message names the field and the rule.
+	ErrInvalidConfig = errors.New("sqlease: invalid configuration")
+
+	// ErrTransient is wrapped by dialects around database errors that are
+	// worth retrying: connection loss, deadlock, serialization failure,
+	// "database is locked", cloud throttling.
+	ErrTransient = errors.New("sqlease: transient database error")
+)

@@ -1,0 +1,130 @@
+// Package postgres is the PostgreSQL dialect of sqlease, on pgx v5 through
+// database/sql. Database time is clock_timestamp() — the current instant, not
+// the transaction's start as now() would be.
+//
+// The fence takes FOR SHARE on the lease row. Acquire's ON CONFLICT DO UPDATE
+// and renew's UPDATE both need a conflicting row lock, so neither can commit
+// while a fenced transaction is open: keep fenced transactions short, since a
+// long one also delays the holder's own renewal.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// Open opens a pool for a postgres:// URL or key=value connection string.
+func Open(dsn string) (*sql.DB, error) {
+	if dsn == "" {
+		return nil, fmt.Errorf("%w: postgres connection string is empty", sqlease.ErrInvalidConfig)
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	return db, nil
+}
+
+// New returns a lease store on db whose tables are named with prefix.
+func New(db *sql.DB, prefix string) (*sqlstore.Store, error) {
+	d, err := Dialect(prefix)
+	if err != nil {
+		return nil, err
+	}
+	return sqlstore.New(db, d), nil
+}
+
+// OpenStore opens a pool for dsn, applies the migrations and returns the store.
+func OpenStore(ctx context.Context, dsn, prefix string) (*sqlstore.Store, error) {
+	db, err := Open(dsn)
+	if err != nil {
+		return nil, err
+	}
+	s, err := New(db, prefix)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.Migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Dialect returns the PostgreSQL dialect for the table prefix.
+func Dialect(prefix string) (sqlstore.Dialect, error) {
+	if err := sqlease.ValidateTablePrefix(prefix); err != nil {
+		return sqlstore.Dialect{}, err
+	}
+	r := strings.NewReplacer("{leases}", prefix+"_leases")
+	q := sqlstore.Queries{
+		Migrations: []string{r.Replace(`CREATE TABLE IF NOT EXISTS {leases} (
+	lease_name  varchar(128) NOT NULL PRIMARY KEY,
+	holder_id   varchar(128) NOT NULL,
+	lease_epoch bigint       NOT NULL,
+	acquired_at timestamptz  NOT NULL,
+	renewed_at  timestamptz  NOT NULL,
+	expires_at  timestamptz  NOT NULL
+)`)},
+		// One clock reading per statement, taken in the CTE.
+		Acquire: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now)
+INSERT INTO {leases} AS l (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at)
+SELECT $1, $2, 1, n.now, n.now, n.now + $3::bigint * interval '1 millisecond' FROM n
+ON CONFLICT (lease_name) DO UPDATE SET
+	holder_id = EXCLUDED.holder_id,
+	lease_epoch = l.lease_epoch + 1,
+	acquired_at = EXCLUDED.acquired_at,
+	renewed_at = EXCLUDED.renewed_at,
+	expires_at = EXCLUDED.expires_at
+WHERE l.expires_at <= EXCLUDED.acquired_at
+RETURNING l.lease_epoch, l.acquired_at, l.renewed_at, l.expires_at, l.acquired_at`),
+		Renew: r.Replace(`UPDATE {leases} AS l SET renewed_at = n.now, expires_at = n.now + $4::bigint * interval '1 millisecond'
+FROM (SELECT clock_timestamp() AS now) AS n
+WHERE l.lease_name = $1 AND l.holder_id = $2 AND l.lease_epoch = $3 AND l.expires_at > n.now
+RETURNING l.acquired_at, l.renewed_at, l.expires_at, n.now`),
+		Release: r.Replace(`UPDATE {leases} AS l SET expires_at = n.now
+FROM (SELECT clock_timestamp() AS now) AS n
+WHERE l.lease_name = $1 AND l.holder_id = $2 AND l.lease_epoch = $3 AND l.expires_at > n.now`),
+		Get: r.Replace(`SELECT holder_id, lease_epoch, acquired_at, renewed_at, expires_at, clock_timestamp()
+FROM {leases} WHERE lease_name = $1`),
+		List: r.Replace(`SELECT lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at, clock_timestamp()
+FROM {leases} ORDER BY lease_name`),
+		FenceLock: r.Replace(`SELECT 1 FROM {leases}
+WHERE lease_name = $1 AND holder_id = $2 AND lease_epoch = $3 AND expires_at > clock_timestamp()
+FOR SHARE`),
+		FenceCheck: r.Replace(`SELECT 1 FROM {leases}
+WHERE lease_name = $1 AND holder_id = $2 AND lease_epoch = $3 AND expires_at > clock_timestamp()`),
+	}
+	return sqlstore.Dialect{Name: "postgres", Queries: q, Classify: Classify}, nil
+}
+
+// Classify wraps sqlease.ErrTransient around errors worth retrying: lost or
+// refused connections (SQLSTATE class 08), serialization failures and
+// deadlocks, shutdowns and too many connections.
+func Classify(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"),
+			pe.Code == "40001", pe.Code == "40P01",
+			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03",
+			pe.Code == "53300":
+			return fmt.Errorf("%w: %w", sqlease.ErrTransient, err)
+		}
+		return err
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return fmt.Errorf("%w: %w", sqlease.ErrTransient, err)
+	}
+	return err
+}

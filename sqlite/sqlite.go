@@ -1,0 +1,150 @@
+// Package sqlite is the SQLite dialect of sqlease, on the pure-Go
+// modernc.org/sqlite driver. Several processes on one host may share one
+// database file: it runs in WAL mode with a busy timeout, and every
+// transaction begins IMMEDIATE so that read-then-write transactions (the
+// fence) take the write lock up front instead of failing with
+// "database is locked" under contention.
+//
+// Times are stored as UTC text "YYYY-MM-DD HH:MM:SS.SSS" (millisecond
+// precision, the resolution of SQLite's 'now'), which sorts and compares
+// correctly as text and stays readable in the sqlite3 shell.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/sqlstore"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// DefaultBusyTimeout is how long a statement waits for another connection's
+// write lock before failing.
+const DefaultBusyTimeout = 5 * time.Second
+
+// DSN returns the driver data source name for the database file at path,
+// with WAL, the busy timeout and IMMEDIATE transactions.
+func DSN(path string, busyTimeout time.Duration) string {
+	if busyTimeout <= 0 {
+		busyTimeout = DefaultBusyTimeout
+	}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(ON)")
+	q.Set("_txlock", "immediate")
+	return "file:" + path + "?" + q.Encode()
+}
+
+// Open opens (creating if needed) the SQLite database file at path.
+func Open(path string) (*sql.DB, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%w: sqlite database path is empty", sqlease.ErrInvalidConfig)
+	}
+	db, err := sql.Open("sqlite", DSN(path, DefaultBusyTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// New returns a lease store on db (opened with Open) whose tables are named
+// with prefix (e.g. "sqlease" gives sqlease_leases).
+func New(db *sql.DB, prefix string) (*sqlstore.Store, error) {
+	d, err := Dialect(prefix)
+	if err != nil {
+		return nil, err
+	}
+	return sqlstore.New(db, d), nil
+}
+
+// OpenStore opens the database file at path, applies the migrations and
+// returns the store.
+func OpenStore(ctx context.Context, path, prefix string) (*sqlstore.Store, error) {
+	db, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := New(db, prefix)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.Migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+const now = `strftime('%Y-%m-%d %H:%M:%f','now')`
+
+// nowPlus adds the millisecond parameter ?N to SQLite's 'now'. 'now' is
+// stable within one statement, so every use below sees the same instant.
+func nowPlus(param string) string {
+	return `strftime('%Y-%m-%d %H:%M:%f','now',(` + param + `/1000.0)||' seconds')`
+}
+
+// Dialect returns the SQLite dialect for the table prefix.
+func Dialect(prefix string) (sqlstore.Dialect, error) {
+	if err := sqlease.ValidateTablePrefix(prefix); err != nil {
+		return sqlstore.Dialect{}, err
+	}
+	r := strings.NewReplacer("{leases}", prefix+"_leases", "{now}", now)
+	q := sqlstore.Queries{
+		Migrations: []string{r.Replace(`CREATE TABLE IF NOT EXISTS {leases} (
+	lease_name  TEXT    NOT NULL PRIMARY KEY,
+	holder_id   TEXT    NOT NULL,
+	lease_epoch INTEGER NOT NULL,
+	acquired_at TEXT    NOT NULL,
+	renewed_at  TEXT    NOT NULL,
+	expires_at  TEXT    NOT NULL
+)`)},
+		Acquire: r.Replace(`INSERT INTO {leases} (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at)
+VALUES (?1, ?2, 1, {now}, {now}, ` + nowPlus("?3") + `)
+ON CONFLICT (lease_name) DO UPDATE SET
+	holder_id = excluded.holder_id,
+	lease_epoch = lease_epoch + 1,
+	acquired_at = excluded.acquired_at,
+	renewed_at = excluded.renewed_at,
+	expires_at = excluded.expires_at
+WHERE expires_at <= excluded.acquired_at
+RETURNING lease_epoch, acquired_at, renewed_at, expires_at, {now}`),
+		Renew: r.Replace(`UPDATE {leases} SET renewed_at = {now}, expires_at = ` + nowPlus("?4") + `
+WHERE lease_name = ?1 AND holder_id = ?2 AND lease_epoch = ?3 AND expires_at > {now}
+RETURNING acquired_at, renewed_at, expires_at, {now}`),
+		Release: r.Replace(`UPDATE {leases} SET expires_at = {now}
+WHERE lease_name = ?1 AND holder_id = ?2 AND lease_epoch = ?3 AND expires_at > {now}`),
+		Get: r.Replace(`SELECT holder_id, lease_epoch, acquired_at, renewed_at, expires_at, {now}
+FROM {leases} WHERE lease_name = ?1`),
+		List: r.Replace(`SELECT lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at, {now}
+FROM {leases} ORDER BY lease_name`),
+		// The transaction began IMMEDIATE and so already holds the database's
+		// write lock: no acquire can commit until it ends.
+		FenceLock: r.Replace(`SELECT 1 FROM {leases}
+WHERE lease_name = ?1 AND holder_id = ?2 AND lease_epoch = ?3 AND expires_at > {now}`),
+		FenceCheck: r.Replace(`SELECT 1 FROM {leases}
+WHERE lease_name = ?1 AND holder_id = ?2 AND lease_epoch = ?3 AND expires_at > {now}`),
+	}
+	return sqlstore.Dialect{Name: "sqlite", Queries: q, Classify: Classify}, nil
+}
+
+// Classify wraps sqlease.ErrTransient around SQLITE_BUSY and SQLITE_LOCKED.
+func Classify(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return fmt.Errorf("%w: %w", sqlease.ErrTransient, err)
+		}
+	}
+	return err
+}

@@ -1,0 +1,268 @@
+// Package sqlstore is the one database/sql implementation of
+// sqlease.LeaseStore. A dialect (package sqlite, postgres, …) contributes only
+// SQL text, in a Queries struct of named fields so that a missing statement
+// fails to compile, and the classification of its driver's errors.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sqlease/sqlease"
+)
+
+// Queries is the SQL text of one dialect for one table prefix. Each field
+// documents its arguments in order; a dialect writes its native placeholders.
+// Every statement takes "now" from the database clock. Durations are passed as
+// integer milliseconds.
+type Queries struct {
+	// Migrations create the schema; each entry is one statement, applied in
+	// order, idempotently (IF NOT EXISTS or equivalent).
+	Migrations []string
+
+	// Acquire: (name, holder, ttl_ms). Inserts the row with epoch 1, or takes
+	// over an expired row with epoch + 1, in one statement. Returns one row
+	// (lease_epoch, acquired_at, renewed_at, expires_at, now) on success and
+	// no row when the lease is held.
+	Acquire string
+	// Renew: (name, holder, epoch, ttl_ms). Returns one row (acquired_at,
+	// renewed_at, expires_at, now) on success, no row otherwise.
+	Renew string
+	// Release: (name, holder, epoch). Sets expires_at to now; checked by rows
+	// affected.
+	Release string
+	// Get: (name). Returns (holder_id, lease_epoch, acquired_at, renewed_at,
+	// expires_at, now).
+	Get string
+	// List: (). Returns (lease_name, holder_id, lease_epoch, acquired_at,
+	// renewed_at, expires_at, now) ordered by lease_name.
+	List string
+	// FenceLock: (name, holder, epoch). Inside a transaction: returns a row
+	// only if the token holds the unexpired lease, and locks the row against
+	// writers (acquire, renew of another epoch) until the transaction ends.
+	FenceLock string
+	// FenceCheck: (name, holder, epoch). Inside the same transaction, just
+	// before commit: returns a row only if the lease is still unexpired.
+	FenceCheck string
+}
+
+// Dialect is what a database contributes to the store.
+type Dialect struct {
+	// Name is the dialect's short name: sqlite, postgres, sqlserver, mysql.
+	Name string
+	// Queries are the statements for the configured prefix.
+	Queries Queries
+	// Classify maps a driver error to a domain error: it wraps
+	// sqlease.ErrTransient for errors worth retrying and returns others
+	// unchanged. Nil means no classification.
+	Classify func(error) error
+	// TxOptions are used for fenced transactions (nil: driver default).
+	TxOptions *sql.TxOptions
+}
+
+// Store implements sqlease.LeaseStore on a *sql.DB.
+type Store struct {
+	db *sql.DB
+	d  Dialect
+}
+
+var _ sqlease.LeaseStore = (*Store)(nil)
+
+// New returns a Store for db speaking dialect d. It does not touch the
+// database; call Migrate to create the schema.
+func New(db *sql.DB, d Dialect) *Store { return &Store{db: db, d: d} }
+
+// DB returns the underlying pool.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Dialect returns the store's dialect.
+func (s *Store) Dialect() Dialect { return s.d }
+
+// Migrate applies the dialect's migrations in order. They are idempotent.
+func (s *Store) Migrate(ctx context.Context) error {
+	for i, stmt := range s.d.Queries.Migrations {
+		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("sqlease: %s migration %d: %w", s.d.Name, i+1, s.classify(err))
+		}
+	}
+	return nil
+}
+
+func (s *Store) classify(err error) error {
+	if err == nil || s.d.Classify == nil {
+		return err
+	}
+	return s.d.Classify(err)
+}
+
+func validateToken(tok sqlease.Token) error {
+	if err := sqlease.ValidateLeaseName(tok.Name); err != nil {
+		return err
+	}
+	if err := sqlease.ValidateHolderID(tok.Holder); err != nil {
+		return err
+	}
+	if tok.Epoch < 1 {
+		return fmt.Errorf("%w: token epoch must be positive, got %d", sqlease.ErrInvalidName, tok.Epoch)
+	}
+	return nil
+}
+
+func validTTL(ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return fmt.Errorf("%w: lease ttl must be at least 1ms, got %s", sqlease.ErrInvalidConfig, ttl)
+	}
+	return nil
+}
+
+// Acquire implements sqlease.LeaseStore.
+func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (sqlease.Lease, error) {
+	if err := sqlease.ValidateLeaseName(name); err != nil {
+		return sqlease.Lease{}, err
+	}
+	if err := sqlease.ValidateHolderID(holder); err != nil {
+		return sqlease.Lease{}, err
+	}
+	if err := validTTL(ttl); err != nil {
+		return sqlease.Lease{}, err
+	}
+	l := sqlease.Lease{Name: name, Holder: holder}
+	var acq, ren, exp, now dbTime
+	err := s.db.QueryRowContext(ctx, s.d.Queries.Acquire, name, holder, ttl.Milliseconds()).
+		Scan(&l.Epoch, &acq, &ren, &exp, &now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sqlease.Lease{}, fmt.Errorf("acquire lease %q: %w", name, sqlease.ErrLeaseHeld)
+	}
+	if err != nil {
+		return sqlease.Lease{}, fmt.Errorf("acquire lease %q: %w", name, s.classify(err))
+	}
+	l.AcquiredAt, l.RenewedAt, l.ExpiresAt, l.ObservedAt = acq.T, ren.T, exp.T, now.T
+	return l, nil
+}
+
+// Renew implements sqlease.LeaseStore.
+func (s *Store) Renew(ctx context.Context, tok sqlease.Token, ttl time.Duration) (sqlease.Lease, error) {
+	if err := validateToken(tok); err != nil {
+		return sqlease.Lease{}, err
+	}
+	if err := validTTL(ttl); err != nil {
+		return sqlease.Lease{}, err
+	}
+	l := sqlease.Lease{Name: tok.Name, Holder: tok.Holder, Epoch: tok.Epoch}
+	var acq, ren, exp, now dbTime
+	err := s.db.QueryRowContext(ctx, s.d.Queries.Renew, tok.Name, tok.Holder, tok.Epoch, ttl.Milliseconds()).
+		Scan(&acq, &ren, &exp, &now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sqlease.Lease{}, fmt.Errorf("renew lease %s: %w", tok, sqlease.ErrLeaseLost)
+	}
+	if err != nil {
+		return sqlease.Lease{}, fmt.Errorf("renew lease %s: %w", tok, s.classify(err))
+	}
+	l.AcquiredAt, l.RenewedAt, l.ExpiresAt, l.ObservedAt = acq.T, ren.T, exp.T, now.T
+	return l, nil
+}
+
+// Release implements sqlease.LeaseStore.
+func (s *Store) Release(ctx context.Context, tok sqlease.Token) error {
+	if err := validateToken(tok); err != nil {
+		return err
+	}
+	res, err := s.db.ExecContext(ctx, s.d.Queries.Release, tok.Name, tok.Holder, tok.Epoch)
+	if err != nil {
+		return fmt.Errorf("release lease %s: %w", tok, s.classify(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("release lease %s: %w", tok, s.classify(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("release lease %s: %w", tok, sqlease.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Lease implements sqlease.LeaseStore.
+func (s *Store) Lease(ctx context.Context, name string) (sqlease.Lease, error) {
+	if err := sqlease.ValidateLeaseName(name); err != nil {
+		return sqlease.Lease{}, err
+	}
+	l := sqlease.Lease{Name: name}
+	var acq, ren, exp, now dbTime
+	err := s.db.QueryRowContext(ctx, s.d.Queries.Get, name).
+		Scan(&l.Holder, &l.Epoch, &acq, &ren, &exp, &now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sqlease.Lease{}, fmt.Errorf("read lease %q: %w", name, sqlease.ErrNoLease)
+	}
+	if err != nil {
+		return sqlease.Lease{}, fmt.Errorf("read lease %q: %w", name, s.classify(err))
+	}
+	l.AcquiredAt, l.RenewedAt, l.ExpiresAt, l.ObservedAt = acq.T, ren.T, exp.T, now.T
+	return l, nil
+}
+
+// Leases implements sqlease.LeaseStore.
+func (s *Store) Leases(ctx context.Context) ([]sqlease.Lease, error) {
+	rows, err := s.db.QueryContext(ctx, s.d.Queries.List)
+	if err != nil {
+		return nil, fmt.Errorf("list leases: %w", s.classify(err))
+	}
+	defer rows.Close()
+	var out []sqlease.Lease
+	for rows.Next() {
+		var l sqlease.Lease
+		var acq, ren, exp, now dbTime
+		if err := rows.Scan(&l.Name, &l.Holder, &l.Epoch, &acq, &ren, &exp, &now); err != nil {
+			return nil, fmt.Errorf("list leases: %w", s.classify(err))
+		}
+		l.AcquiredAt, l.RenewedAt, l.ExpiresAt, l.ObservedAt = acq.T, ren.T, exp.T, now.T
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list leases: %w", s.classify(err))
+	}
+	return out, nil
+}
+
+// Fenced implements sqlease.LeaseStore.
+func (s *Store) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) (err error) {
+	if err := validateToken(tok); err != nil {
+		return err
+	}
+	tx, err := s.db.BeginTx(ctx, s.d.TxOptions)
+	if err != nil {
+		return fmt.Errorf("fenced write under %s: begin: %w", tok, s.classify(err))
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err := s.fence(ctx, tx, s.d.Queries.FenceLock, tok); err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := s.fence(ctx, tx, s.d.Queries.FenceCheck, tok); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("fenced write under %s: commit: %w", tok, s.classify(err))
+	}
+	return nil
+}
+
+func (s *Store) fence(ctx context.Context, tx *sql.Tx, query string, tok sqlease.Token) error {
+	var one int
+	err := tx.QueryRowContext(ctx, query, tok.Name, tok.Holder, tok.Epoch).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("fenced write under %s: %w", tok, sqlease.ErrLeaseLost)
+	}
+	if err != nil {
+		return fmt.Errorf("fenced write under %s: %w", tok, s.classify(err))
+	}
+	return nil
+}
