@@ -61,6 +61,13 @@ type Dialect struct {
 	Classify func(error) error
 	// TxOptions are used for fenced transactions (nil: driver default).
 	TxOptions *sql.TxOptions
+	// Jobs are the scheduler's statements.
+	Jobs JobQueries
+	// Time converts a time parameter for the driver; nil passes time.Time
+	// in UTC. SQLite needs its text form so that comparisons stay textual.
+	Time func(time.Time) any
+	// IsUniqueViolation reports a unique-key violation.
+	IsUniqueViolation func(error) bool
 }
 
 // Store implements sqlease.LeaseStore on a *sql.DB.
@@ -81,9 +88,10 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() Dialect { return s.d }
 
-// Migrate applies the dialect's migrations in order. They are idempotent.
+// Migrate applies the dialect's migrations (lease, then scheduler tables) in
+// order. They are idempotent.
 func (s *Store) Migrate(ctx context.Context) error {
-	for i, stmt := range s.d.Queries.Migrations {
+	for i, stmt := range append(s.d.Queries.Migrations[:len(s.d.Queries.Migrations):len(s.d.Queries.Migrations)], s.d.Jobs.Migrations...) {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("sqlease: %s migration %d: %w", s.d.Name, i+1, s.classify(err))
 		}
@@ -227,7 +235,7 @@ func (s *Store) Leases(ctx context.Context) ([]sqlease.Lease, error) {
 }
 
 // Fenced implements sqlease.LeaseStore.
-func (s *Store) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) (err error) {
+func (s *Store) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) error {
 	if err := validateToken(tok); err != nil {
 		return err
 	}
@@ -235,11 +243,11 @@ func (s *Store) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) 
 	if err != nil {
 		return fmt.Errorf("fenced write under %s: begin: %w", tok, s.classify(err))
 	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
+	// Roll back on every path that does not commit, including a panic or
+	// runtime.Goexit in fn: an abandoned transaction would keep the lease
+	// row (postgres) or the whole database (sqlite) locked. After a commit,
+	// Rollback is a no-op returning sql.ErrTxDone.
+	defer func() { _ = tx.Rollback() }()
 	if err := s.fence(ctx, tx, s.d.Queries.FenceLock, tok); err != nil {
 		return err
 	}

@@ -1,0 +1,149 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/postgres"
+	"github.com/sqlease/sqlease/sqlstore"
+	"github.com/sqlease/sqlease/storetest"
+)
+
+// urlEnv names the database the conformance suite runs on. Each store gets
+// tables of its own, under a random prefix, dropped when the test ends.
+const urlEnv = "SQLEASE_TEST_POSTGRES_URL"
+
+func databaseURL(tb testing.TB) string {
+	tb.Helper()
+	u := os.Getenv(urlEnv)
+	if u == "" {
+		tb.Skipf("%s is not set: run scripts/test.sh, which starts a private PostgreSQL and sets it, "+
+			"or set it yourself, e.g. %s='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'", urlEnv, urlEnv)
+	}
+	return u
+}
+
+// newStore opens a store on tables under a fresh random prefix.
+func newStore(tb testing.TB) *sqlstore.Store {
+	tb.Helper()
+	u := databaseURL(tb)
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		tb.Fatal(err)
+	}
+	prefix := "t" + hex.EncodeToString(b)
+	s, err := postgres.OpenStore(tb.Context(), u, prefix)
+	if err != nil {
+		tb.Fatalf("OpenStore: %v", err)
+	}
+	tb.Cleanup(func() {
+		defer s.DB().Close()
+		if err := dropTables(s.DB(), prefix); err != nil {
+			tb.Errorf("drop tables of prefix %s: %v", prefix, err)
+		}
+	})
+	return s
+}
+
+// dropTables drops every table named prefix_…, whatever the migrations
+// created.
+func dropTables(db *sql.DB, prefix string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, `SELECT quote_ident(tablename) FROM pg_tables
+WHERE schemaname = current_schema() AND left(tablename, length($1)) = $1`, prefix+"_")
+	if err != nil {
+		return err
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return err
+		}
+		names = append(names, n)
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	if err := rows.Err(); err != nil || len(names) == 0 {
+		return err
+	}
+	_, err = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+strings.Join(names, ", ")+" CASCADE")
+	return err
+}
+
+func TestConformance(t *testing.T) {
+	databaseURL(t)
+	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }})
+}
+
+func TestInvalidPrefix(t *testing.T) {
+	for _, p := range []string{"", "Sqlease", "1abc", "_abc", "a-b", "a b", "x;drop", `a"`, strings.Repeat("a", 32)} {
+		if _, err := postgres.Dialect(p); !errors.Is(err, sqlease.ErrInvalidName) {
+			t.Errorf("Dialect(%q) = %v, want ErrInvalidName", p, err)
+		}
+		if _, err := postgres.New(nil, p); !errors.Is(err, sqlease.ErrInvalidName) {
+			t.Errorf("New(%q) = %v, want ErrInvalidName", p, err)
+		}
+	}
+	for _, p := range []string{"a", "sqlease", "app_1", strings.Repeat("a", 31)} {
+		if _, err := postgres.Dialect(p); err != nil {
+			t.Errorf("Dialect(%q) = %v, want nil", p, err)
+		}
+	}
+	if _, err := postgres.Open(""); !errors.Is(err, sqlease.ErrInvalidConfig) {
+		t.Errorf(`Open("") = %v, want ErrInvalidConfig`, err)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		code      string
+		transient bool
+	}{
+		{"08006", true},  // connection_failure
+		{"08001", true},  // sqlclient_unable_to_establish_sqlconnection
+		{"40001", true},  // serialization_failure
+		{"40P01", true},  // deadlock_detected
+		{"57P01", true},  // admin_shutdown
+		{"53300", true},  // too_many_connections
+		{"23505", false}, // unique_violation
+		{"42P01", false}, // undefined_table
+		{"22001", false}, // string_data_right_truncation
+	} {
+		pe := &pgconn.PgError{Severity: "ERROR", Code: tc.code, Message: "synthetic"}
+		for _, err := range []error{pe, fmt.Errorf("renew: %w", pe)} {
+			got := postgres.Classify(err)
+			if errors.Is(got, sqlease.ErrTransient) != tc.transient {
+				t.Errorf("Classify(%v) = %v, transient = %v, want %v", err, got, !tc.transient, tc.transient)
+			}
+			var back *pgconn.PgError
+			if !errors.As(got, &back) || back.Code != tc.code {
+				t.Errorf("Classify(%v) = %v lost the *pgconn.PgError", err, got)
+			}
+		}
+	}
+	if err := postgres.Classify(nil); err != nil {
+		t.Errorf("Classify(nil) = %v", err)
+	}
+	plain := errors.New("plain")
+	if err := postgres.Classify(plain); err != plain {
+		t.Errorf("Classify(plain) = %v, want it unchanged", err)
+	}
+}
+
+func BenchmarkAcquire(b *testing.B)     { storetest.BenchAcquire(b, newStore(b)) }
+func BenchmarkRenew(b *testing.B)       { storetest.BenchRenew(b, newStore(b)) }
+func BenchmarkFencedWrite(b *testing.B) { storetest.BenchFencedWrite(b, newStore(b)) }

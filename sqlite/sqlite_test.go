@@ -1,0 +1,151 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/sqlite"
+	"github.com/sqlease/sqlease/sqlstore"
+	"github.com/sqlease/sqlease/storetest"
+)
+
+// newStore opens a store on a fresh database file.
+func newStore(tb testing.TB) *sqlstore.Store {
+	tb.Helper()
+	s, err := sqlite.OpenStore(tb.Context(), filepath.Join(tb.TempDir(), "sqlease.db"), "sqlease")
+	if err != nil {
+		tb.Fatalf("OpenStore: %v", err)
+	}
+	tb.Cleanup(func() { s.DB().Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }})
+}
+
+func TestInvalidPrefix(t *testing.T) {
+	for _, p := range []string{"", "Sqlease", "1abc", "_abc", "a-b", "a b", "x;drop", "a'", strings.Repeat("a", 32)} {
+		if _, err := sqlite.Dialect(p); !errors.Is(err, sqlease.ErrInvalidName) {
+			t.Errorf("Dialect(%q) = %v, want ErrInvalidName", p, err)
+		}
+		if _, err := sqlite.New(nil, p); !errors.Is(err, sqlease.ErrInvalidName) {
+			t.Errorf("New(%q) = %v, want ErrInvalidName", p, err)
+		}
+		path := filepath.Join(t.TempDir(), "x.db")
+		if _, err := sqlite.OpenStore(t.Context(), path, p); !errors.Is(err, sqlease.ErrInvalidName) {
+			t.Errorf("OpenStore(%q) = %v, want ErrInvalidName", p, err)
+		}
+	}
+	for _, p := range []string{"a", "sqlease", "app_1", strings.Repeat("a", 31)} {
+		if _, err := sqlite.Dialect(p); err != nil {
+			t.Errorf("Dialect(%q) = %v, want nil", p, err)
+		}
+	}
+	if _, err := sqlite.Open(""); !errors.Is(err, sqlease.ErrInvalidConfig) {
+		t.Errorf(`Open("") = %v, want ErrInvalidConfig`, err)
+	}
+}
+
+func TestDSN(t *testing.T) {
+	dsn := sqlite.DSN("/tmp/x.db", 0)
+	path, query, ok := strings.Cut(dsn, "?")
+	if !ok || path != "file:/tmp/x.db" {
+		t.Fatalf("DSN = %q, want file:/tmp/x.db?…", dsn)
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		t.Fatalf("DSN query %q: %v", query, err)
+	}
+	pragmas := strings.Join(q["_pragma"], " ")
+	for _, want := range []string{"journal_mode(WAL)", "busy_timeout(5000)"} {
+		if !strings.Contains(pragmas, want) {
+			t.Errorf("DSN pragmas %q lack %s", pragmas, want)
+		}
+	}
+	if got := q.Get("_txlock"); got != "immediate" {
+		t.Errorf("DSN _txlock = %q, want immediate", got)
+	}
+	if got := sqlite.DSN("/tmp/x.db", 250*time.Millisecond); !strings.Contains(got, "busy_timeout%28250%29") {
+		t.Errorf("DSN with 250ms busy timeout = %q", got)
+	}
+}
+
+// TestOpenSettings checks that the settings of the DSN take effect on every
+// pooled connection: WAL, the busy timeout, and transactions that take the
+// write lock at BEGIN.
+func TestOpenSettings(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "settings.db")
+	s, err := sqlite.OpenStore(ctx, path, "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := s.DB()
+	defer db.Close()
+	var mode string
+	var busy int
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+		t.Errorf("journal_mode = %q (%v), want wal", mode, err)
+	}
+	if err := db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busy); err != nil || busy != int(sqlite.DefaultBusyTimeout/time.Millisecond) {
+		t.Errorf("busy_timeout = %d (%v), want %d", busy, err, sqlite.DefaultBusyTimeout.Milliseconds())
+	}
+
+	// An empty transaction already holds the write lock: a writer on another
+	// connection with a short busy timeout fails with SQLITE_BUSY, which
+	// Classify marks transient.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	other, err := sqlite.New(openWith(t, path, 50*time.Millisecond), "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = other.Acquire(ctx, "x", "h", time.Second)
+	if !errors.Is(err, sqlease.ErrTransient) {
+		t.Fatalf("Acquire while another connection's transaction is open = %v, want ErrTransient (SQLITE_BUSY)", err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Acquire(ctx, "x", "h", time.Second); err != nil {
+		t.Fatalf("Acquire after the transaction ended: %v", err)
+	}
+}
+
+func openWith(t *testing.T, path string, busy time.Duration) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", sqlite.DSN(path, busy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestClassify(t *testing.T) {
+	if err := sqlite.Classify(nil); err != nil {
+		t.Errorf("Classify(nil) = %v", err)
+	}
+	plain := errors.New("plain")
+	if err := sqlite.Classify(plain); err != plain {
+		t.Errorf("Classify(plain) = %v, want it unchanged", err)
+	}
+	if err := sqlite.Classify(context.Canceled); errors.Is(err, sqlease.ErrTransient) {
+		t.Errorf("Classify(context.Canceled) = %v, want not transient", err)
+	}
+}
+
+func BenchmarkAcquire(b *testing.B)     { storetest.BenchAcquire(b, newStore(b)) }
+func BenchmarkRenew(b *testing.B)       { storetest.BenchRenew(b, newStore(b)) }
+func BenchmarkFencedWrite(b *testing.B) { storetest.BenchFencedWrite(b, newStore(b)) }
