@@ -20,6 +20,18 @@ var (
 	// ErrNoLease is returned by LeaseStore.Lease when no row exists for the name.
 	ErrNoLease = errors.New("sqlease: no such lease")
 
+	// ErrNoJob is returned by job reads and changes when no job has the name.
+	ErrNoJob = errors.New("sqlease: no such job")
+
+	// ErrConflict is returned when a write clashes with existing state: a
+	// job name taken with different content, or a run attempt already
+	// started by another dispatcher.
+	ErrConflict = errors.New("sqlease: conflict")
+
+	// ErrTimedOut is wrapped by run handlers whose action exceeded its
+	// timeout; the scheduler records the run as timed_out.
+	ErrTimedOut = errors.New("sqlease: run timed out")
+
 	// ErrInvalidName is wrapped by the validation errors of lease names,
 	// holder ids and table prefixes.
 	ErrInvalidName = errors.New("sqlease: invalid name")

@@ -104,7 +104,7 @@ FOR SHARE`),
 		FenceCheck: r.Replace(`SELECT 1 FROM {leases}
 WHERE lease_name = $1 AND holder_id = $2 AND lease_epoch = $3 AND expires_at > clock_timestamp()`),
 	}
-	return sqlstore.Dialect{Name: "postgres", Queries: q, Classify: Classify}, nil
+	return sqlstore.Dialect{Name: "postgres", Queries: q, Jobs: jobQueries(prefix), Classify: Classify, IsUniqueViolation: isUniqueViolation}, nil
 }
 
 // Classify wraps sqlease.ErrTransient around errors worth retrying: lost or

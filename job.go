@@ -1,0 +1,120 @@
+package sqlease
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Schedule says when a job's occurrences fall. Exactly one of Every, Cron or
+// At is set; all zero means once, now.
+type Schedule struct {
+	// Every is an interval measured from each occurrence's scheduled time, so
+	// a late start never shifts later occurrences.
+	Every time.Duration `json:"every,omitempty"`
+	// Cron is a standard five-field cron expression (or a descriptor such as
+	// "@hourly"), evaluated in Timezone.
+	Cron string `json:"cron,omitempty"`
+	// Timezone is an IANA zone name for Cron; empty means UTC.
+	Timezone string `json:"timezone,omitempty"`
+	// At is the single occurrence of a one-off job.
+	At time.Time `json:"at,omitzero"`
+}
+
+// MissedRuns is a job's policy for occurrences that fell due while no one
+// could run them (an outage, a leader crash).
+type MissedRuns string
+
+const (
+	// RunOnce collapses the missed occurrences into one run of the latest.
+	RunOnce MissedRuns = "run_once"
+	// RunAll runs every missed occurrence, oldest first.
+	RunAll MissedRuns = "run_all"
+	// Skip runs none of them: only occurrences from now on.
+	Skip MissedRuns = "skip"
+)
+
+// Retry is a job's policy after a failed attempt: up to MaxAttempts attempts
+// per occurrence, the n-th retry waiting about Backoff×2^(n-1) with jitter.
+type Retry struct {
+	MaxAttempts int           `json:"max_attempts,omitempty"`
+	Backoff     time.Duration `json:"backoff,omitempty"`
+}
+
+// Outcome is the result of one run attempt.
+type Outcome string
+
+const (
+	OutcomeRunning   Outcome = "running"
+	OutcomeSucceeded Outcome = "succeeded"
+	OutcomeFailed    Outcome = "failed"
+	OutcomeAbandoned Outcome = "abandoned"
+	OutcomeTimedOut  Outcome = "timed_out"
+)
+
+// Job is a stored job. Times are database UTC.
+type Job struct {
+	ID   int64
+	Name string
+	// Key is the client's idempotency key for creation, if any.
+	Key      string
+	Schedule Schedule
+	// Action is opaque to the scheduler: the daemon stores its HTTP or exec
+	// action here; a library user may leave it empty and route by Name.
+	Action          json.RawMessage
+	MissedRuns      MissedRuns
+	SkipIfOlderThan time.Duration
+	Retry           Retry
+	LockTimeout     time.Duration
+	Paused          bool
+
+	// NextRunAt is the next occurrence due; zero when none remains.
+	NextRunAt time.Time
+	LastRunAt time.Time
+	// Attempt is the number of attempts started for the occurrence at
+	// NextRunAt (authoritative attempt_count).
+	Attempt        int
+	LockedBy       string
+	LockedAt       time.Time
+	LockEpoch      int64
+	CreatedAt      time.Time
+	LastModifiedAt time.Time
+}
+
+// Run is one attempt of one occurrence, as handed to a handler and recorded
+// in the append-only run ledger.
+type Run struct {
+	JobID        int64
+	Job          string
+	ScheduledFor time.Time
+	Attempt      int
+	// Holder and Epoch fence the run's writes: the leader's lease epoch in
+	// leader dispatch, the job lock's epoch in claim dispatch.
+	Holder     string
+	Epoch      int64
+	StartedAt  time.Time
+	FinishedAt time.Time
+	Outcome    Outcome
+	Error      string
+	// Action is the job's action at the time the run started (handlers
+	// only; not stored with the run).
+	Action json.RawMessage
+}
+
+// IdempotencyKey is "<job name>/<scheduled_for>", stable across retries and
+// failovers of one occurrence.
+func (r Run) IdempotencyKey() string {
+	return r.Job + "/" + r.ScheduledFor.UTC().Format(time.RFC3339Nano)
+}
+
+var jobNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+
+// ValidateJobName returns an error wrapping ErrInvalidName unless name is
+// 1–128 characters of a-z 0-9 . _ - starting with a letter or digit.
+func ValidateJobName(name string) error {
+	if !jobNameRE.MatchString(name) {
+		return fmt.Errorf("%w: job name %q must be 1-128 characters of a-z 0-9 . _ - starting with a letter or digit", ErrInvalidName, name)
+	}
+	return nil
+}

@@ -1,0 +1,128 @@
+package postgres
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// jobQueries returns the scheduler's statements for the table prefix.
+func jobQueries(prefix string) sqlstore.JobQueries {
+	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", sqlstore.JobColumns,
+		"{jcols}", "j."+strings.ReplaceAll(sqlstore.JobColumns, ", ", ", j."), "{runcols}", sqlstore.RunColumns,
+		"{ms}", "* interval '1 millisecond'")
+	return sqlstore.JobQueries{
+		Migrations: []string{
+			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
+	id                    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	name                  varchar(128) NOT NULL UNIQUE,
+	client_key            varchar(256) UNIQUE,
+	spec_hash             varchar(64)  NOT NULL,
+	schedule              text         NOT NULL,
+	action                text         NOT NULL,
+	missed_runs           varchar(16)  NOT NULL,
+	skip_if_older_than_ms bigint       NOT NULL DEFAULT 0,
+	max_attempts          integer      NOT NULL,
+	backoff_ms            bigint       NOT NULL,
+	lock_timeout_ms       bigint       NOT NULL,
+	paused                boolean      NOT NULL DEFAULT false,
+	next_run_at           timestamptz,
+	last_run_at           timestamptz,
+	attempt               integer      NOT NULL DEFAULT 0,
+	locked_by             varchar(128),
+	locked_at             timestamptz,
+	lock_epoch            bigint       NOT NULL DEFAULT 0,
+	lock_lease_epoch      bigint       NOT NULL DEFAULT 0,
+	not_before            timestamptz,
+	created_at            timestamptz  NOT NULL,
+	last_modified_at      timestamptz  NOT NULL
+)`),
+			r.Replace(`CREATE INDEX IF NOT EXISTS {jobs}_due ON {jobs} (next_run_at, id) WHERE NOT paused AND next_run_at IS NOT NULL`),
+			r.Replace(`CREATE INDEX IF NOT EXISTS {jobs}_modified ON {jobs} (last_modified_at, id)`),
+			r.Replace(`CREATE TABLE IF NOT EXISTS {runs} (
+	id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	job_id        bigint       NOT NULL,
+	job_name      varchar(128) NOT NULL,
+	scheduled_for timestamptz  NOT NULL,
+	attempt       integer      NOT NULL,
+	holder_id     varchar(128) NOT NULL,
+	epoch         bigint       NOT NULL,
+	started_at    timestamptz  NOT NULL,
+	finished_at   timestamptz,
+	outcome       varchar(16)  NOT NULL,
+	error         text,
+	UNIQUE (job_id, scheduled_for, attempt)
+)`),
+			r.Replace(`CREATE INDEX IF NOT EXISTS {runs}_running ON {runs} (job_id) WHERE outcome = 'running'`),
+			r.Replace(`CREATE INDEX IF NOT EXISTS {runs}_finished ON {runs} (finished_at)`),
+		},
+		Now: `SELECT clock_timestamp()`,
+		InsertJob: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now)
+INSERT INTO {jobs} (name, client_key, spec_hash, schedule, action, missed_runs, skip_if_older_than_ms,
+	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, created_at, last_modified_at)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, n.now, n.now FROM n
+ON CONFLICT DO NOTHING
+RETURNING {cols}`),
+		JobByName: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = $1`),
+		JobByKey:  r.Replace(`SELECT {cols} FROM {jobs} WHERE client_key = $1`),
+		ListJobs:  r.Replace(`SELECT {cols} FROM {jobs} WHERE name > $1 ORDER BY name LIMIT $2`),
+		DeleteJob: r.Replace(`DELETE FROM {jobs} WHERE name = $1`),
+		SetPaused: r.Replace(`UPDATE {jobs} SET paused = $2, last_modified_at = clock_timestamp() WHERE name = $1 RETURNING {cols}`),
+		Trigger: r.Replace(`UPDATE {jobs} SET next_run_at = clock_timestamp(), not_before = NULL, attempt = 0, last_modified_at = clock_timestamp()
+WHERE name = $1 RETURNING {cols}`),
+		ClaimDue: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now),
+c AS (
+	SELECT j.id FROM {jobs} j, n
+	WHERE NOT j.paused AND j.next_run_at <= n.now
+	  AND (j.not_before IS NULL OR j.not_before <= n.now)
+	  AND (j.locked_by IS NULL OR j.locked_at + j.lock_timeout_ms {ms} < n.now)
+	ORDER BY j.next_run_at, j.id
+	LIMIT $2
+	FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE {jobs} j SET locked_by = $1, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
+	lock_lease_epoch = 0, attempt = j.attempt + 1, last_modified_at = n.now
+FROM c, n WHERE j.id = c.id
+RETURNING {jcols}, n.now`),
+		ClaimJob: r.Replace(`UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
+	lock_lease_epoch = $3, attempt = j.attempt + 1, last_modified_at = n.now
+FROM (SELECT clock_timestamp() AS now) n
+WHERE j.id = $1 AND NOT j.paused AND j.next_run_at <= n.now
+  AND (j.not_before IS NULL OR j.not_before <= n.now)
+  AND (j.locked_by IS NULL OR j.locked_at + j.lock_timeout_ms {ms} < n.now OR j.lock_lease_epoch < $3)
+RETURNING {jcols}, n.now`),
+		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = clock_timestamp(),
+	error = 'the executing instance stopped heartbeating its lock'
+WHERE job_id = $1 AND outcome = 'running'`),
+		StartJob: r.Replace(`UPDATE {jobs} SET next_run_at = $1, attempt = $2, last_modified_at = clock_timestamp()
+WHERE id = $3 AND locked_by = $4 AND lock_epoch = $5`),
+		InsertRun: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
+VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp(), 'running')`),
+		Heartbeat: r.Replace(`UPDATE {jobs} SET locked_at = clock_timestamp() WHERE id = $1 AND locked_by = $2 AND lock_epoch = $3`),
+		FinishRun: r.Replace(`UPDATE {runs} SET outcome = $1, error = $2, finished_at = clock_timestamp()
+WHERE job_id = $3 AND scheduled_for = $4 AND attempt = $5 AND outcome = 'running'`),
+		ReleaseJob: r.Replace(`UPDATE {jobs} SET locked_by = NULL, locked_at = NULL, lock_lease_epoch = 0,
+	next_run_at = $1, attempt = $2, not_before = n.now + $3::bigint {ms},
+	last_run_at = n.now, last_modified_at = n.now
+FROM (SELECT clock_timestamp() AS now) n
+WHERE id = $4 AND locked_by = $5 AND lock_epoch = $6`),
+		Runs: r.Replace(`SELECT {runcols} FROM {runs}
+WHERE job_id = (SELECT id FROM {jobs} WHERE name = $1) ORDER BY id DESC LIMIT $2`),
+		PruneRuns: r.Replace(`DELETE FROM {runs} WHERE finished_at < clock_timestamp() - $1::bigint {ms}`),
+		DueWindow: r.Replace(`SELECT j.id, GREATEST(j.next_run_at, COALESCE(j.not_before, j.next_run_at)), j.last_modified_at, n.now
+FROM {jobs} j, (SELECT clock_timestamp() AS now) n
+WHERE NOT j.paused AND j.next_run_at IS NOT NULL AND j.next_run_at < n.now + $1::bigint {ms}
+ORDER BY j.next_run_at, j.id LIMIT $2`),
+		Changed: r.Replace(`SELECT id, paused, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
+WHERE last_modified_at > $1 OR (last_modified_at = $2 AND id > $3)
+ORDER BY last_modified_at, id LIMIT $4`),
+	}
+}
+
+// isUniqueViolation reports SQLSTATE 23505.
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}

@@ -1,0 +1,134 @@
+package sqlite
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/sqlease/sqlease/sqlstore"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// timeLayout is how times are stored: UTC text at SQLite's millisecond
+// resolution, so that text comparison is time comparison.
+const timeLayout = "2006-01-02 15:04:05.000"
+
+// timeArg formats a time parameter in the stored form.
+func timeArg(t time.Time) any { return t.UTC().Format(timeLayout) }
+
+// jobQueries returns the scheduler's statements for the table prefix.
+func jobQueries(prefix string) sqlstore.JobQueries {
+	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", sqlstore.JobColumns,
+		"{runcols}", sqlstore.RunColumns, "{now}", now)
+	return sqlstore.JobQueries{
+		Migrations: []string{
+			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
+	id                    INTEGER PRIMARY KEY AUTOINCREMENT,
+	name                  TEXT    NOT NULL UNIQUE,
+	client_key            TEXT    UNIQUE,
+	spec_hash             TEXT    NOT NULL,
+	schedule              TEXT    NOT NULL,
+	action                TEXT    NOT NULL,
+	missed_runs           TEXT    NOT NULL,
+	skip_if_older_than_ms INTEGER NOT NULL DEFAULT 0,
+	max_attempts          INTEGER NOT NULL,
+	backoff_ms            INTEGER NOT NULL,
+	lock_timeout_ms       INTEGER NOT NULL,
+	paused                INTEGER NOT NULL DEFAULT 0,
+	next_run_at           TEXT,
+	last_run_at           TEXT,
+	attempt               INTEGER NOT NULL DEFAULT 0,
+	locked_by             TEXT,
+	locked_at             TEXT,
+	lock_epoch            INTEGER NOT NULL DEFAULT 0,
+	lock_lease_epoch      INTEGER NOT NULL DEFAULT 0,
+	not_before            TEXT,
+	created_at            TEXT    NOT NULL,
+	last_modified_at      TEXT    NOT NULL
+)`),
+			r.Replace(`CREATE INDEX IF NOT EXISTS {jobs}_due ON {jobs} (next_run_at, id) WHERE paused = 0 AND next_run_at IS NOT NULL`),
+			r.Replace(`CREATE INDEX IF NOT EXISTS {jobs}_modified ON {jobs} (last_modified_at, id)`),
+			r.Replace(`CREATE TABLE IF NOT EXISTS {runs} (
+	id            INTEGER PRIMARY KEY AUTOINCREMENT,
+	job_id        INTEGER NOT NULL,
+	job_name      TEXT    NOT NULL,
+	scheduled_for TEXT    NOT NULL,
+	attempt       INTEGER NOT NULL,
+	holder_id     TEXT    NOT NULL,
+	epoch         INTEGER NOT NULL,
+	started_at    TEXT    NOT NULL,
+	finished_at   TEXT,
+	outcome       TEXT    NOT NULL,
+	error         TEXT,
+	UNIQUE (job_id, scheduled_for, attempt)
+)`),
+			r.Replace(`CREATE INDEX IF NOT EXISTS {runs}_running ON {runs} (job_id) WHERE outcome = 'running'`),
+			r.Replace(`CREATE INDEX IF NOT EXISTS {runs}_finished ON {runs} (finished_at)`),
+		},
+		Now: `SELECT ` + now,
+		InsertJob: r.Replace(`INSERT INTO {jobs} (name, client_key, spec_hash, schedule, action, missed_runs, skip_if_older_than_ms,
+	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, created_at, last_modified_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, {now}, {now})
+ON CONFLICT DO NOTHING
+RETURNING {cols}`),
+		JobByName: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = ?1`),
+		JobByKey:  r.Replace(`SELECT {cols} FROM {jobs} WHERE client_key = ?1`),
+		ListJobs:  r.Replace(`SELECT {cols} FROM {jobs} WHERE name > ?1 ORDER BY name LIMIT ?2`),
+		DeleteJob: r.Replace(`DELETE FROM {jobs} WHERE name = ?1`),
+		SetPaused: r.Replace(`UPDATE {jobs} SET paused = ?2, last_modified_at = {now} WHERE name = ?1 RETURNING {cols}`),
+		Trigger: r.Replace(`UPDATE {jobs} SET next_run_at = {now}, not_before = NULL, attempt = 0, last_modified_at = {now}
+WHERE name = ?1 RETURNING {cols}`),
+		ClaimDue: r.Replace(`UPDATE {jobs} SET locked_by = ?1, locked_at = {now}, lock_epoch = lock_epoch + 1,
+	lock_lease_epoch = 0, attempt = attempt + 1, last_modified_at = {now}
+WHERE id IN (
+	SELECT id FROM {jobs}
+	WHERE paused = 0 AND next_run_at <= {now}
+	  AND (not_before IS NULL OR not_before <= {now})
+	  AND (locked_by IS NULL OR ` + nowFrom("locked_at", "lock_timeout_ms") + ` < {now})
+	ORDER BY next_run_at, id
+	LIMIT ?2
+)
+RETURNING {cols}, {now}`),
+		ClaimJob: r.Replace(`UPDATE {jobs} SET locked_by = ?2, locked_at = {now}, lock_epoch = lock_epoch + 1,
+	lock_lease_epoch = ?3, attempt = attempt + 1, last_modified_at = {now}
+WHERE id = ?1 AND paused = 0 AND next_run_at <= {now}
+  AND (not_before IS NULL OR not_before <= {now})
+  AND (locked_by IS NULL OR ` + nowFrom("locked_at", "lock_timeout_ms") + ` < {now} OR lock_lease_epoch < ?3)
+RETURNING {cols}, {now}`),
+		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now},
+	error = 'the executing instance stopped heartbeating its lock'
+WHERE job_id = ?1 AND outcome = 'running'`),
+		StartJob: r.Replace(`UPDATE {jobs} SET next_run_at = ?1, attempt = ?2, last_modified_at = {now}
+WHERE id = ?3 AND locked_by = ?4 AND lock_epoch = ?5`),
+		InsertRun: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, {now}, 'running')`),
+		Heartbeat: r.Replace(`UPDATE {jobs} SET locked_at = {now} WHERE id = ?1 AND locked_by = ?2 AND lock_epoch = ?3`),
+		FinishRun: r.Replace(`UPDATE {runs} SET outcome = ?1, error = ?2, finished_at = {now}
+WHERE job_id = ?3 AND scheduled_for = ?4 AND attempt = ?5 AND outcome = 'running'`),
+		ReleaseJob: r.Replace(`UPDATE {jobs} SET locked_by = NULL, locked_at = NULL, lock_lease_epoch = 0,
+	next_run_at = ?1, attempt = ?2, not_before = ` + nowPlus("?3") + `,
+	last_run_at = {now}, last_modified_at = {now}
+WHERE id = ?4 AND locked_by = ?5 AND lock_epoch = ?6`),
+		Runs: r.Replace(`SELECT {runcols} FROM {runs}
+WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?1) ORDER BY id DESC LIMIT ?2`),
+		PruneRuns: r.Replace(`DELETE FROM {runs} WHERE finished_at < ` + nowPlus("-?1")),
+		DueWindow: r.Replace(`SELECT id, max(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at, {now} FROM {jobs}
+WHERE paused = 0 AND next_run_at IS NOT NULL AND next_run_at < ` + nowPlus("?1") + `
+ORDER BY next_run_at, id LIMIT ?2`),
+		Changed: r.Replace(`SELECT id, paused, max(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
+WHERE last_modified_at > ?1 OR (last_modified_at = ?2 AND id > ?3)
+ORDER BY last_modified_at, id LIMIT ?4`),
+	}
+}
+
+// nowFrom adds a millisecond column to a time column.
+func nowFrom(col, msCol string) string {
+	return `strftime('%Y-%m-%d %H:%M:%f',` + col + `,(` + msCol + `/1000.0)||' seconds')`
+}
+
+// isUniqueViolation reports SQLITE_CONSTRAINT_UNIQUE / PRIMARYKEY.
+func isUniqueViolation(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+}

@@ -1,0 +1,554 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sqlease/sqlease"
+)
+
+// JobQueries is the SQL text of the scheduler's tables. Arguments are listed
+// in order; times are passed through Dialect.Time, durations as integer
+// milliseconds, and "now" is always the database clock. Statements that
+// select a job return JobColumns (in that order) followed, where noted, by now.
+type JobQueries struct {
+	Migrations []string
+
+	// Now: (). Returns the database clock.
+	Now string
+	// InsertJob: (name, client_key|NULL, spec_hash, schedule, action,
+	// missed_runs, skip_if_older_than_ms, max_attempts, backoff_ms,
+	// lock_timeout_ms, paused, next_run_at|NULL). Inserts unless the name or
+	// key exists; returns JobColumns of the new row, no row on a clash.
+	InsertJob string
+	// JobByName: (name). JobByKey: (client_key). Return JobColumns.
+	JobByName, JobByKey string
+	// ListJobs: (after_name, limit). JobColumns ordered by name.
+	ListJobs string
+	// DeleteJob: (name). Rows affected.
+	DeleteJob string
+	// SetPaused: (name, paused). Returns JobColumns.
+	SetPaused string
+	// Trigger: (name). Sets next_run_at = now (re-arming a finished one-off
+	// job) and clears any retry backoff; returns JobColumns.
+	Trigger string
+
+	// ClaimDue: (holder, limit). Locks up to limit due, unpaused jobs that
+	// are unlocked or whose lock is stale (locked_at + lock_timeout < now),
+	// in one atomic statement: locked_by = holder, locked_at = now,
+	// lock_epoch + 1, attempt + 1, lock_lease_epoch = 0. Returns JobColumns, now.
+	ClaimDue string
+	// ClaimJob: (id, holder, lease_epoch). The same for one job, run inside
+	// the leader's fenced transaction; a lock taken under an older lease
+	// epoch also counts as stale. Returns JobColumns, now.
+	ClaimJob string
+	// AbandonRunning: (job_id). Marks runs still 'running' abandoned.
+	AbandonRunning string
+	// StartJob: (next_run_at, attempt, id, holder, lock_epoch). Rows affected.
+	StartJob string
+	// InsertRun: (job_id, job_name, scheduled_for, attempt, holder, epoch).
+	// Unique on (job_id, scheduled_for, attempt).
+	InsertRun string
+	// Heartbeat: (id, holder, lock_epoch). Extends locked_at; rows affected.
+	Heartbeat string
+	// FinishRun: (outcome, error|NULL, job_id, scheduled_for, attempt).
+	FinishRun string
+	// ReleaseJob: (next_run_at|NULL, attempt, backoff_ms|NULL, id, holder,
+	// lock_epoch). Unlocks, sets next_run_at and attempt, not_before = now +
+	// backoff (NULL clears), last_run_at = now. Rows affected.
+	ReleaseJob string
+	// Runs: (job_name, limit). RunColumns of the job's runs, newest first.
+	Runs string
+	// PruneRuns: (older_than_ms). Deletes finished runs older than that.
+	PruneRuns string
+	// DueWindow: (horizon_ms, limit). (id, effective next run = the later of
+	// next_run_at and not_before, last_modified_at) of
+	// unpaused jobs due before now + horizon, ordered by next_run_at, id;
+	// plus now.
+	DueWindow string
+	// Changed: (t, t, id, limit). (id, paused, effective next run|NULL,
+	// last_modified_at) of rows with (last_modified_at, id) > (t, id),
+	// ordered by last_modified_at, id.
+	Changed string
+}
+
+// JobColumns is the select list every job query returns, in order.
+const JobColumns = `id, name, client_key, spec_hash, schedule, action, missed_runs, skip_if_older_than_ms,
+max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, last_run_at, attempt,
+locked_by, locked_at, lock_epoch, created_at, last_modified_at`
+
+// RunColumns is the select list of run queries, in order.
+const RunColumns = `job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error`
+
+// Querier is a *sql.DB or *sql.Tx.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// StoredJob is a job row with the fields only the store needs.
+type StoredJob struct {
+	sqlease.Job
+	// SpecHash identifies the creation content, for idempotent creation.
+	SpecHash string
+}
+
+// nullTime scans a nullable database timestamp.
+type nullTime struct{ T time.Time }
+
+func (n *nullTime) Scan(v any) error {
+	if v == nil {
+		n.T = time.Time{}
+		return nil
+	}
+	var d dbTime
+	if err := d.Scan(v); err != nil {
+		return err
+	}
+	n.T = d.T
+	return nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanJob(sc scanner, extra ...any) (StoredJob, error) {
+	var j StoredJob
+	var key, lockedBy sql.NullString
+	var sched, action string
+	var skip, backoff, lockTimeout int64
+	var next, last, lockedAt nullTime
+	var created, modified dbTime
+	var missed string
+	dest := []any{&j.ID, &j.Name, &key, &j.SpecHash, &sched, &action, &missed, &skip,
+		&j.Retry.MaxAttempts, &backoff, &lockTimeout, &j.Paused, &next, &last, &j.Attempt,
+		&lockedBy, &lockedAt, &j.LockEpoch, &created, &modified}
+	if err := sc.Scan(append(dest, extra...)...); err != nil {
+		return StoredJob{}, err
+	}
+	if err := json.Unmarshal([]byte(sched), &j.Schedule); err != nil {
+		return StoredJob{}, fmt.Errorf("job %q: decode schedule: %w", j.Name, err)
+	}
+	if action != "" {
+		j.Action = json.RawMessage(action)
+	}
+	j.Key, j.LockedBy = key.String, lockedBy.String
+	j.MissedRuns = sqlease.MissedRuns(missed)
+	j.SkipIfOlderThan = time.Duration(skip) * time.Millisecond
+	j.Retry.Backoff = time.Duration(backoff) * time.Millisecond
+	j.LockTimeout = time.Duration(lockTimeout) * time.Millisecond
+	j.NextRunAt, j.LastRunAt, j.LockedAt = next.T, last.T, lockedAt.T
+	j.CreatedAt, j.LastModifiedAt = created.T, modified.T
+	return j, nil
+}
+
+func (s *Store) q() *JobQueries { return &s.d.Jobs }
+
+func (s *Store) timeArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	if s.d.Time != nil {
+		return s.d.Time(t)
+	}
+	return t.UTC()
+}
+
+// Now returns the database clock.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var n dbTime
+	if err := s.db.QueryRowContext(ctx, s.q().Now).Scan(&n); err != nil {
+		return time.Time{}, fmt.Errorf("read database clock: %w", s.classify(err))
+	}
+	return n.T, nil
+}
+
+// InsertJob inserts j with its first occurrence at next (zero: none). It
+// returns created=false and the existing row when the name or the client key
+// is taken; the caller compares SpecHash to tell a retry from a clash.
+func (s *Store) InsertJob(ctx context.Context, j StoredJob, next time.Time) (StoredJob, bool, error) {
+	sched, err := json.Marshal(j.Schedule)
+	if err != nil {
+		return StoredJob{}, false, err
+	}
+	var key any
+	if j.Key != "" {
+		key = j.Key
+	}
+	action := string(j.Action)
+	row := s.db.QueryRowContext(ctx, s.q().InsertJob, j.Name, key, j.SpecHash, string(sched), action,
+		string(j.MissedRuns), j.SkipIfOlderThan.Milliseconds(), j.Retry.MaxAttempts,
+		j.Retry.Backoff.Milliseconds(), j.LockTimeout.Milliseconds(), j.Paused, s.timeArg(next))
+	got, err := scanJob(row)
+	if err == nil {
+		return got, true, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return StoredJob{}, false, fmt.Errorf("insert job %q: %w", j.Name, s.classify(err))
+	}
+	// A clash: report the row that holds the key, else the name.
+	if j.Key != "" {
+		if got, err := s.jobBy(ctx, s.q().JobByKey, j.Key); err == nil {
+			return got, false, nil
+		}
+	}
+	got, err = s.jobBy(ctx, s.q().JobByName, j.Name)
+	if err != nil {
+		return StoredJob{}, false, fmt.Errorf("insert job %q: %w", j.Name, err)
+	}
+	return got, false, nil
+}
+
+func (s *Store) jobBy(ctx context.Context, query string, args ...any) (StoredJob, error) {
+	j, err := scanJob(s.db.QueryRowContext(ctx, query, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return StoredJob{}, sqlease.ErrNoJob
+	}
+	if err != nil {
+		return StoredJob{}, s.classify(err)
+	}
+	return j, nil
+}
+
+// Job reads a job by name. It returns sqlease.ErrNoJob when there is none.
+func (s *Store) Job(ctx context.Context, name string) (StoredJob, error) {
+	j, err := s.jobBy(ctx, s.q().JobByName, name)
+	if err != nil {
+		return StoredJob{}, fmt.Errorf("read job %q: %w", name, err)
+	}
+	return j, nil
+}
+
+// Jobs lists up to limit jobs with names after `after`, ordered by name.
+func (s *Store) Jobs(ctx context.Context, after string, limit int) ([]StoredJob, error) {
+	rows, err := s.db.QueryContext(ctx, s.q().ListJobs, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", s.classify(err))
+	}
+	defer rows.Close()
+	var out []StoredJob
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list jobs: %w", s.classify(err))
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list jobs: %w", s.classify(err))
+	}
+	return out, nil
+}
+
+// DeleteJob deletes a job; its runs stay in the ledger. It returns
+// sqlease.ErrNoJob when there is none.
+func (s *Store) DeleteJob(ctx context.Context, name string) error {
+	res, err := s.db.ExecContext(ctx, s.q().DeleteJob, name)
+	if err != nil {
+		return fmt.Errorf("delete job %q: %w", name, s.classify(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("delete job %q: %w", name, s.classify(err))
+	} else if n == 0 {
+		return fmt.Errorf("delete job %q: %w", name, sqlease.ErrNoJob)
+	}
+	return nil
+}
+
+// SetPaused pauses or resumes a job.
+func (s *Store) SetPaused(ctx context.Context, name string, paused bool) (StoredJob, error) {
+	j, err := s.jobBy(ctx, s.q().SetPaused, name, paused)
+	if err != nil {
+		return StoredJob{}, fmt.Errorf("set job %q paused=%t: %w", name, paused, err)
+	}
+	return j, nil
+}
+
+// Trigger makes a job due now.
+func (s *Store) Trigger(ctx context.Context, name string) (StoredJob, error) {
+	j, err := s.jobBy(ctx, s.q().Trigger, name)
+	if err != nil {
+		return StoredJob{}, fmt.Errorf("trigger job %q: %w", name, err)
+	}
+	return j, nil
+}
+
+// Lock identifies a job lock: the fence of every write a run makes.
+type Lock struct {
+	JobID  int64
+	Holder string
+	Epoch  int64
+}
+
+// Claimed is a job locked for dispatch, with the database clock at the claim.
+type Claimed struct {
+	StoredJob
+	Lock Lock
+	Now  time.Time
+}
+
+func (s *Store) scanClaims(rows *sql.Rows, err error) ([]Claimed, error) {
+	if err != nil {
+		return nil, s.classify(err)
+	}
+	defer rows.Close()
+	var out []Claimed
+	for rows.Next() {
+		var now dbTime
+		j, err := scanJob(rows, &now)
+		if err != nil {
+			return nil, s.classify(err)
+		}
+		out = append(out, Claimed{StoredJob: j, Lock: Lock{JobID: j.ID, Holder: j.LockedBy, Epoch: j.LockEpoch}, Now: now.T})
+	}
+	return out, s.classify(rows.Err())
+}
+
+// ClaimDue locks up to limit due jobs for holder in one atomic statement.
+func (s *Store) ClaimDue(ctx context.Context, holder string, limit int) ([]Claimed, error) {
+	c, err := s.scanClaims(s.db.QueryContext(ctx, s.q().ClaimDue, holder, limit))
+	if err != nil {
+		return nil, fmt.Errorf("claim due jobs: %w", err)
+	}
+	return c, nil
+}
+
+// ClaimJob locks one due job for the leader, inside its fenced transaction
+// tx. It returns ok=false when the job is not due, paused, gone or locked.
+func (s *Store) ClaimJob(ctx context.Context, tx *sql.Tx, id int64, tok sqlease.Token) (Claimed, bool, error) {
+	c, err := s.scanClaims(tx.QueryContext(ctx, s.q().ClaimJob, id, tok.Holder, tok.Epoch))
+	if err != nil {
+		return Claimed{}, false, fmt.Errorf("claim job %d: %w", id, err)
+	}
+	if len(c) == 0 {
+		return Claimed{}, false, nil
+	}
+	return c[0], true, nil
+}
+
+// StartRun records the start of attempt `attempt` of the occurrence at
+// scheduledFor under lock l, with runEpoch as the run's fencing epoch: in one
+// transaction it marks a crashed predecessor's run abandoned, points the job
+// at the occurrence and appends the run. It returns sqlease.ErrLeaseLost when
+// the lock is no longer held and sqlease.ErrConflict when that attempt was
+// already started. Pass tx to run inside an existing (fenced) transaction.
+func (s *Store) StartRun(ctx context.Context, tx *sql.Tx, l Lock, job string, scheduledFor time.Time, attempt int, runEpoch int64) (sqlease.Run, error) {
+	run := sqlease.Run{JobID: l.JobID, Job: job, ScheduledFor: scheduledFor, Attempt: attempt, Holder: l.Holder, Epoch: runEpoch, Outcome: sqlease.OutcomeRunning}
+	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.q().AbandonRunning, l.JobID); err != nil {
+			return s.classify(err)
+		}
+		if err := s.lockedExec(ctx, tx, s.q().StartJob, l, s.timeArg(scheduledFor), attempt); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.q().InsertRun, l.JobID, job, s.timeArg(scheduledFor), attempt, l.Holder, runEpoch); err != nil {
+			if s.d.IsUniqueViolation != nil && s.d.IsUniqueViolation(err) {
+				return fmt.Errorf("%w: attempt %d of %s already started", sqlease.ErrConflict, attempt, run.IdempotencyKey())
+			}
+			return s.classify(err)
+		}
+		return nil
+	})
+	if err != nil {
+		return sqlease.Run{}, fmt.Errorf("start run %s attempt %d: %w", run.IdempotencyKey(), attempt, err)
+	}
+	return run, nil
+}
+
+// lockedExec runs a statement whose last three arguments are the lock and
+// turns "no row affected" into sqlease.ErrLeaseLost.
+func (s *Store) lockedExec(ctx context.Context, q Querier, query string, l Lock, args ...any) error {
+	res, err := q.ExecContext(ctx, query, append(args, l.JobID, l.Holder, l.Epoch)...)
+	if err != nil {
+		return s.classify(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return s.classify(err)
+	}
+	if n == 0 {
+		return fmt.Errorf("job lock %d/%s@%d: %w", l.JobID, l.Holder, l.Epoch, sqlease.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Heartbeat extends the lock's locked_at. It returns sqlease.ErrLeaseLost
+// when the lock is no longer held.
+func (s *Store) Heartbeat(ctx context.Context, l Lock) error {
+	if err := s.lockedExec(ctx, s.db, s.q().Heartbeat, l); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Finish is how a run ends.
+type Finish struct {
+	Outcome sqlease.Outcome
+	Error   string
+	// Next is the job's next_run_at after this run: the following
+	// occurrence on success or when retries are exhausted, the same
+	// occurrence to retry it, zero when no occurrence remains.
+	Next time.Time
+	// Attempt is the job's attempt count after this run: 0 when Next is a
+	// new occurrence, the run's attempt when it will be retried.
+	Attempt int
+	// Backoff delays the retry (not_before = now + Backoff); 0 for none.
+	Backoff time.Duration
+}
+
+// FinishRun records the run's outcome and releases the lock, in one
+// transaction conditional on the lock. It returns sqlease.ErrLeaseLost, and
+// changes nothing, when the lock is no longer held. Pass tx to run inside an
+// existing (fenced) transaction.
+func (s *Store) FinishRun(ctx context.Context, tx *sql.Tx, l Lock, run sqlease.Run, f Finish) error {
+	var errText, backoff any
+	if f.Error != "" {
+		errText = f.Error
+	}
+	if f.Backoff > 0 {
+		backoff = f.Backoff.Milliseconds()
+	}
+	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
+		if err := s.lockedExec(ctx, tx, s.q().ReleaseJob, l, s.timeArg(f.Next), f.Attempt, backoff); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, s.q().FinishRun, string(f.Outcome), errText, l.JobID, s.timeArg(run.ScheduledFor), run.Attempt)
+		return s.classify(err)
+	})
+	if err != nil {
+		return fmt.Errorf("finish run %s attempt %d as %s: %w", run.IdempotencyKey(), run.Attempt, f.Outcome, err)
+	}
+	return nil
+}
+
+// ReleaseUnrun releases a claimed job without running it (the missed-runs
+// policy skipped the occurrence, or the job is gone), moving it to next.
+func (s *Store) ReleaseUnrun(ctx context.Context, tx *sql.Tx, l Lock, next time.Time) error {
+	var q Querier = s.db
+	if tx != nil {
+		q = tx
+	}
+	if err := s.lockedExec(ctx, q, s.q().ReleaseJob, l, s.timeArg(next), 0, nil); err != nil {
+		return fmt.Errorf("release job %d: %w", l.JobID, err)
+	}
+	return nil
+}
+
+// Runs lists a job's runs, newest first.
+func (s *Store) Runs(ctx context.Context, job string, limit int) ([]sqlease.Run, error) {
+	rows, err := s.db.QueryContext(ctx, s.q().Runs, job, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list runs of %q: %w", job, s.classify(err))
+	}
+	defer rows.Close()
+	var out []sqlease.Run
+	for rows.Next() {
+		var r sqlease.Run
+		var sched, started dbTime
+		var finished nullTime
+		var outcome string
+		var errText sql.NullString
+		if err := rows.Scan(&r.JobID, &r.Job, &sched, &r.Attempt, &r.Holder, &r.Epoch, &started, &finished, &outcome, &errText); err != nil {
+			return nil, fmt.Errorf("list runs of %q: %w", job, s.classify(err))
+		}
+		r.ScheduledFor, r.StartedAt, r.FinishedAt = sched.T, started.T, finished.T
+		r.Outcome, r.Error = sqlease.Outcome(outcome), errText.String
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list runs of %q: %w", job, s.classify(err))
+	}
+	return out, nil
+}
+
+// PruneRuns deletes finished runs older than retention and reports how many.
+func (s *Store) PruneRuns(ctx context.Context, retention time.Duration) (int64, error) {
+	res, err := s.db.ExecContext(ctx, s.q().PruneRuns, retention.Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("prune runs: %w", s.classify(err))
+	}
+	return res.RowsAffected()
+}
+
+// ScheduleEntry is what the leader's in-memory schedule keeps of a job.
+type ScheduleEntry struct {
+	ID             int64
+	Paused         bool
+	NextRunAt      time.Time // zero: nothing due
+	LastModifiedAt time.Time
+}
+
+// DueWindow returns up to limit unpaused jobs due before now + horizon, and
+// the database clock.
+func (s *Store) DueWindow(ctx context.Context, horizon time.Duration, limit int) ([]ScheduleEntry, time.Time, error) {
+	rows, err := s.db.QueryContext(ctx, s.q().DueWindow, horizon.Milliseconds(), limit)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("load schedule: %w", s.classify(err))
+	}
+	defer rows.Close()
+	var out []ScheduleEntry
+	var now time.Time
+	for rows.Next() {
+		var e ScheduleEntry
+		var next, mod, n dbTime
+		if err := rows.Scan(&e.ID, &next, &mod, &n); err != nil {
+			return nil, time.Time{}, fmt.Errorf("load schedule: %w", s.classify(err))
+		}
+		e.NextRunAt, e.LastModifiedAt, now = next.T, mod.T, n.T
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, fmt.Errorf("load schedule: %w", s.classify(err))
+	}
+	if now.IsZero() {
+		if now, err = s.Now(ctx); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
+	return out, now, nil
+}
+
+// Changed returns up to limit jobs modified after the cursor (t, id), in
+// cursor order.
+func (s *Store) Changed(ctx context.Context, t time.Time, id int64, limit int) ([]ScheduleEntry, error) {
+	rows, err := s.db.QueryContext(ctx, s.q().Changed, s.timeArg(t), s.timeArg(t), id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("refresh schedule: %w", s.classify(err))
+	}
+	defer rows.Close()
+	var out []ScheduleEntry
+	for rows.Next() {
+		var e ScheduleEntry
+		var next nullTime
+		var mod dbTime
+		if err := rows.Scan(&e.ID, &e.Paused, &next, &mod); err != nil {
+			return nil, fmt.Errorf("refresh schedule: %w", s.classify(err))
+		}
+		e.NextRunAt, e.LastModifiedAt = next.T, mod.T
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("refresh schedule: %w", s.classify(err))
+	}
+	return out, nil
+}
+
+// inTx runs fn in tx when given, else in a new transaction.
+func (s *Store) inTx(ctx context.Context, tx *sql.Tx, fn func(*sql.Tx) error) error {
+	if tx != nil {
+		return fn(tx)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return s.classify(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return s.classify(tx.Commit())
+}
