@@ -1,0 +1,355 @@
+// Package action implements the daemon's job actions: an HTTP request or a
+// command, each bounded by a timeout, as described in API.md.
+//
+// A job's action is stored as JSON, {"http": {…}} or {"exec": {…}}. Parse
+// decodes and validates it; Spec.Run executes one attempt of one occurrence,
+// handing the action the run's identity: the Idempotency-Key and Sqlease-*
+// headers of an HTTP request, or the SQLEASE_* environment of a command.
+// Handle plugs both into a scheduler.
+package action
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sqlease/sqlease"
+)
+
+// Defaults and bounds.
+const (
+	// DefaultTimeout bounds an action that sets no timeout.
+	DefaultTimeout = 30 * time.Second
+	// MaxTimeout is the largest timeout Parse accepts.
+	MaxTimeout = 24 * time.Hour
+	// DefaultMethod is the HTTP method of an action that sets none.
+	DefaultMethod = "POST"
+	// MaxErrorOutput is how much of a failed action's output (an HTTP
+	// response body, the tail of a command's stderr) its error carries.
+	MaxErrorOutput = 512
+)
+
+// ErrTimeout is wrapped by the error of Spec.Run when the action's own
+// timeout expired (the caller records the outcome timed_out). It is
+// sqlease.ErrTimedOut, so either sentinel matches. A cancellation of the
+// caller's context is not a timeout: that error wraps the context's error.
+var ErrTimeout = sqlease.ErrTimedOut
+
+// errTimeoutCause is the cancellation cause of an action's own timeout.
+var errTimeoutCause = errors.New("action timeout")
+
+// Spec is a job's action: exactly one of HTTP and Exec.
+type Spec struct {
+	HTTP *HTTP `json:"http,omitempty"`
+	Exec *Exec `json:"exec,omitempty"`
+}
+
+// HTTP is an action that sends one request; a 2xx response is success.
+// Redirects are not followed: a 3xx response is a failure.
+type HTTP struct {
+	// URL is an absolute http or https URL.
+	URL string `json:"url"`
+	// Method is GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS. Default
+	// DefaultMethod.
+	Method string `json:"method,omitempty"`
+	// Headers are sent with the request. Idempotency-Key and Sqlease-*
+	// headers given here are ignored: those carry the run's identity and
+	// always have the run's values. Host sets the request's host; a
+	// Content-Type is sent only if given here; User-Agent defaults to
+	// "sqlease".
+	Headers map[string]string `json:"headers,omitempty"`
+	// Body is the request body.
+	Body string `json:"body,omitempty"`
+	// Timeout bounds the whole request, from connecting to reading the
+	// response. Default DefaultTimeout.
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// Exec is an action that runs a command, without a shell; exit status 0 is
+// success. The command inherits the daemon's environment, less its SQLEASE_*
+// variables (its own configuration, which may hold secrets), plus the run's
+// SQLEASE_* values. Its standard input and output are /dev/null; the tail of
+// its standard error goes into the error of a failed run.
+//
+// The command runs in a process group of its own. When it exits, times out
+// or is cancelled, the whole group is killed (SIGKILL), so nothing it started
+// outlives its run.
+type Exec struct {
+	// Command is the program and its arguments; the program is looked up in
+	// PATH unless it contains a slash.
+	Command []string `json:"command"`
+	// Timeout bounds the run. Default DefaultTimeout.
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// Duration is a time.Duration written in JSON as a Go duration string, such
+// as "30s" or "1m30s".
+type Duration time.Duration
+
+// String returns the duration in Go syntax.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as a string such as "30s".
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a string such as "30s"; null leaves d unchanged.
+// Anything else — a number, a string time.ParseDuration rejects — is an
+// error.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("must be a duration string such as \"30s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("must be a duration such as \"30s\" or \"1m30s\", got %q", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Parse decodes and validates a job's action JSON and applies the defaults
+// (method POST, timeout 30s). Unknown fields are rejected. Errors wrap
+// sqlease.ErrInvalidConfig and name the field: action, action.http.url,
+// action.http.method, action.http.headers, action.http.timeout,
+// action.exec.command, action.exec.timeout, ….
+func Parse(raw json.RawMessage) (Spec, error) {
+	var wire struct {
+		HTTP json.RawMessage `json:"http"`
+		Exec json.RawMessage `json:"exec"`
+	}
+	if err := decodeStrict("action", raw, &wire); err != nil {
+		return Spec{}, err
+	}
+	var s Spec
+	if present(wire.HTTP) {
+		var h struct {
+			URL     string            `json:"url"`
+			Method  string            `json:"method"`
+			Headers map[string]string `json:"headers"`
+			Body    string            `json:"body"`
+			Timeout json.RawMessage   `json:"timeout"`
+		}
+		if err := decodeStrict("action.http", wire.HTTP, &h); err != nil {
+			return Spec{}, err
+		}
+		s.HTTP = &HTTP{URL: h.URL, Method: h.Method, Headers: h.Headers, Body: h.Body}
+		if err := decodeDuration("action.http.timeout", h.Timeout, &s.HTTP.Timeout); err != nil {
+			return Spec{}, err
+		}
+	}
+	if present(wire.Exec) {
+		var e struct {
+			Command []string        `json:"command"`
+			Timeout json.RawMessage `json:"timeout"`
+		}
+		if err := decodeStrict("action.exec", wire.Exec, &e); err != nil {
+			return Spec{}, err
+		}
+		s.Exec = &Exec{Command: e.Command}
+		if err := decodeDuration("action.exec.timeout", e.Timeout, &s.Exec.Timeout); err != nil {
+			return Spec{}, err
+		}
+	}
+	if err := s.Validate(); err != nil {
+		return Spec{}, err
+	}
+	if s.HTTP != nil {
+		s.HTTP.Method = s.HTTP.method()
+		s.HTTP.Timeout = Duration(timeoutOrDefault(s.HTTP.Timeout))
+	}
+	if s.Exec != nil {
+		s.Exec.Timeout = Duration(timeoutOrDefault(s.Exec.Timeout))
+	}
+	return s, nil
+}
+
+// ValidateJSON reports whether raw is a valid action: Parse's error, or nil.
+// It fits scheduler.Config.ValidateAction.
+func ValidateJSON(raw json.RawMessage) error {
+	_, err := Parse(raw)
+	return err
+}
+
+// Handle runs the action stored with the run (run.Action): Parse, then
+// Spec.Run. It fits scheduler.Config.Handler in the daemon.
+func Handle(ctx context.Context, run sqlease.Run) error {
+	s, err := Parse(run.Action)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx, run)
+}
+
+// Validate checks s as Parse does (a zero method or timeout takes its
+// default). Errors wrap sqlease.ErrInvalidConfig and name the field.
+func (s Spec) Validate() error {
+	switch {
+	case s.HTTP == nil && s.Exec == nil:
+		return invalid("action", "must have one of http and exec")
+	case s.HTTP != nil && s.Exec != nil:
+		return invalid("action", "must have only one of http and exec")
+	case s.HTTP != nil:
+		return s.HTTP.validate()
+	default:
+		return s.Exec.validate()
+	}
+}
+
+// Run executes one attempt of the action for run and returns nil on success
+// (a 2xx response, exit status 0). A failure's error says why (status and
+// the start of the response body, exit status and the tail of stderr, at
+// most MaxErrorOutput bytes of either); an expired action timeout wraps
+// ErrTimeout; a cancelled ctx stops the action (the request is aborted, the
+// command's process group killed) and the error wraps ctx's error. An
+// invalid s returns its Validate error without doing anything.
+func (s Spec) Run(ctx context.Context, run sqlease.Run) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if s.HTTP != nil {
+		return s.HTTP.run(ctx, run)
+	}
+	return s.Exec.run(ctx, run)
+}
+
+// runValue is one value of the run's identity as handed to an action: an
+// HTTP header and, for a command, an environment variable.
+type runValue struct{ header, env, value string }
+
+// runValues returns the run's identity as API.md lists it.
+func runValues(run sqlease.Run) []runValue {
+	return []runValue{
+		{"Idempotency-Key", "SQLEASE_IDEMPOTENCY_KEY", run.IdempotencyKey()},
+		{"Sqlease-Job", "SQLEASE_JOB", run.Job},
+		{"Sqlease-Scheduled-For", "SQLEASE_SCHEDULED_FOR", run.ScheduledFor.UTC().Format(time.RFC3339Nano)},
+		{"Sqlease-Attempt", "SQLEASE_ATTEMPT", strconv.Itoa(run.Attempt)},
+		{"Sqlease-Epoch", "SQLEASE_EPOCH", strconv.FormatInt(run.Epoch, 10)},
+		{"Sqlease-Holder", "SQLEASE_HOLDER", run.Holder},
+	}
+}
+
+// withTimeout derives the action's context; timedOut reports afterwards
+// whether the action's own timeout (not the caller's context) stopped it.
+func withTimeout(ctx context.Context, d Duration) (actx context.Context, cancel context.CancelFunc, timedOut func() bool) {
+	actx, cancel = context.WithTimeoutCause(ctx, timeoutOrDefault(d), errTimeoutCause)
+	return actx, cancel, func() bool { return errors.Is(context.Cause(actx), errTimeoutCause) }
+}
+
+// stopped returns the error for an action stopped by ctx (not its timeout).
+func stopped(kind string, ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return fmt.Errorf("%s action: stopped: %w", kind, err)
+	}
+	return fmt.Errorf("%s action: stopped: %w: %w", kind, err, cause)
+}
+
+func timeoutOrDefault(d Duration) time.Duration {
+	if d == 0 {
+		return DefaultTimeout
+	}
+	return time.Duration(d)
+}
+
+func validateTimeout(field string, d Duration) error {
+	if d < 0 || time.Duration(d) > MaxTimeout {
+		return invalid(field, "must be between 0s (default %s) and %s, got %s", DefaultTimeout, MaxTimeout, d)
+	}
+	return nil
+}
+
+// clip makes b printable in an error: valid UTF-8, trimmed, at most max
+// bytes (keeping the start, or the end when fromEnd), marked with "…" where
+// cut.
+func clip(b []byte, max int, fromEnd bool) string {
+	cut := len(b) > max
+	if cut {
+		if fromEnd {
+			b = b[len(b)-max:]
+		} else {
+			b = b[:max]
+		}
+	}
+	s := strings.TrimSpace(strings.ToValidUTF8(string(b), ""))
+	switch {
+	case !cut:
+		return s
+	case fromEnd:
+		return "…" + s
+	default:
+		return s + "…"
+	}
+}
+
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s %s", sqlease.ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+}
+
+func present(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) > 0 && !bytes.Equal(t, []byte("null"))
+}
+
+// decodeStrict decodes one JSON object into v, rejecting unknown fields and
+// trailing data, with errors naming field.
+func decodeStrict(field string, raw json.RawMessage, v any) error {
+	if !present(raw) {
+		return invalid(field, "is required")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		var syntaxErr *json.SyntaxError
+		switch {
+		case errors.As(err, &typeErr) && typeErr.Field == "headers" && typeErr.Type.Kind().String() == "string":
+			return invalid(field+".headers", "values must be JSON strings, got %s", typeErr.Value)
+		case errors.As(err, &typeErr) && typeErr.Field != "":
+			return invalid(field+"."+typeErr.Field, "must be a JSON %s, got %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
+		case errors.As(err, &typeErr):
+			return invalid(field, "must be a JSON object, got %s", typeErr.Value)
+		case errors.As(err, &syntaxErr):
+			return invalid(field, "is not valid JSON: %v", err)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return invalid(field, "has an %s", strings.TrimPrefix(err.Error(), "json: "))
+		default:
+			return invalid(field, "is not valid JSON: %v", err)
+		}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid(field, "has data after the JSON object")
+	}
+	return nil
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "slice", "array":
+		return "array"
+	case "map", "struct":
+		return "object"
+	}
+	return goKind
+}
+
+func decodeDuration(field string, raw json.RawMessage, d *Duration) error {
+	if !present(raw) {
+		return nil
+	}
+	if err := d.UnmarshalJSON(bytes.TrimSpace(raw)); err != nil {
+		return invalid(field, "%v", err)
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package action
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/sqlease/sqlease"
+)
+
+// httpMethods are the methods an HTTP action may use.
+var httpMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+}
+
+// httpClient sends every HTTP action: its own connection pool, no redirects
+// (a webhook that moved is a configuration error, and following a 302 would
+// turn a POST into a GET), no cookies.
+var httpClient = &http.Client{
+	Transport: http.DefaultTransport.(*http.Transport).Clone(),
+	CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	},
+}
+
+// maxDrain is how much of a response body is read to reuse its connection.
+const maxDrain = 64 << 10
+
+func (h *HTTP) method() string {
+	if h.Method == "" {
+		return DefaultMethod
+	}
+	return strings.ToUpper(h.Method)
+}
+
+func (h *HTTP) validate() error {
+	u, err := url.Parse(h.URL)
+	switch {
+	case h.URL == "":
+		return invalid("action.http.url", "is required")
+	case err != nil:
+		return invalid("action.http.url", "must be an absolute http or https URL, got %q", h.URL)
+	case u.Scheme != "http" && u.Scheme != "https", u.Host == "":
+		return invalid("action.http.url", "must be an absolute http or https URL, got %q", h.URL)
+	}
+	if !httpMethods[h.method()] {
+		return invalid("action.http.method", "must be GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS, got %q", h.Method)
+	}
+	for name, value := range h.Headers {
+		switch {
+		case !isToken(name):
+			return invalid("action.http.headers", "has an invalid header name %q", name)
+		case strings.ContainsAny(value, "\r\n\x00"):
+			return invalid("action.http.headers", "value of %q must not contain CR, LF or NUL", name)
+		}
+	}
+	return validateTimeout("action.http.timeout", h.Timeout)
+}
+
+func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
+	actx, cancel, timedOut := withTimeout(ctx, h.Timeout)
+	defer cancel()
+	method := h.method()
+	var body io.Reader
+	if h.Body != "" {
+		body = strings.NewReader(h.Body)
+	}
+	req, err := http.NewRequestWithContext(actx, method, h.URL, body)
+	if err != nil {
+		return fmt.Errorf("http action: %w", err)
+	}
+	for name, value := range h.Headers {
+		if reservedHeader(name) {
+			continue // the run's values below always win
+		}
+		if http.CanonicalHeaderKey(name) == "Host" {
+			req.Host = value
+			continue
+		}
+		req.Header.Set(name, value)
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "sqlease")
+	}
+	for _, v := range runValues(run) {
+		req.Header.Set(v.header, v.value)
+	}
+
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		switch {
+		case timedOut():
+			return fmt.Errorf("http action: %s: no response within %s: %w", method, timeoutOrDefault(h.Timeout), ErrTimeout)
+		case ctx.Err() != nil:
+			return stopped("http", ctx)
+		}
+		// A *url.Error repeats the URL, which may carry credentials.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return fmt.Errorf("http action: %s: %w", method, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+		return nil
+	}
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorOutput+1))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	if text := clip(head, MaxErrorOutput, false); text != "" {
+		return fmt.Errorf("http action: %s: status %s: %s", method, resp.Status, text)
+	}
+	return fmt.Errorf("http action: %s: status %s", method, resp.Status)
+}
+
+// reservedHeader reports whether name is one of the headers that carry the
+// run's identity.
+func reservedHeader(name string) bool {
+	c := http.CanonicalHeaderKey(name)
+	return c == "Idempotency-Key" || strings.HasPrefix(c, "Sqlease-")
+}
+
+// isToken reports whether s is a valid HTTP header name (RFC 9110 token).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case strings.ContainsRune("!#$%&'*+-.^_`|~", r):
+		default:
+			return false
+		}
+	}
+	return true
+}

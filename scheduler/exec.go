@@ -1,0 +1,204 @@
+package scheduler
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// fence runs a store write: directly in claim mode (the lock conditions are
+// the fence), inside the leader's lease-fenced transaction in leader mode.
+type fence func(ctx context.Context, fn func(tx *sql.Tx) error) error
+
+func unfenced(ctx context.Context, fn func(*sql.Tx) error) error { return fn(nil) }
+
+// ensureKey carries the run's just-in-time check in its context.
+type ensureKey struct{}
+
+// Ensure is the check a handler makes just before an irreversible external
+// step: it returns nil while the run may still act, and an error wrapping
+// sqlease.ErrNotLeader (leader mode: the lease is no longer trusted) or
+// sqlease.ErrLeaseLost (claim mode: the job lock was lost) otherwise.
+func Ensure(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", sqlease.ErrLeaseLost, context.Cause(ctx))
+	}
+	if f, ok := ctx.Value(ensureKey{}).(func() error); ok {
+		return f()
+	}
+	return nil
+}
+
+// errLockLost is the cancellation cause of a run whose lock was lost.
+var errLockLost = fmt.Errorf("run lock lost: %w", sqlease.ErrLeaseLost)
+
+// execute plans, starts, runs and finishes one claimed job. epoch is the
+// run's fencing epoch: the lease epoch in leader mode, the lock epoch in
+// claim mode. ensure, if not nil, is the leader's gate check.
+func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64, fenced fence, ensure func() error, heartbeat bool) {
+	log := s.log.With(slog.String("job", c.Name), slog.Int64("job_id", c.ID), slog.String("holder_id", c.Lock.Holder), slog.Int64("lock_epoch", c.Lock.Epoch))
+	run, ok, next, hasNext := Plan(c.Schedule, c.MissedRuns, c.SkipIfOlderThan, c.NextRunAt, c.Now)
+	if !hasNext {
+		next = time.Time{}
+	}
+	attempt := c.Attempt
+	if !run.Equal(c.NextRunAt) {
+		attempt = 1 // the policy moved on to a later occurrence
+	}
+	if ok && attempt > c.Retry.MaxAttempts {
+		// A predecessor died mid-run on the last allowed attempt.
+		log.Warn("run_abandoned", slog.Time("scheduled_for", run), slog.Int("attempt", attempt-1), slog.String("reason", "max attempts reached after the executor stopped heartbeating"))
+		next, hasNext = Next(c.Schedule, run)
+		ok = false
+	}
+	if !ok {
+		if !hasNext {
+			next = time.Time{}
+		}
+		err := fenced(ctx, func(tx *sql.Tx) error { return s.store.ReleaseUnrun(ctx, tx, c.Lock, next) })
+		if err != nil {
+			log.Warn("run_skip_failed", slog.String("error", err.Error()))
+		} else {
+			log.Info("run_skipped", slog.Time("due", c.NextRunAt), slog.Time("next_run_at", next), slog.String("missed_runs", string(c.MissedRuns)))
+		}
+		return
+	}
+
+	var r sqlease.Run
+	err := fenced(ctx, func(tx *sql.Tx) error {
+		var err error
+		r, err = s.store.StartRun(ctx, tx, c.Lock, c.Name, run, attempt, epoch)
+		return err
+	})
+	if err != nil {
+		log.Warn("run_start_failed", slog.Time("scheduled_for", run), slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		return
+	}
+	r.Action = c.Action
+	log = log.With(slog.Time("scheduled_for", run), slog.Int("attempt", attempt), slog.Int64("epoch", epoch))
+	log.Info("run_started")
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	check := func() error {
+		if ensure != nil {
+			if err := ensure(); err != nil {
+				return err
+			}
+		}
+		if err := context.Cause(runCtx); err != nil {
+			return fmt.Errorf("%w: %w", sqlease.ErrLeaseLost, err)
+		}
+		return nil
+	}
+	runCtx = context.WithValue(runCtx, ensureKey{}, check)
+	hbDone := make(chan struct{})
+	if heartbeat {
+		go s.heartbeat(runCtx, cancel, c, log, hbDone)
+	} else {
+		close(hbDone)
+	}
+
+	started := time.Now()
+	herr := s.callHandler(runCtx, r)
+	cancel(nil)
+	<-hbDone
+	took := time.Since(started)
+
+	f := sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}
+	switch {
+	case herr == nil:
+		f.Next, _ = Next(c.Schedule, run)
+	case ctx.Err() != nil || errors.Is(context.Cause(runCtx), errLockLost):
+		// Cancelled from outside (shutdown, leadership or lock lost): the
+		// occurrence is retried by the next owner with the same key.
+		f = sqlstore.Finish{Outcome: sqlease.OutcomeAbandoned, Error: herr.Error(), Next: run, Attempt: attempt}
+	default:
+		f.Outcome, f.Error = sqlease.OutcomeFailed, herr.Error()
+		if errors.Is(herr, sqlease.ErrTimedOut) {
+			f.Outcome = sqlease.OutcomeTimedOut
+		}
+		if ShouldRetry(c.Retry, attempt) {
+			f.Next, f.Attempt = run, attempt
+			f.Backoff = Backoff(c.Retry, attempt, rand.Float64())
+		} else {
+			f.Next, _ = Next(c.Schedule, run)
+		}
+	}
+	// The outcome is written even after cancellation, fenced by the lock
+	// (and lease): a run that lost its lock writes nothing.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer wcancel()
+	err = fenced(wctx, func(tx *sql.Tx) error { return s.store.FinishRun(wctx, tx, c.Lock, r, f) })
+	s.cfg.Observer.RunFinished(c.Name, f.Outcome, took)
+	if err != nil {
+		log.Warn("run_finish_failed", slog.String("outcome", string(f.Outcome)), slog.String("error", err.Error()))
+		return
+	}
+	attrs := []any{slog.String("outcome", string(f.Outcome)), slog.Duration("took", took)}
+	if f.Error != "" {
+		attrs = append(attrs, slog.String("error", f.Error))
+	}
+	log.Info("run_finished", attrs...)
+}
+
+// callHandler runs the handler, turning a panic into an error so that one
+// bad job cannot take the scheduler down.
+func (s *Scheduler) callHandler(ctx context.Context, r sqlease.Run) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	if s.cfg.Handler == nil {
+		return errors.New("no handler configured")
+	}
+	return s.cfg.Handler(ctx, r)
+}
+
+// heartbeat extends the run's lock until ctx ends; it cancels the run at once
+// when the lock is lost and after HeartbeatFailures consecutive failures.
+func (s *Scheduler) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, c sqlstore.Claimed, log *slog.Logger, done chan<- struct{}) {
+	defer close(done)
+	every := s.cfg.HeartbeatInterval
+	if every == 0 {
+		every = c.LockTimeout / 4
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		hctx, hcancel := context.WithTimeout(ctx, every)
+		err := s.store.Heartbeat(hctx, c.Lock)
+		hcancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err == nil:
+			failures = 0
+			continue
+		case errors.Is(err, sqlease.ErrLeaseLost):
+			failures = s.cfg.HeartbeatFailures
+		default:
+			failures++
+		}
+		log.Warn("run_heartbeat_failed", slog.Int("consecutive_failures", failures), slog.String("error", err.Error()))
+		if failures >= s.cfg.HeartbeatFailures {
+			cancel(errLockLost)
+			return
+		}
+	}
+}

@@ -1,0 +1,305 @@
+package scheduler
+
+import (
+	"container/heap"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// refreshPage is how many changed rows one refresh query reads.
+const refreshPage = 1000
+
+// Lead is leader-mode dispatch for the term of tok; call it from the
+// elector's OnStartedLeading. It rebuilds the schedule, re-checks leadership
+// before the first run, then refreshes and executes until ctx ends (the
+// lease is lost or the node stops). Every claim and every write of a run is
+// fenced by the lease through gate. Runs in flight when ctx ends are
+// cancelled and recorded abandoned; the next leader retries them with the
+// same idempotency key. Lead returns once they have all finished.
+func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) error {
+	l := &leader{s: s, gate: gate, tok: tok, sched: newSchedule(), failed: map[int64]int{}, running: map[int64]bool{}}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if err := l.reload(ctx); err != nil {
+		return fmt.Errorf("rebuild schedule: %w", err)
+	}
+	if err := gate.Ensure(tok); err != nil {
+		return fmt.Errorf("leadership lost during schedule rebuild: %w", err)
+	}
+	s.log.Info("schedule_rebuilt", slog.Int64("lease_epoch", tok.Epoch), slog.Int("entries", l.sched.Len()))
+
+	refresh := time.NewTimer(s.cfg.RefreshInterval)
+	defer refresh.Stop()
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
+	healthy := true // a failed refresh stops dispatch until one succeeds
+	for {
+		if healthy {
+			l.dispatchDue(ctx, &wg)
+		}
+		due.Reset(l.untilNext())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-due.C:
+		case <-refresh.C:
+			err := l.refresh(ctx)
+			if err == nil && l.estNow().After(l.loadedUntil.Add(-s.cfg.ScheduleHorizon/2)) {
+				err = l.reload(ctx)
+			}
+			if err != nil && ctx.Err() == nil {
+				s.log.Error("schedule_refresh_failed", slog.String("error", err.Error()))
+			}
+			healthy = err == nil
+			refresh.Reset(s.cfg.RefreshInterval)
+		}
+	}
+}
+
+type leader struct {
+	s     *Scheduler
+	gate  Gate
+	tok   sqlease.Token
+	sched *schedule
+
+	// The database clock as of the last full load, carried forward on the
+	// local monotonic clock. It only decides when to try a claim; the claim
+	// itself compares in database time.
+	dbNow, localAt time.Time
+	// loadedUntil: every unpaused job due before it is in sched (or running).
+	loadedUntil time.Time
+	// hw is the highest last_modified_at seen; refreshes re-read from
+	// hw - RefreshOverlap.
+	hw     time.Time
+	failed map[int64]int // claims that found a job not yet due, per job
+
+	mu      sync.Mutex
+	running map[int64]bool // jobs executing now: refreshes leave them out
+}
+
+func (l *leader) isRunning(id int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.running[id]
+}
+
+func (l *leader) setRunning(id int64, on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if on {
+		l.running[id] = true
+	} else {
+		delete(l.running, id)
+	}
+}
+
+func (l *leader) estNow() time.Time { return l.dbNow.Add(time.Since(l.localAt)) }
+
+// reload replaces the schedule with the jobs due within the horizon.
+func (l *leader) reload(ctx context.Context) error {
+	entries, now, err := l.s.store.DueWindow(ctx, l.s.cfg.ScheduleHorizon, l.s.cfg.MaxScheduled)
+	if err != nil {
+		return err
+	}
+	l.dbNow, l.localAt = now, time.Now()
+	l.loadedUntil = now.Add(l.s.cfg.ScheduleHorizon)
+	if len(entries) == l.s.cfg.MaxScheduled {
+		// Full: only what precedes the last entry is known to be complete.
+		l.loadedUntil = entries[len(entries)-1].NextRunAt
+	}
+	l.sched.reset()
+	for _, e := range entries {
+		if e.NextRunAt.Before(l.loadedUntil) && !l.isRunning(e.ID) {
+			l.sched.set(e.ID, e.NextRunAt)
+		}
+		if e.LastModifiedAt.After(l.hw) {
+			l.hw = e.LastModifiedAt
+		}
+	}
+	if l.hw.IsZero() || now.Before(l.hw) {
+		l.hw = now
+	}
+	return nil
+}
+
+// refresh applies every job row modified since hw - overlap. Re-reading the
+// overlap is idempotent (each row sets its entry to the row's current state)
+// and catches a row stamped before hw whose transaction committed after the
+// previous refresh read past it.
+func (l *leader) refresh(ctx context.Context) error {
+	t, id := l.hw.Add(-l.s.cfg.RefreshOverlap), int64(0)
+	for {
+		rows, err := l.s.store.Changed(ctx, t, id, refreshPage)
+		if err != nil {
+			return err
+		}
+		for _, e := range rows {
+			l.apply(e)
+			t, id = e.LastModifiedAt, e.ID
+			if t.After(l.hw) {
+				l.hw = t
+			}
+		}
+		if len(rows) < refreshPage {
+			return nil
+		}
+	}
+}
+
+func (l *leader) apply(e sqlstore.ScheduleEntry) {
+	if l.isRunning(e.ID) {
+		return // its finish is re-read within the overlap window
+	}
+	if e.Paused || e.NextRunAt.IsZero() || !e.NextRunAt.Before(l.loadedUntil) {
+		l.sched.remove(e.ID)
+		return
+	}
+	delete(l.failed, e.ID)
+	if l.sched.Len() >= l.s.cfg.MaxScheduled && !l.sched.has(e.ID) {
+		// Keep memory bounded: drop the latest entry and shrink the window
+		// so that it is loaded again when its time comes.
+		last := l.sched.latest()
+		if !e.NextRunAt.Before(last.next) {
+			l.loadedUntil = e.NextRunAt
+			return
+		}
+		l.sched.remove(last.id)
+		l.loadedUntil = last.next
+	}
+	l.sched.set(e.ID, e.NextRunAt)
+}
+
+func (l *leader) untilNext() time.Duration {
+	if l.sched.Len() == 0 {
+		return time.Hour
+	}
+	return max(l.sched.items[0].next.Sub(l.estNow()), time.Millisecond)
+}
+
+// dispatchDue starts every entry whose time has come, while slots are free.
+func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
+	now := l.estNow()
+	for l.sched.Len() > 0 && !l.sched.items[0].next.After(now) {
+		select {
+		case l.s.sem <- struct{}{}:
+		default:
+			return // all slots busy; try again on the next tick
+		}
+		e := l.sched.pop()
+		claimed, ok, err := l.claim(ctx, e.id)
+		if err != nil || !ok {
+			<-l.s.sem
+			if err != nil {
+				if ctx.Err() == nil {
+					l.s.log.Warn("claim_failed", slog.Int64("job_id", e.id), slog.String("error", err.Error()))
+				}
+				if errors.Is(err, sqlease.ErrLeaseLost) || errors.Is(err, sqlease.ErrNotLeader) {
+					return
+				}
+			}
+			// Not due in database time yet (clock estimate), locked, paused
+			// or gone: look again shortly, a few times; the next reload
+			// catches anything else.
+			if l.failed[e.id]++; l.failed[e.id] <= 3 && err == nil {
+				l.sched.set(e.id, now.Add(time.Duration(l.failed[e.id])*20*time.Millisecond))
+			}
+			continue
+		}
+		delete(l.failed, e.id)
+		l.setRunning(e.id, true)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-l.s.sem }()
+			defer l.setRunning(e.id, false)
+			fenced := func(ctx context.Context, fn func(*sql.Tx) error) error { return l.gate.Fenced(ctx, l.tok, fn) }
+			l.s.execute(ctx, claimed, l.tok.Epoch, fenced, func() error { return l.gate.Ensure(l.tok) }, false)
+		}()
+	}
+}
+
+// claim locks one job inside a lease-fenced transaction.
+func (l *leader) claim(ctx context.Context, id int64) (sqlstore.Claimed, bool, error) {
+	var c sqlstore.Claimed
+	var ok bool
+	err := l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
+		var err error
+		c, ok, err = l.s.store.ClaimJob(ctx, tx, id, l.tok)
+		return err
+	})
+	return c, ok, err
+}
+
+// schedule is a min-heap of (next, id) with an index by id.
+type schedule struct {
+	items []schedEntry
+	pos   map[int64]int
+}
+
+type schedEntry struct {
+	id   int64
+	next time.Time
+}
+
+func newSchedule() *schedule { return &schedule{pos: map[int64]int{}} }
+
+func (s *schedule) Len() int { return len(s.items) }
+func (s *schedule) Less(i, j int) bool {
+	a, b := s.items[i], s.items[j]
+	return a.next.Before(b.next) || (a.next.Equal(b.next) && a.id < b.id)
+}
+func (s *schedule) Swap(i, j int) {
+	s.items[i], s.items[j] = s.items[j], s.items[i]
+	s.pos[s.items[i].id], s.pos[s.items[j].id] = i, j
+}
+func (s *schedule) Push(x any) {
+	e := x.(schedEntry)
+	s.pos[e.id] = len(s.items)
+	s.items = append(s.items, e)
+}
+func (s *schedule) Pop() any {
+	e := s.items[len(s.items)-1]
+	s.items = s.items[:len(s.items)-1]
+	delete(s.pos, e.id)
+	return e
+}
+
+func (s *schedule) reset() { s.items, s.pos = s.items[:0], map[int64]int{} }
+
+func (s *schedule) has(id int64) bool { _, ok := s.pos[id]; return ok }
+
+func (s *schedule) set(id int64, next time.Time) {
+	if i, ok := s.pos[id]; ok {
+		s.items[i].next = next
+		heap.Fix(s, i)
+		return
+	}
+	heap.Push(s, schedEntry{id: id, next: next})
+}
+
+func (s *schedule) remove(id int64) {
+	if i, ok := s.pos[id]; ok {
+		heap.Remove(s, i)
+	}
+}
+
+func (s *schedule) pop() schedEntry { return heap.Pop(s).(schedEntry) }
+
+// latest is the entry due last (a linear scan; only used when full).
+func (s *schedule) latest() schedEntry {
+	best := 0
+	for i := range s.items {
+		if s.Less(best, i) {
+			best = i
+		}
+	}
+	return s.items[best]
+}

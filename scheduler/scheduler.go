@@ -1,0 +1,359 @@
+// Package scheduler runs jobs exactly once per occurrence on the tables of a
+// sqlstore.Store, dispatched either by the elected leader or by every worker
+// claiming due jobs.
+//
+// # Exactly once
+//
+// An occurrence (job, scheduled_for) starts only after its dispatcher locked
+// the job row in one conditional statement: locked_by, locked_at and a lock
+// epoch that goes up with every claim. Every later write of the run — the run
+// row, heartbeats, the outcome and the job's next_run_at — is conditional on
+// that lock (job id, holder, lock epoch), and in leader mode also runs inside
+// a transaction fenced by the leader's lease. A write that matches no row
+// means the run was taken over: the run's context is cancelled and it writes
+// nothing more. Runs are unique on (job, scheduled_for, attempt), so two
+// dispatchers can never both start one attempt.
+//
+// An executor that dies mid-run leaves its lock to go stale (claim mode:
+// locked_at + lock_timeout; leader mode: also a lock taken under an older
+// lease epoch). The next owner retries the same occurrence with the next
+// attempt number and the same idempotency key, so effects outside the
+// database are at-least-once with a stable key, and effects inside it, made
+// through fenced writes, are exactly-once.
+//
+// # Dispatch
+//
+// Claim mode (Run): each worker polls, claims a batch of due jobs in one
+// statement, heartbeats each lock while running, and cancels the run's
+// context after HeartbeatFailures consecutive failed heartbeats.
+//
+// Leader mode (Lead, called from the elector's OnStartedLeading): only the
+// leader keeps an in-memory schedule, bounded to the jobs due within
+// ScheduleHorizon and at most MaxScheduled entries. It rebuilds it on
+// becoming leader, refreshes it every RefreshInterval from the composite
+// cursor (last_modified_at, id) — re-reading an overlap window so that a row
+// stamped earlier but committed later is not skipped — and executes due jobs,
+// each claim fenced by the lease.
+package scheduler
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// Handler runs one attempt of one occurrence. ctx is cancelled when the run
+// may no longer act (lock or leadership lost, shutdown); call Ensure(ctx)
+// just before an irreversible external step. A returned error marks the
+// attempt failed (timed_out if it wraps sqlease.ErrTimedOut).
+type Handler func(ctx context.Context, run sqlease.Run) error
+
+// Gate is the acting gate of leader mode (an *election.Elector).
+type Gate interface {
+	Ensure(tok sqlease.Token) error
+	Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) error
+}
+
+// Defaults.
+const (
+	DefaultPollInterval      = time.Second
+	DefaultBatchSize         = 32
+	DefaultMaxConcurrent     = 64
+	DefaultLockTimeout       = 2 * time.Minute
+	DefaultHeartbeatFailures = 3
+	DefaultRefreshInterval   = time.Second
+	DefaultRefreshOverlap    = 5 * time.Second
+	DefaultScheduleHorizon   = time.Minute
+	DefaultMaxScheduled      = 10_000
+	DefaultShutdownTimeout   = 10 * time.Second
+)
+
+// Config configures a Scheduler. Zero fields take the documented defaults.
+type Config struct {
+	// Store holds jobs and runs (required).
+	Store *sqlstore.Store
+	// Holder identifies this instance in locks and runs (required in claim
+	// mode; leader mode uses the lease holder).
+	Holder string
+	// Handler runs jobs (required to dispatch).
+	Handler Handler
+	// ValidateAction checks a job's action on creation; nil accepts any.
+	ValidateAction func(json.RawMessage) error
+
+	// PollInterval is how often a claim-mode worker looks for due jobs.
+	PollInterval time.Duration
+	// BatchSize is how many due jobs one claim statement may lock.
+	BatchSize int
+	// MaxConcurrent bounds the runs executing at once in this instance.
+	MaxConcurrent int
+	// HeartbeatInterval is how often a running job's lock is extended in
+	// claim mode. Default: the job's lock_timeout / 4.
+	HeartbeatInterval time.Duration
+	// HeartbeatFailures consecutive failed heartbeats cancel the run.
+	HeartbeatFailures int
+	// RefreshInterval is the leader's schedule_refresh_interval.
+	RefreshInterval time.Duration
+	// RefreshOverlap is how far behind its cursor the leader re-reads, to
+	// catch rows stamped earlier that committed later. It must exceed the
+	// longest transaction that writes jobs.
+	RefreshOverlap time.Duration
+	// ScheduleHorizon and MaxScheduled bound the leader's in-memory schedule.
+	ScheduleHorizon time.Duration
+	MaxScheduled    int
+	// ShutdownTimeout bounds how long in-flight runs may finish on shutdown
+	// before they are cancelled.
+	ShutdownTimeout time.Duration
+
+	// Logger receives run events; nil discards.
+	Logger *slog.Logger
+	// Observer receives run metrics; nil ignores them.
+	Observer Observer
+}
+
+// Observer receives scheduler events for metrics.
+type Observer interface {
+	RunFinished(job string, outcome sqlease.Outcome, took time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) RunFinished(string, sqlease.Outcome, time.Duration) {}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.PollInterval, DefaultPollInterval)
+	def(&c.RefreshInterval, DefaultRefreshInterval)
+	def(&c.RefreshOverlap, DefaultRefreshOverlap)
+	def(&c.ScheduleHorizon, DefaultScheduleHorizon)
+	def(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if c.HeartbeatFailures == 0 {
+		c.HeartbeatFailures = DefaultHeartbeatFailures
+	}
+	if c.MaxScheduled == 0 {
+		c.MaxScheduled = DefaultMaxScheduled
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
+	return c
+}
+
+// Validate reports every broken rule, each wrapping sqlease.ErrInvalidConfig.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{sqlease.ErrInvalidConfig}, args...)...))
+	}
+	if c.Store == nil {
+		bad("store is required")
+	}
+	if c.Holder != "" {
+		if err := sqlease.ValidateHolderID(c.Holder); err != nil {
+			bad("holder: %v", err)
+		}
+	}
+	for name, d := range map[string]time.Duration{"poll_interval": c.PollInterval, "schedule_refresh_interval": c.RefreshInterval,
+		"refresh_overlap": c.RefreshOverlap, "schedule_horizon": c.ScheduleHorizon, "shutdown_timeout": c.ShutdownTimeout} {
+		if d <= 0 {
+			bad("%s must be positive, got %s", name, d)
+		}
+	}
+	if c.HeartbeatInterval < 0 {
+		bad("heartbeat_interval must not be negative, got %s", c.HeartbeatInterval)
+	}
+	if c.BatchSize < 1 || c.BatchSize > 1000 {
+		bad("batch_size must be in [1, 1000], got %d", c.BatchSize)
+	}
+	if c.MaxConcurrent < 1 {
+		bad("max_concurrent must be positive, got %d", c.MaxConcurrent)
+	}
+	if c.HeartbeatFailures < 1 {
+		bad("heartbeat_failures must be positive, got %d", c.HeartbeatFailures)
+	}
+	if c.MaxScheduled < 1 {
+		bad("max_scheduled must be positive, got %d", c.MaxScheduled)
+	}
+	return errors.Join(errs...)
+}
+
+// Scheduler stores jobs and dispatches their runs.
+type Scheduler struct {
+	cfg   Config
+	store *sqlstore.Store
+	log   *slog.Logger
+	sem   chan struct{} // bounds concurrent runs
+}
+
+// New validates cfg and returns a Scheduler.
+func New(cfg Config) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Scheduler{cfg: cfg, store: cfg.Store, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxConcurrent)}, nil
+}
+
+// Create stores a new job, validated, with its first occurrence computed from
+// the database clock. It is idempotent: creating the same content again under
+// the same name (or the same Key) returns the stored job with created=false;
+// the same name or key with different content returns an error wrapping
+// sqlease.ErrConflict. Invalid jobs return an error wrapping
+// sqlease.ErrInvalidConfig or sqlease.ErrInvalidName naming the field, and
+// write nothing.
+func (s *Scheduler) Create(ctx context.Context, j sqlease.Job) (sqlease.Job, bool, error) {
+	j, err := s.normalize(j)
+	if err != nil {
+		return sqlease.Job{}, false, err
+	}
+	hash, err := specHash(j)
+	if err != nil {
+		return sqlease.Job{}, false, err
+	}
+	now, err := s.store.Now(ctx)
+	if err != nil {
+		return sqlease.Job{}, false, err
+	}
+	stored, created, err := s.store.InsertJob(ctx, sqlstore.StoredJob{Job: j, SpecHash: hash}, First(j.Schedule, now))
+	if err != nil {
+		return sqlease.Job{}, false, err
+	}
+	if created {
+		return stored.Job, true, nil
+	}
+	if stored.SpecHash == hash && stored.Name == j.Name {
+		return stored.Job, false, nil
+	}
+	return sqlease.Job{}, false, fmt.Errorf("create job %q: %w: job %q already exists with different content", j.Name, sqlease.ErrConflict, stored.Name)
+}
+
+// normalize validates j and applies defaults.
+func (s *Scheduler) normalize(j sqlease.Job) (sqlease.Job, error) {
+	var errs []error
+	if err := sqlease.ValidateJobName(j.Name); err != nil {
+		errs = append(errs, fmt.Errorf("name: %w", err))
+	}
+	if len(j.Key) > 256 {
+		errs = append(errs, fmt.Errorf("%w: key must be at most 256 characters", sqlease.ErrInvalidConfig))
+	}
+	if err := ValidateSchedule(j.Schedule); err != nil {
+		errs = append(errs, err)
+	}
+	if err := ValidateMissedRuns(j.MissedRuns, j.SkipIfOlderThan); err != nil {
+		errs = append(errs, err)
+	}
+	if j.MissedRuns == "" {
+		j.MissedRuns = sqlease.RunOnce
+	}
+	if j.Retry.MaxAttempts == 0 {
+		j.Retry.MaxAttempts = DefaultMaxAttempts
+	}
+	if err := ValidateRetry(j.Retry); err != nil {
+		errs = append(errs, err)
+	}
+	if j.LockTimeout == 0 {
+		j.LockTimeout = DefaultLockTimeout
+	}
+	if j.LockTimeout < time.Second || j.LockTimeout > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("%w: lock_timeout must be between 1s and 24h, got %s", sqlease.ErrInvalidConfig, j.LockTimeout))
+	}
+	if len(j.Action) == 0 {
+		j.Action = json.RawMessage("{}")
+	}
+	if s.cfg.ValidateAction != nil {
+		if err := s.cfg.ValidateAction(j.Action); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return j, errors.Join(errs...)
+}
+
+// specHash identifies the content of a creation request.
+func specHash(j sqlease.Job) (string, error) {
+	var action any
+	if err := json.Unmarshal(j.Action, &action); err != nil {
+		return "", fmt.Errorf("%w: action is not valid JSON: %v", sqlease.ErrInvalidConfig, err)
+	}
+	b, err := json.Marshal(struct {
+		Name, Key       string
+		Schedule        sqlease.Schedule
+		Action          any
+		MissedRuns      sqlease.MissedRuns
+		SkipIfOlderThan time.Duration
+		Retry           sqlease.Retry
+		LockTimeout     time.Duration
+		Paused          bool
+	}{j.Name, j.Key, j.Schedule, action, j.MissedRuns, j.SkipIfOlderThan, j.Retry, j.LockTimeout, j.Paused})
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// Job returns a job by name, or an error wrapping sqlease.ErrNoJob.
+func (s *Scheduler) Job(ctx context.Context, name string) (sqlease.Job, error) {
+	j, err := s.store.Job(ctx, name)
+	return j.Job, err
+}
+
+// Jobs lists up to limit jobs whose names sort after `after`.
+func (s *Scheduler) Jobs(ctx context.Context, after string, limit int) ([]sqlease.Job, error) {
+	rows, err := s.store.Jobs(ctx, after, limit)
+	out := make([]sqlease.Job, len(rows))
+	for i := range rows {
+		out[i] = rows[i].Job
+	}
+	return out, err
+}
+
+// Delete deletes a job; its run ledger stays.
+func (s *Scheduler) Delete(ctx context.Context, name string) error {
+	return s.store.DeleteJob(ctx, name)
+}
+
+// Pause stops new runs of a job (a run in flight finishes).
+func (s *Scheduler) Pause(ctx context.Context, name string) (sqlease.Job, error) {
+	j, err := s.store.SetPaused(ctx, name, true)
+	return j.Job, err
+}
+
+// Resume lets a paused job run again; occurrences missed while paused follow
+// its missed-runs policy.
+func (s *Scheduler) Resume(ctx context.Context, name string) (sqlease.Job, error) {
+	j, err := s.store.SetPaused(ctx, name, false)
+	return j.Job, err
+}
+
+// Trigger makes a job due now, once.
+func (s *Scheduler) Trigger(ctx context.Context, name string) (sqlease.Job, error) {
+	j, err := s.store.Trigger(ctx, name)
+	return j.Job, err
+}
+
+// Runs returns a job's runs, newest first.
+func (s *Scheduler) Runs(ctx context.Context, name string, limit int) ([]sqlease.Run, error) {
+	return s.store.Runs(ctx, name, limit)
+}
