@@ -60,7 +60,9 @@ type Config struct {
 	// shutdown, before it returns (shutdown waits at most until the local
 	// deadline).
 	OnStartedLeading func(ctx context.Context, tok sqlease.Token)
-	// OnStoppedLeading runs when leadership ends, for whatever reason.
+	// OnStoppedLeading runs when leadership ends, for whatever reason, always
+	// after that term's OnStartedLeading was entered (it may still be
+	// running: its context is already cancelled).
 	OnStoppedLeading func(tok sqlease.Token)
 	// OnNewLeader runs when a follower observes a different holder or epoch
 	// (also this instance's own, when it becomes leader).

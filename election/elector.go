@@ -30,6 +30,7 @@ type Elector struct {
 	trustedUntil time.Time          // local monotonic deadline of tok
 	expiresAt    time.Time          // database expiry of tok's lease (diagnostics)
 	cancelLead   context.CancelFunc // cancels the OnStartedLeading context
+	entered      chan struct{}      // closed once this term's OnStartedLeading was entered
 	observed     sqlease.Lease      // the last lease row seen (any holder)
 	observedOK   bool
 	lastErr      error
@@ -201,12 +202,21 @@ func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Tim
 
 	e.log.Info("leader_acquired", slog.Int64("lease_epoch", tok.Epoch), slog.Time("expires_at", lease.ExpiresAt))
 	e.obs.LeadershipChanged(e.cfg.LeaseName, true, tok.Epoch)
+	// OnStoppedLeading must not overtake OnStartedLeading: stopped() waits
+	// until this term's callback has been entered.
+	entered := make(chan struct{})
+	e.mu.Lock()
+	e.entered = entered
+	e.mu.Unlock()
 	if f := e.cfg.OnStartedLeading; f != nil {
 		callbacks.Add(1)
 		go func() {
 			defer callbacks.Done()
+			close(entered)
 			f(leadCtx, tok)
 		}()
+	} else {
+		close(entered)
 	}
 
 	renew := time.NewTimer(e.cfg.RenewInterval)
@@ -343,6 +353,12 @@ func (e *Elector) resign(ctx context.Context, tok sqlease.Token, callbacks *sync
 }
 
 func (e *Elector) stopped(tok sqlease.Token) {
+	e.mu.Lock()
+	entered := e.entered
+	e.mu.Unlock()
+	if entered != nil {
+		<-entered
+	}
 	e.obs.LeadershipChanged(e.cfg.LeaseName, false, tok.Epoch)
 	if f := e.cfg.OnStoppedLeading; f != nil {
 		f(tok)

@@ -5,7 +5,10 @@
 // The fence takes FOR SHARE on the lease row. Acquire's ON CONFLICT DO UPDATE
 // and renew's UPDATE both need a conflicting row lock, so neither can commit
 // while a fenced transaction is open: keep fenced transactions short, since a
-// long one also delays the holder's own renewal.
+// long one also delays the holder's own renewal. The fence also sets the
+// transaction's idle_in_transaction_session_timeout and statement_timeout to
+// the lease's remaining time (+100 ms), so a holder frozen inside a fenced
+// transaction cannot keep followers out after its lease has expired.
 package postgres
 
 import (
@@ -98,13 +101,23 @@ WHERE l.lease_name = $1 AND l.holder_id = $2 AND l.lease_epoch = $3 AND l.expire
 FROM {leases} WHERE lease_name = $1`),
 		List: r.Replace(`SELECT lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at, clock_timestamp()
 FROM {leases} ORDER BY lease_name`),
-		FenceLock: r.Replace(`SELECT 1 FROM {leases}
-WHERE lease_name = $1 AND holder_id = $2 AND lease_epoch = $3 AND expires_at > clock_timestamp()
-FOR SHARE`),
+		// Besides locking the row, bound how long this transaction may hold
+		// it: a holder paused mid-transaction (SIGSTOP, VM freeze) or a
+		// statement running past the lease would otherwise block every
+		// follower's acquire until it resumes. Nothing it could still do
+		// would commit after expiry anyway (FenceCheck).
+		FenceLock: r.Replace(`SELECT set_config('idle_in_transaction_session_timeout', l.ms::text, true),
+	set_config('statement_timeout', l.ms::text, true)
+FROM (
+	SELECT GREATEST(1, CEIL(EXTRACT(EPOCH FROM expires_at - clock_timestamp()) * 1000))::bigint + 100 AS ms
+	FROM {leases}
+	WHERE lease_name = $1 AND holder_id = $2 AND lease_epoch = $3 AND expires_at > clock_timestamp()
+	FOR SHARE
+) AS l`),
 		FenceCheck: r.Replace(`SELECT 1 FROM {leases}
 WHERE lease_name = $1 AND holder_id = $2 AND lease_epoch = $3 AND expires_at > clock_timestamp()`),
 	}
-	return sqlstore.Dialect{Name: "postgres", Queries: q, Jobs: jobQueries(prefix), Classify: Classify, IsUniqueViolation: isUniqueViolation}, nil
+	return sqlstore.Dialect{Name: "postgres", Queries: q, Jobs: jobQueries(prefix), Classify: Classify, IsUniqueViolation: isUniqueViolation, FenceExpired: fenceExpired}, nil
 }
 
 // Classify wraps sqlease.ErrTransient around errors worth retrying: lost or
@@ -127,4 +140,16 @@ func Classify(err error) error {
 		return fmt.Errorf("%w: %w", sqlease.ErrTransient, err)
 	}
 	return err
+}
+
+// fenceExpired reports the errors by which the fence's own timeouts end a
+// transaction: idle_in_transaction_session_timeout (25P03) and
+// statement_timeout (57014, "canceling statement due to statement timeout";
+// a cancellation from the client has another message).
+func fenceExpired(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code == "25P03" || (pe.Code == "57014" && strings.Contains(pe.Message, "statement timeout"))
 }

@@ -86,7 +86,7 @@ WHERE schemaname = current_schema() AND left(tablename, length($1)) = $1`, prefi
 
 func TestConformance(t *testing.T) {
 	databaseURL(t)
-	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }})
+	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }, AbortsFrozenFence: true})
 }
 
 func TestInvalidPrefix(t *testing.T) {

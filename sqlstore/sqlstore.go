@@ -66,6 +66,10 @@ type Dialect struct {
 	// Time converts a time parameter for the driver; nil passes time.Time
 	// in UTC. SQLite needs its text form so that comparisons stay textual.
 	Time func(time.Time) any
+	// FenceExpired reports an error by which the database ended a fenced
+	// transaction because the lease's remaining time ran out (PostgreSQL's
+	// fence sets session timeouts to it); Fenced then reports ErrLeaseLost.
+	FenceExpired func(error) bool
 	// IsUniqueViolation reports a unique-key violation.
 	IsUniqueViolation func(error) bool
 }
@@ -252,25 +256,41 @@ func (s *Store) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) 
 		return err
 	}
 	if err := fn(tx); err != nil {
-		return err
+		return s.fenceExpired(tok, err)
 	}
 	if err := s.fence(ctx, tx, s.d.Queries.FenceCheck, tok); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("fenced write under %s: commit: %w", tok, s.classify(err))
+		return s.fenceExpired(tok, fmt.Errorf("fenced write under %s: commit: %w", tok, s.classify(err)))
 	}
 	return nil
 }
 
+// fenceExpired adds ErrLeaseLost to an error that means the database ended
+// the fenced transaction because its lease ran out (Dialect.FenceExpired).
+func (s *Store) fenceExpired(tok sqlease.Token, err error) error {
+	if s.d.FenceExpired != nil && s.d.FenceExpired(err) && !errors.Is(err, sqlease.ErrLeaseLost) {
+		return fmt.Errorf("fenced write under %s: %w: the transaction outlived the lease: %w", tok, sqlease.ErrLeaseLost, err)
+	}
+	return err
+}
+
 func (s *Store) fence(ctx context.Context, tx *sql.Tx, query string, tok sqlease.Token) error {
-	var one int
-	err := tx.QueryRowContext(ctx, query, tok.Name, tok.Holder, tok.Epoch).Scan(&one)
+	// The row's content is the dialect's business; its presence is the fence.
+	rows, err := tx.QueryContext(ctx, query, tok.Name, tok.Holder, tok.Epoch)
+	if err == nil {
+		found := rows.Next()
+		err = rows.Close()
+		if err == nil && !found {
+			err = sql.ErrNoRows
+		}
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("fenced write under %s: %w", tok, sqlease.ErrLeaseLost)
 	}
 	if err != nil {
-		return fmt.Errorf("fenced write under %s: %w", tok, s.classify(err))
+		return s.fenceExpired(tok, fmt.Errorf("fenced write under %s: %w", tok, s.classify(err)))
 	}
 	return nil
 }

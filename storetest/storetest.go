@@ -40,6 +40,12 @@ type Harness struct {
 	// everything it created with t.Cleanup. The suite reaches the pool with
 	// store.DB() and the dialect with store.Dialect().
 	New func(t *testing.T) *sqlstore.Store
+	// AbortsFrozenFence is true when the database ends a fenced transaction
+	// left idle past its lease's expiry (PostgreSQL, through the fence's
+	// session timeouts), so that a frozen holder cannot keep followers out.
+	// Where it is false (SQLite: an in-process write lock), followers wait
+	// until the holder resumes.
+	AbortsFrozenFence bool
 }
 
 const (
@@ -79,7 +85,9 @@ func Run(t *testing.T, h Harness) {
 		{"FencedFnError", testFencedFnError},
 		{"FencedFnPanic", testFencedFnPanic},
 		{"FencedExpiresDuringFn", testFencedExpiresDuringFn},
-		{"FencedHoldsOffAcquireUntilRollback", testFencedHoldsOffAcquireUntilRollback},
+		{"FencedHoldsOffAcquireUntilRollback", func(t *testing.T, s *sqlstore.Store) {
+			testFencedHoldsOffAcquireUntilRollback(t, s, h.AbortsFrozenFence)
+		}},
 		{"FencedHoldsOffAcquireUntilCommit", testFencedHoldsOffAcquireUntilCommit},
 		{"InvalidNames", testInvalidNames},
 		{"InvalidTTL", testInvalidTTL},
@@ -732,7 +740,7 @@ func holdFenced(t *testing.T, s *sqlstore.Store, led *ledger, tok sqlease.Token,
 // no other holder's acquire succeeds, even after the lease expired in database
 // time; the fenced write then fails its final check and rolls back, and only
 // then does the other holder get the lease.
-func testFencedHoldsOffAcquireUntilRollback(t *testing.T, s *sqlstore.Store) {
+func testFencedHoldsOffAcquireUntilRollback(t *testing.T, s *sqlstore.Store, aborts bool) {
 	ctx := t.Context()
 	led := newLedger(t, s)
 	a := mustAcquire(t, s, leaseName, "holder-a", shortTTL)
@@ -743,12 +751,15 @@ func testFencedHoldsOffAcquireUntilRollback(t *testing.T, s *sqlstore.Store) {
 	bDone := make(chan acquireResult, 1)
 	go func() { bDone <- acquireLoop(ctx, s, "holder-b", &hold.released) }()
 
-	// A's transaction stays open past the expiry of its lease in database
-	// time, and then long enough for B to try again.
+	// A's transaction stays idle past the expiry of its lease in database
+	// time, and then long enough for B to try again. B may not get the
+	// lease before A's lease expired; once it has expired, B gets it only
+	// where the database aborts A's transaction (so A can no longer commit).
+	var early *acquireResult
 	waitFor(t, "A's lease to expire in database time", func() (bool, error) {
 		select {
 		case r := <-bDone:
-			return false, fmt.Errorf("B's acquire returned while A's fenced transaction was open: %s", r)
+			return false, fmt.Errorf("B's acquire returned before A's lease expired: %s", r)
 		default:
 		}
 		l, err := s.Lease(ctx, leaseName)
@@ -756,20 +767,31 @@ func testFencedHoldsOffAcquireUntilRollback(t *testing.T, s *sqlstore.Store) {
 	}, nil)
 	select {
 	case r := <-bDone:
-		t.Fatalf("B's acquire returned while A's fenced transaction was open: %s", r)
-	case <-time.After(shortTTL):
+		if !aborts {
+			t.Fatalf("B's acquire returned while A's fenced transaction was open: %s", r)
+		}
+		early = &r
+	case <-time.After(shortTTL + 200*time.Millisecond):
+		if aborts {
+			t.Fatalf("B still waits %s after A's lease expired: a frozen fenced transaction blocks failover", shortTTL+200*time.Millisecond)
+		}
 	}
 	hold.release()
 
 	if err := waitErr(t, hold.done, "A's Fenced"); !errors.Is(err, sqlease.ErrLeaseLost) {
 		t.Errorf("A's Fenced past its lease's expiry = %v, want ErrLeaseLost", err)
 	}
-	r := waitResult(t, bDone, "B's acquire")
+	var r acquireResult
+	if early != nil {
+		r = *early
+	} else {
+		r = waitResult(t, bDone, "B's acquire")
+		if !r.afterRelease {
+			t.Fatalf("B acquired %s while A's fenced transaction was open", r.l.Token())
+		}
+	}
 	if r.err != nil {
 		t.Fatalf("B's acquire after A's transaction ended: %v", r.err)
-	}
-	if !r.afterRelease {
-		t.Fatalf("B acquired %s while A's fenced transaction was open", r.l.Token())
 	}
 	if r.l.Epoch != a.Epoch+1 {
 		t.Errorf("B's epoch %d, want %d", r.l.Epoch, a.Epoch+1)
@@ -780,7 +802,7 @@ func testFencedHoldsOffAcquireUntilRollback(t *testing.T, s *sqlstore.Store) {
 	if n := led.count(t, a.Epoch); n != 0 {
 		t.Errorf("A's fenced write past expiry left %d rows, want 0", n)
 	}
-	t.Logf("B acquired after %d attempts", r.attempts)
+	t.Logf("B acquired after %d attempts (early=%v)", r.attempts, early != nil)
 }
 
 // testFencedHoldsOffAcquireUntilCommit: a fenced transaction that ends before
