@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/scheduler"
 )
 
 // stderrGrace is how long a finished command's stderr may stay open (held by
@@ -39,6 +40,10 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 	// stderr is a pipe of our own rather than an io.Writer, so that Wait
 	// returns when the command exits, not when the last process holding
 	// its stderr does; the group is killed then and the pipe drained.
+	// The just-in-time check before the external effect (seed 001).
+	if err := scheduler.Ensure(ctx); err != nil {
+		return fmt.Errorf("exec action not started: %w", err)
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("exec action: %w", err)

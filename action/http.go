@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/scheduler"
 )
 
 // httpMethods are the methods an HTTP action may use.
@@ -91,6 +92,11 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 		req.Header.Set(v.header, v.value)
 	}
 
+	// The just-in-time check before the external send (seed 001): a run
+	// whose lease or lock is gone does not send.
+	if err := scheduler.Ensure(ctx); err != nil {
+		return fmt.Errorf("http action not sent: %w", err)
+	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
 		switch {

@@ -7,10 +7,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sqlease/sqlease"
 )
 
 type seenRequest struct {
@@ -205,5 +208,34 @@ func TestHTTPConnectionErrorHidesURL(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("error %q leaks the URL's secrets", err)
+	}
+}
+
+// A run that may no longer act (its context is cancelled: lease or lock
+// lost) sends nothing, and an exec action starts nothing.
+func TestNothingSentWhenTheRunMayNoLongerAct(t *testing.T) {
+	srv, seen := recordingServer(t, http.StatusOK, "ok")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s, err := Parse([]byte(`{"http": {"url": "` + srv.URL + `/hook"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(ctx, testRun(t)); !errors.Is(err, sqlease.ErrLeaseLost) {
+		t.Fatalf("Run = %v, want ErrLeaseLost", err)
+	}
+	if n := len(seen()); n != 0 {
+		t.Fatalf("%d requests sent by a run that lost its lease", n)
+	}
+	marker := t.TempDir() + "/ran"
+	e, err := Parse([]byte(`{"exec": {"command": ["touch", "` + marker + `"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Run(ctx, testRun(t)); !errors.Is(err, sqlease.ErrLeaseLost) {
+		t.Fatalf("exec Run = %v, want ErrLeaseLost", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran for a run that lost its lease")
 	}
 }

@@ -34,6 +34,7 @@ type Elector struct {
 	observed     sqlease.Lease      // the last lease row seen (any holder)
 	observedOK   bool
 	lastErr      error
+	lastContact  time.Time // local time of the last successful database call
 }
 
 // Status is a snapshot of an Elector for health checks and diagnostics.
@@ -52,6 +53,10 @@ type Status struct {
 	TrustedUntil time.Time
 	// LastError is the last database error seen, nil after a success.
 	LastError error
+	// LastContact is the local time of the last successful database call
+	// (zero before the first); readiness checks use it to tell a database
+	// that has been unreachable for too long.
+	LastContact time.Time
 }
 
 // New validates cfg and returns an Elector. The error joins one
@@ -124,6 +129,7 @@ func (e *Elector) tryAcquire(ctx context.Context) (sqlease.Lease, time.Time, err
 		}
 		return sqlease.Lease{}, time.Time{}, err
 	default:
+		e.setErr(nil)
 		e.observe(cur)
 		if !cur.Expired() {
 			return cur, time.Time{}, sqlease.ErrLeaseHeld
@@ -378,9 +384,13 @@ func (e *Elector) observe(l sqlease.Lease) {
 	}
 }
 
+// setErr records the outcome of a database call: nil marks contact.
 func (e *Elector) setErr(err error) {
 	e.mu.Lock()
 	e.lastErr = err
+	if err == nil {
+		e.lastContact = e.cfg.Clock.Now()
+	}
 	e.mu.Unlock()
 }
 
@@ -457,6 +467,7 @@ func (e *Elector) Status() Status {
 		LeaderKnown:  e.observedOK,
 		TrustedUntil: e.trustedUntil,
 		LastError:    e.lastErr,
+		LastContact:  e.lastContact,
 	}
 }
 

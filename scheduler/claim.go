@@ -23,6 +23,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	defer s.drain(ctx, cancel, &wg)
+	wg.Add(1)
+	go func() { defer wg.Done(); s.prune(ctx) }()
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -44,6 +46,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // claimOnce claims as many due jobs as there are free execution slots (at
 // most BatchSize) and starts them; it returns how many it claimed.
 func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup) int {
+	if s.draining.Load() {
+		return 0
+	}
 	// Take the slots first so a claimed job never waits for one.
 	slots := 0
 	for slots < s.cfg.BatchSize {
@@ -76,8 +81,10 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup) i
 	}
 	for _, c := range claimed {
 		wg.Add(1)
+		s.inflight.Add(1)
 		go func() {
 			defer wg.Done()
+			defer s.inflight.Done()
 			defer func() { <-s.sem }()
 			s.execute(runCtx, c, c.Lock.Epoch, unfenced, nil, true)
 		}()

@@ -35,6 +35,8 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) erro
 		return fmt.Errorf("leadership lost during schedule rebuild: %w", err)
 	}
 	s.log.Info("schedule_rebuilt", slog.Int64("lease_epoch", tok.Epoch), slog.Int("entries", l.sched.Len()))
+	wg.Add(1)
+	go func() { defer wg.Done(); s.prune(ctx) }()
 
 	refresh := time.NewTimer(s.cfg.RefreshInterval)
 	defer refresh.Stop()
@@ -187,7 +189,7 @@ func (l *leader) untilNext() time.Duration {
 // dispatchDue starts every entry whose time has come, while slots are free.
 func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 	now := l.estNow()
-	for l.sched.Len() > 0 && !l.sched.items[0].next.After(now) {
+	for l.sched.Len() > 0 && !l.sched.items[0].next.After(now) && !l.s.draining.Load() {
 		select {
 		case l.s.sem <- struct{}{}:
 		default:
@@ -216,8 +218,10 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 		delete(l.failed, e.id)
 		l.setRunning(e.id, true)
 		wg.Add(1)
+		l.s.inflight.Add(1)
 		go func() {
 			defer wg.Done()
+			defer l.s.inflight.Done()
 			defer func() { <-l.s.sem }()
 			defer l.setRunning(e.id, false)
 			fenced := func(ctx context.Context, fn func(*sql.Tx) error) error { return l.gate.Fenced(ctx, l.tok, fn) }

@@ -45,6 +45,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sqlease/sqlease"
@@ -75,6 +77,7 @@ const (
 	DefaultScheduleHorizon   = time.Minute
 	DefaultMaxScheduled      = 10_000
 	DefaultShutdownTimeout   = 10 * time.Second
+	DefaultRunRetention      = 30 * 24 * time.Hour
 )
 
 // Config configures a Scheduler. Zero fields take the documented defaults.
@@ -112,6 +115,10 @@ type Config struct {
 	// ShutdownTimeout bounds how long in-flight runs may finish on shutdown
 	// before they are cancelled.
 	ShutdownTimeout time.Duration
+	// RunRetention is how long finished runs stay in the ledger; older ones
+	// are deleted periodically by the dispatching instances. Default
+	// DefaultRunRetention; negative keeps them forever.
+	RunRetention time.Duration
 
 	// Logger receives run events; nil discards.
 	Logger *slog.Logger
@@ -139,6 +146,7 @@ func (c Config) withDefaults() Config {
 	def(&c.RefreshOverlap, DefaultRefreshOverlap)
 	def(&c.ScheduleHorizon, DefaultScheduleHorizon)
 	def(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	def(&c.RunRetention, DefaultRunRetention)
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}
@@ -205,6 +213,26 @@ type Scheduler struct {
 	store *sqlstore.Store
 	log   *slog.Logger
 	sem   chan struct{} // bounds concurrent runs
+
+	draining atomic.Bool    // Drain was called: start no new runs
+	inflight sync.WaitGroup // runs executing now
+}
+
+// Drain stops this instance from starting new runs and waits until the runs
+// in flight have finished or ctx ends (then they are cancelled by whoever
+// cancels Run's or Lead's context). A leader that drains keeps its lease —
+// and so the fence of its runs — until its elector stops. It returns ctx's
+// error if runs were still in flight when ctx ended.
+func (s *Scheduler) Drain(ctx context.Context) error {
+	s.draining.Store(true)
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // New validates cfg and returns a Scheduler.
@@ -356,4 +384,29 @@ func (s *Scheduler) Trigger(ctx context.Context, name string) (sqlease.Job, erro
 // Runs returns a job's runs, newest first.
 func (s *Scheduler) Runs(ctx context.Context, name string, limit int) ([]sqlease.Run, error) {
 	return s.store.Runs(ctx, name, limit)
+}
+
+// prune deletes runs older than RunRetention now and then until ctx ends.
+func (s *Scheduler) prune(ctx context.Context) {
+	if s.cfg.RunRetention < 0 {
+		return
+	}
+	every := min(max(s.cfg.RunRetention/10, time.Second), 10*time.Minute)
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := s.store.PruneRuns(ctx, s.cfg.RunRetention)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("runs_prune_failed", slog.String("error", err.Error()))
+		case n > 0:
+			s.log.Info("runs_pruned", slog.Int64("deleted", n), slog.Duration("retention", s.cfg.RunRetention))
+		}
+		t.Reset(every)
+	}
 }

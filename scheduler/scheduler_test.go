@@ -611,3 +611,68 @@ func timeParam(st *sqlstore.Store, t time.Time) any {
 }
 
 var _ = sql.ErrNoRows
+
+func TestRunRetentionPrunesOldRuns(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "prune.db"), "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.DB().Close()
+	rec := &recorder{}
+	s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle, RunRetention: 500 * time.Millisecond})
+	if _, _, err := s.Create(ctx, sqlease.Job{Name: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	runClaim(t, s)
+	waitFor(t, 10*time.Second, "the run", func() bool { return rec.count() == 1 })
+	waitFor(t, 10*time.Second, "the finished run to be pruned", func() bool {
+		runs, err := s.Runs(ctx, "old", 10)
+		return err == nil && len(runs) == 0
+	})
+}
+
+func TestDrainStopsNewRunsAndWaitsForInflight(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "drain.db"), "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.DB().Close()
+	release := make(chan struct{})
+	rec := &recorder{fn: func(ctx context.Context, r sqlease.Run) error {
+		if r.Job == "slow" {
+			<-release
+		}
+		return nil
+	}}
+	s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle})
+	if _, _, err := s.Create(ctx, sqlease.Job{Name: "slow"}); err != nil {
+		t.Fatal(err)
+	}
+	runClaim(t, s)
+	waitFor(t, 10*time.Second, "the slow run", func() bool { return rec.count() == 1 })
+	drained := make(chan error, 1)
+	go func() { drained <- s.Drain(ctx) }()
+	time.Sleep(50 * time.Millisecond)
+	if _, _, err := s.Create(ctx, sqlease.Job{Name: "after-drain"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned while a run was in flight: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if rec.count() != 1 {
+		t.Fatalf("a draining scheduler started %d runs", rec.count()-1)
+	}
+	runs, _ := s.Runs(ctx, "slow", 10)
+	if len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeSucceeded {
+		t.Fatalf("the in-flight run must finish: %+v", runs)
+	}
+}
