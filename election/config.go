@@ -29,6 +29,13 @@ const (
 type Config struct {
 	// Store is the lease store (required).
 	Store sqlease.LeaseStore
+	// SessionLocker, when set, selects advisory mode (SPEC §3): followers
+	// block on a database session lock and take the lease over — bumping the
+	// epoch — as soon as the database frees it, instead of waiting for the
+	// lease to expire; the leader renews through its locked session, and its
+	// gate closes when heartbeats are two RenewIntervals late (re-opening if
+	// they resume). Nil means lease mode.
+	SessionLocker sqlease.SessionLocker
 	// LeaseName names the lease; instances with the same name compete.
 	// Default DefaultLeaseName.
 	LeaseName string

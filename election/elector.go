@@ -27,7 +27,8 @@ type Elector struct {
 
 	mu           sync.Mutex
 	tok          sqlease.Token      // zero while following
-	trustedUntil time.Time          // local monotonic deadline of tok
+	trustedUntil time.Time          // local monotonic deadline of tok: leadership ends
+	gateUntil    time.Time          // the gate is open until then (≤ trustedUntil)
 	expiresAt    time.Time          // database expiry of tok's lease (diagnostics)
 	cancelLead   context.CancelFunc // cancels the OnStartedLeading context
 	entered      chan struct{}      // closed once this term's OnStartedLeading was entered
@@ -93,10 +94,15 @@ func (e *Elector) Run(ctx context.Context) error {
 	}
 	defer e.running.Store(false)
 	var callbacks sync.WaitGroup
+	if e.cfg.SessionLocker != nil {
+		e.runAdvisory(ctx, &callbacks)
+		return nil
+	}
+	t := term{renew: e.cfg.Store.Renew, release: e.cfg.Store.Release}
 	for ctx.Err() == nil {
 		lease, sentAt, err := e.tryAcquire(ctx)
 		if err == nil {
-			e.lead(ctx, lease, sentAt, &callbacks)
+			e.lead(ctx, lease, sentAt, &callbacks, t)
 			// Never overlap two terms' callbacks in one process: the old
 			// one was cancelled, wait for it before competing again.
 			callbacks.Wait()
@@ -184,8 +190,31 @@ func (e *Elector) sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// term is how one term renews, notices a lost session and resigns: through
+// the lease store in lease mode, through the session lock in advisory mode.
+type term struct {
+	renew   func(context.Context, sqlease.Token, time.Duration) (sqlease.Lease, error)
+	release func(context.Context, sqlease.Token) error
+	lost    <-chan struct{} // closed when the session lock is lost; nil in lease mode
+}
+
+// deadlines returns, for a renew sent at sentAt, the hard local deadline
+// (the lease can no longer be trusted: leadership ends) and the gate's
+// deadline. In advisory mode the gate closes earlier, when heartbeats are
+// two intervals late, and re-opens if a later heartbeat succeeds.
+func (e *Elector) deadlines(sentAt time.Time) (trusted, gate time.Time) {
+	trusted = sentAt.Add(e.cfg.LeaseDuration - e.cfg.SafetyMargin)
+	gate = trusted
+	if e.cfg.SessionLocker != nil {
+		if g := sentAt.Add(2 * e.cfg.RenewInterval); g.Before(trusted) {
+			gate = g
+		}
+	}
+	return trusted, gate
+}
+
 // lead holds the lease until it is lost or ctx ends.
-func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Time, callbacks *sync.WaitGroup) {
+func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Time, callbacks *sync.WaitGroup, t term) {
 	tok := lease.Token()
 	leadCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -195,9 +224,9 @@ func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Tim
 	case <-e.lost:
 	default:
 	}
-	trusted := sentAt.Add(e.cfg.LeaseDuration - e.cfg.SafetyMargin)
+	trusted, gate := e.deadlines(sentAt)
 	e.mu.Lock()
-	e.tok, e.trustedUntil, e.expiresAt, e.cancelLead = tok, trusted, lease.ExpiresAt, cancel
+	e.tok, e.trustedUntil, e.gateUntil, e.expiresAt, e.cancelLead = tok, trusted, gate, lease.ExpiresAt, cancel
 	e.mu.Unlock()
 	e.observe(lease)
 
@@ -230,17 +259,20 @@ func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Tim
 	for {
 		select {
 		case <-ctx.Done():
-			e.resign(ctx, tok, callbacks)
+			e.resign(ctx, tok, callbacks, t)
 			return
 		case <-e.lost:
 			e.drop(tok, "fence failed", nil)
+			return
+		case <-t.lost:
+			e.drop(tok, "session lock lost", nil)
 			return
 		case <-leadCtx.Done():
 			// Cancelled by the parent (shutdown), a failed fence or the
 			// deadline: tell them apart.
 			select {
 			case <-ctx.Done():
-				e.resign(ctx, tok, callbacks)
+				e.resign(ctx, tok, callbacks, t)
 			case <-e.lost:
 				e.drop(tok, "fence failed", nil)
 			default:
@@ -256,7 +288,7 @@ func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Tim
 			return
 		}
 		rctx, rcancel := context.WithDeadline(ctx, until)
-		l, err := e.cfg.Store.Renew(rctx, tok, e.cfg.LeaseDuration)
+		l, err := t.renew(rctx, tok, e.cfg.LeaseDuration)
 		rcancel()
 		e.obs.Renewed(e.cfg.LeaseName, e.cfg.Clock.Now().Sub(sentAt), err)
 		if err != nil {
@@ -268,7 +300,7 @@ func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Tim
 			e.drop(tok, "renew failed", err)
 			return
 		}
-		trusted := sentAt.Add(e.cfg.LeaseDuration - e.cfg.SafetyMargin)
+		trusted, gate := e.deadlines(sentAt)
 		if !deadline.Stop() {
 			// The deadline fired while the renew was in flight: the callback's
 			// context is already cancelled, so this term is over.
@@ -278,7 +310,7 @@ func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Tim
 		deadline.Reset(trusted.Sub(e.cfg.Clock.Now()))
 		e.mu.Lock()
 		if e.tok == tok {
-			e.trustedUntil, e.expiresAt = trusted, l.ExpiresAt
+			e.trustedUntil, e.gateUntil, e.expiresAt = trusted, gate, l.ExpiresAt
 		}
 		e.mu.Unlock()
 		e.setErr(nil)
@@ -305,7 +337,7 @@ func (e *Elector) closeGate(tok sqlease.Token) bool {
 	if e.tok != tok || tok.IsZero() {
 		return false
 	}
-	e.tok, e.trustedUntil = sqlease.Token{}, time.Time{}
+	e.tok, e.trustedUntil, e.gateUntil = sqlease.Token{}, time.Time{}, time.Time{}
 	if e.cancelLead != nil {
 		e.cancelLead()
 		e.cancelLead = nil
@@ -327,7 +359,7 @@ func (e *Elector) drop(tok sqlease.Token, reason string, cause error) {
 // resign ends a term on shutdown: close the gate, let the callback finish
 // (at most until the local deadline), then release so a follower takes over
 // at once.
-func (e *Elector) resign(ctx context.Context, tok sqlease.Token, callbacks *sync.WaitGroup) {
+func (e *Elector) resign(ctx context.Context, tok sqlease.Token, callbacks *sync.WaitGroup, t term) {
 	until := e.trustDeadline(tok)
 	e.closeGate(tok)
 	done := make(chan struct{})
@@ -346,7 +378,7 @@ func (e *Elector) resign(ctx context.Context, tok sqlease.Token, callbacks *sync
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ReleaseTimeout)
 	defer cancel()
-	err := e.cfg.Store.Release(rctx, tok)
+	err := t.release(rctx, tok)
 	switch {
 	case err == nil:
 		e.log.Info("leader_released", slog.Int64("lease_epoch", tok.Epoch))
@@ -404,7 +436,7 @@ func (e *Elector) Require(ctx context.Context) (sqlease.Token, error) {
 	}
 	now := e.cfg.Clock.Now()
 	e.mu.Lock()
-	tok, until := e.tok, e.trustedUntil
+	tok, until := e.tok, e.gateUntil
 	e.mu.Unlock()
 	if tok.IsZero() || !now.Before(until) {
 		e.obs.Blocked(e.cfg.LeaseName)
@@ -419,7 +451,7 @@ func (e *Elector) Require(ctx context.Context) (sqlease.Token, error) {
 func (e *Elector) Ensure(tok sqlease.Token) error {
 	now := e.cfg.Clock.Now()
 	e.mu.Lock()
-	cur, until := e.tok, e.trustedUntil
+	cur, until := e.tok, e.gateUntil
 	e.mu.Unlock()
 	if cur.IsZero() || cur != tok || !now.Before(until) {
 		e.obs.Blocked(e.cfg.LeaseName)
@@ -460,7 +492,7 @@ func (e *Elector) Status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return Status{
-		Leading:      !e.tok.IsZero() && now.Before(e.trustedUntil),
+		Leading:      !e.tok.IsZero() && now.Before(e.gateUntil),
 		Token:        e.tok,
 		HolderID:     e.cfg.HolderID,
 		Leader:       e.observed,
@@ -477,7 +509,7 @@ func (e *Elector) Status() Status {
 func (e *Elector) Healthy() error {
 	now := e.cfg.Clock.Now()
 	e.mu.Lock()
-	tok, until := e.tok, e.trustedUntil
+	tok, until := e.tok, e.gateUntil
 	e.mu.Unlock()
 	if !tok.IsZero() && !now.Before(until) {
 		return fmt.Errorf("sqlease: leader %s missed its renew deadline by %s", tok, now.Sub(until))

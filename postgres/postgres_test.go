@@ -36,6 +36,13 @@ func databaseURL(tb testing.TB) string {
 // newStore opens a store on tables under a fresh random prefix.
 func newStore(tb testing.TB) *sqlstore.Store {
 	tb.Helper()
+	s, _ := newStoreWithPrefix(tb)
+	return s
+}
+
+// newStoreWithPrefix is newStore, also returning the prefix.
+func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) {
+	tb.Helper()
 	u := databaseURL(tb)
 	b := make([]byte, 8)
 	if _, err := rand.Read(b); err != nil {
@@ -52,7 +59,7 @@ func newStore(tb testing.TB) *sqlstore.Store {
 			tb.Errorf("drop tables of prefix %s: %v", prefix, err)
 		}
 	})
-	return s
+	return s, prefix
 }
 
 // dropTables drops every table named prefix_…, whatever the migrations

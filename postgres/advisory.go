@@ -1,0 +1,342 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/sqlease/sqlease"
+)
+
+// LockKey derives the 64-bit advisory lock key of a scope string (FNV-1a).
+func LockKey(scope string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(scope))
+	return int64(h.Sum64())
+}
+
+// DefaultLockScope is the scope whose LockKey a lease's advisory lock uses
+// unless a key is given: it names the table prefix and the lease, so that
+// two leases (or two deployments sharing a database) never share a lock.
+func DefaultLockScope(prefix, leaseName string) string {
+	return "sqlease:" + prefix + ":" + leaseName
+}
+
+// AdvisoryConfig configures NewLocker.
+type AdvisoryConfig struct {
+	// DSN is the connection string; each session opens its own connection,
+	// outside any pool. It must reach PostgreSQL directly or through a
+	// session-mode pooler: a transaction-mode pooler is detected and refused.
+	DSN string
+	// Prefix is the table prefix of the store.
+	Prefix string
+	// Key overrides the lock key; 0 means LockKey(DefaultLockScope(Prefix, lease)).
+	Key int64
+	// Keepalive is the TCP keepalive idle time of the session, on both ends;
+	// it bounds how long a network partition keeps the lock held (≈ idle +
+	// 3 probes 2 s apart). Default 5s.
+	Keepalive time.Duration
+}
+
+// NewLocker returns the advisory-mode locker: pg_advisory_lock on a
+// dedicated connection. Its Lost channel is driven by a read that stays
+// blocked on the idle connection, so the end of the session is seen when it
+// happens, not at the next poll.
+func NewLocker(cfg AdvisoryConfig) (sqlease.SessionLocker, error) {
+	if err := sqlease.ValidateTablePrefix(cfg.Prefix); err != nil {
+		return nil, err
+	}
+	pcfg, err := pgx.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("%w: advisory lock connection string: %v", sqlease.ErrInvalidConfig, err)
+	}
+	if cfg.Keepalive <= 0 {
+		cfg.Keepalive = 5 * time.Second
+	}
+	q := advisoryQueries(cfg.Prefix)
+	return func(ctx context.Context, name string) (sqlease.SessionLock, error) {
+		key := cfg.Key
+		if key == 0 {
+			key = LockKey(DefaultLockScope(cfg.Prefix, name))
+		}
+		return openSession(ctx, pcfg.Copy(), cfg.Keepalive, key, q)
+	}, nil
+}
+
+type advisorySQL struct{ takeover, renew, holds string }
+
+func advisoryQueries(prefix string) advisorySQL {
+	r := strings.NewReplacer("{leases}", prefix+"_leases",
+		// The session holds the bigint advisory lock $key: pg_locks shows it
+		// split into classid (high half) and objid (low half).
+		"{held}", `EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+	AND objsubid = 1 AND classid::bigint = ($KEY::bigint >> 32) & 4294967295 AND objid::bigint = $KEY::bigint & 4294967295)`)
+	return advisorySQL{
+		takeover: strings.ReplaceAll(r.Replace(`WITH n AS (SELECT clock_timestamp() AS now)
+INSERT INTO {leases} AS l (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at)
+SELECT $1, $2, 1, n.now, n.now, n.now + $3::bigint * interval '1 millisecond' FROM n WHERE {held}
+ON CONFLICT (lease_name) DO UPDATE SET
+	holder_id = EXCLUDED.holder_id,
+	lease_epoch = l.lease_epoch + 1,
+	acquired_at = EXCLUDED.acquired_at,
+	renewed_at = EXCLUDED.renewed_at,
+	expires_at = EXCLUDED.expires_at
+RETURNING l.lease_epoch, l.acquired_at, l.renewed_at, l.expires_at, l.acquired_at`), "$KEY", "$4"),
+		renew: strings.ReplaceAll(r.Replace(`UPDATE {leases} AS l SET renewed_at = n.now, expires_at = n.now + $4::bigint * interval '1 millisecond'
+FROM (SELECT clock_timestamp() AS now) AS n
+WHERE l.lease_name = $1 AND l.holder_id = $2 AND l.lease_epoch = $3 AND l.expires_at > n.now AND {held}
+RETURNING l.acquired_at, l.renewed_at, l.expires_at, n.now`), "$KEY", "$5"),
+		holds: strings.ReplaceAll(r.Replace(`SELECT {held}`), "$KEY", "$1"),
+	}
+}
+
+// session is one advisory-lock session: a dedicated connection and, once
+// locked, the goroutine that watches it.
+type session struct {
+	conn *pgx.Conn
+	key  int64
+	q    advisorySQL
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	closed   chan struct{}
+
+	mu        sync.Mutex
+	watching  bool
+	interrupt context.CancelFunc // ends the watcher's blocked read
+	reqs      chan func(*pgx.Conn)
+	done      chan struct{} // closed when the watcher returns
+	closeOnce sync.Once
+}
+
+func openSession(ctx context.Context, cfg *pgx.ConnConfig, keepalive time.Duration, key int64, q advisorySQL) (*session, error) {
+	d := &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: keepalive, Interval: 2 * time.Second, Count: 3}}
+	cfg.DialFunc = d.DialContext
+	secs := fmt.Sprint(int(keepalive.Seconds()))
+	for k, v := range map[string]string{"tcp_keepalives_idle": secs, "tcp_keepalives_interval": "2", "tcp_keepalives_count": "3",
+		"application_name": "sqlease-advisory"} {
+		cfg.RuntimeParams[k] = v
+	}
+	// A cancelled context only interrupts the client's read; no cancel
+	// request is sent. The watcher relies on this to pause its blocked read
+	// without disturbing the session.
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("advisory session: %w", Classify(err))
+	}
+	return &session{conn: conn, key: key, q: q, lost: make(chan struct{}), closed: make(chan struct{}),
+		reqs: make(chan func(*pgx.Conn), 1), done: make(chan struct{})}, nil
+}
+
+// Lock blocks in pg_advisory_lock, then checks that the session really holds
+// the lock: through a transaction-mode pooler the check runs on another
+// backend and fails.
+func (s *session) Lock(ctx context.Context) error {
+	if _, err := s.conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, s.key); err != nil {
+		return fmt.Errorf("advisory lock %d: %w", s.key, Classify(err))
+	}
+	var held bool
+	if err := s.conn.QueryRow(ctx, s.q.holds, s.key).Scan(&held); err != nil {
+		return fmt.Errorf("advisory lock %d: %w", s.key, Classify(err))
+	}
+	if !held {
+		return fmt.Errorf("advisory lock %d: %w: the session does not hold the lock it was just granted — a connection pooler in transaction mode? Connect directly or in session mode", s.key, sqlease.ErrSessionLost)
+	}
+	s.mu.Lock()
+	s.watching = true
+	s.mu.Unlock()
+	go s.watch()
+	return nil
+}
+
+// watch keeps a read blocked on the idle connection. It returns, closing
+// Lost, when the read fails for any other reason than its own interruption;
+// interruptions let Takeover and Renew use the connection in between.
+func (s *session) watch() {
+	defer close(s.done)
+	for {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.mu.Lock()
+		s.interrupt = cancel
+		s.mu.Unlock()
+		err := s.conn.PgConn().WaitForNotification(ctx)
+		interrupted := ctx.Err() != nil
+		cancel()
+		select {
+		case <-s.closed:
+			return
+		default:
+		}
+		if err != nil && !interrupted {
+			s.markLost()
+			return
+		}
+		for served := true; served; {
+			select {
+			case fn := <-s.reqs:
+				fn(s.conn)
+			default:
+				served = false
+			}
+		}
+	}
+}
+
+func (s *session) markLost() { s.lostOnce.Do(func() { close(s.lost) }) }
+
+// do runs fn on the connection: directly before Lock, through the watcher
+// after.
+func (s *session) do(ctx context.Context, fn func(*pgx.Conn) error) error {
+	s.mu.Lock()
+	watching, interrupt := s.watching, s.interrupt
+	s.mu.Unlock()
+	if !watching {
+		return fn(s.conn)
+	}
+	res := make(chan error, 1)
+	select {
+	case s.reqs <- func(c *pgx.Conn) { res <- fn(c) }:
+	case <-s.lost:
+		return sqlease.ErrSessionLost
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if interrupt != nil {
+		interrupt()
+	}
+	// The request may have been queued between the watcher's drain and its
+	// next read: keep interrupting until it is served.
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-res:
+			return err
+		case <-s.lost:
+			return sqlease.ErrSessionLost
+		case <-t.C:
+			s.mu.Lock()
+			interrupt = s.interrupt
+			s.mu.Unlock()
+			interrupt()
+		}
+	}
+}
+
+// Takeover implements sqlease.SessionLock.
+func (s *session) Takeover(ctx context.Context, name, holder string, ttl time.Duration) (sqlease.Lease, error) {
+	if err := sqlease.ValidateLeaseName(name); err != nil {
+		return sqlease.Lease{}, err
+	}
+	if err := sqlease.ValidateHolderID(holder); err != nil {
+		return sqlease.Lease{}, err
+	}
+	l := sqlease.Lease{Name: name, Holder: holder}
+	err := s.do(ctx, func(c *pgx.Conn) error {
+		return c.QueryRow(ctx, s.q.takeover, name, holder, ttl.Milliseconds(), s.key).
+			Scan(&l.Epoch, &l.AcquiredAt, &l.RenewedAt, &l.ExpiresAt, &l.ObservedAt)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sqlease.Lease{}, fmt.Errorf("take over lease %q: %w", name, sqlease.ErrSessionLost)
+	}
+	if err != nil {
+		return sqlease.Lease{}, fmt.Errorf("take over lease %q: %w", name, s.fail(err))
+	}
+	utc(&l)
+	return l, nil
+}
+
+// Renew implements sqlease.SessionLock.
+func (s *session) Renew(ctx context.Context, tok sqlease.Token, ttl time.Duration) (sqlease.Lease, error) {
+	l := sqlease.Lease{Name: tok.Name, Holder: tok.Holder, Epoch: tok.Epoch}
+	var held bool
+	err := s.do(ctx, func(c *pgx.Conn) error {
+		err := c.QueryRow(ctx, s.q.renew, tok.Name, tok.Holder, tok.Epoch, ttl.Milliseconds(), s.key).
+			Scan(&l.AcquiredAt, &l.RenewedAt, &l.ExpiresAt, &l.ObservedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if herr := c.QueryRow(ctx, s.q.holds, s.key).Scan(&held); herr != nil {
+				return herr
+			}
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) && !held:
+		return sqlease.Lease{}, fmt.Errorf("renew lease %s: %w: the session no longer holds its lock (a connection pooler in transaction mode?)", tok, sqlease.ErrSessionLost)
+	case errors.Is(err, pgx.ErrNoRows):
+		return sqlease.Lease{}, fmt.Errorf("renew lease %s: %w", tok, sqlease.ErrLeaseLost)
+	case err != nil:
+		return sqlease.Lease{}, fmt.Errorf("renew lease %s: %w", tok, s.fail(err))
+	}
+	utc(&l)
+	return l, nil
+}
+
+// fail classifies an error on the session; an interrupted or broken
+// connection means the session can no longer be trusted.
+func (s *session) fail(err error) error {
+	if s.conn.IsClosed() || pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		s.markLost()
+		return fmt.Errorf("%w: %w", sqlease.ErrSessionLost, err)
+	}
+	return Classify(err)
+}
+
+// Lost implements sqlease.SessionLock.
+func (s *session) Lost() <-chan struct{} { return s.lost }
+
+// Close implements sqlease.SessionLock: it unlocks (best effort) and closes
+// the connection, which frees the lock in any case.
+func (s *session) Close(ctx context.Context) error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		watching := s.watching
+		s.mu.Unlock()
+		if watching {
+			_ = s.do(ctx, func(c *pgx.Conn) error {
+				_, err := c.Exec(ctx, `SELECT pg_advisory_unlock($1)`, s.key)
+				return err
+			})
+		}
+		close(s.closed)
+		// Stop the watcher before closing: the connection is not safe for
+		// concurrent use.
+		if watching {
+			t := time.NewTicker(5 * time.Millisecond)
+			for stopped := false; !stopped; {
+				s.mu.Lock()
+				interrupt := s.interrupt
+				s.mu.Unlock()
+				if interrupt != nil {
+					interrupt()
+				}
+				select {
+				case <-s.done:
+					stopped = true
+				case <-t.C:
+				}
+			}
+			t.Stop()
+		}
+		err = s.conn.Close(ctx)
+		s.markLost()
+	})
+	return err
+}
+
+func utc(l *sqlease.Lease) {
+	l.AcquiredAt, l.RenewedAt, l.ExpiresAt, l.ObservedAt = l.AcquiredAt.UTC(), l.RenewedAt.UTC(), l.ExpiresAt.UTC(), l.ObservedAt.UTC()
+}
