@@ -110,6 +110,9 @@ FROM (SELECT clock_timestamp() AS now) n
 WHERE id = $4 AND locked_by = $5 AND lock_epoch = $6`),
 		Runs: r.Replace(`SELECT {runcols} FROM {runs}
 WHERE job_id = (SELECT id FROM {jobs} WHERE name = $1) ORDER BY id DESC LIMIT $2`),
+		Stats: r.Replace(`SELECT count(*), count(*) FILTER (WHERE paused),
+	count(*) FILTER (WHERE NOT paused AND next_run_at <= clock_timestamp()),
+	count(*) FILTER (WHERE locked_by IS NOT NULL) FROM {jobs}`),
 		PruneRuns: r.Replace(`DELETE FROM {runs} WHERE finished_at < clock_timestamp() - $1::bigint {ms}`),
 		DueWindow: r.Replace(`SELECT j.id, GREATEST(j.next_run_at, COALESCE(j.not_before, j.next_run_at)), j.last_modified_at, n.now
 FROM {jobs} j, (SELECT clock_timestamp() AS now) n

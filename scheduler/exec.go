@@ -41,12 +41,14 @@ var errLockLost = fmt.Errorf("run lock lost: %w", sqlease.ErrLeaseLost)
 
 // execute plans, starts, runs and finishes one claimed job. epoch is the
 // run's fencing epoch: the lease epoch in leader mode, the lock epoch in
-// claim mode. ensure, if not nil, is the leader's gate check.
-func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64, fenced fence, ensure func() error, heartbeat bool) {
+// claim mode. ensure, if not nil, is the leader's gate check. It returns the
+// job's next_run_at as this run left it (zero: none, or unknown because a
+// write failed), so that the leader can reschedule without a refresh.
+func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64, fenced fence, ensure func() error, heartbeat bool) (next time.Time) {
 	log := s.log.With(slog.String("job", c.Name), slog.Int64("job_id", c.ID), slog.String("holder_id", c.Lock.Holder), slog.Int64("lock_epoch", c.Lock.Epoch))
-	run, ok, next, hasNext := Plan(c.Schedule, c.MissedRuns, c.SkipIfOlderThan, c.NextRunAt, c.Now)
+	run, ok, planned, hasNext := Plan(c.Schedule, c.MissedRuns, c.SkipIfOlderThan, c.NextRunAt, c.Now)
 	if !hasNext {
-		next = time.Time{}
+		planned = time.Time{}
 	}
 	attempt := c.Attempt
 	if !run.Equal(c.NextRunAt) {
@@ -55,20 +57,20 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 	if ok && attempt > c.Retry.MaxAttempts {
 		// A predecessor died mid-run on the last allowed attempt.
 		log.Warn("run_abandoned", slog.Time("scheduled_for", run), slog.Int("attempt", attempt-1), slog.String("reason", "max attempts reached after the executor stopped heartbeating"))
-		next, hasNext = Next(c.Schedule, run)
+		planned, hasNext = Next(c.Schedule, run)
 		ok = false
 	}
 	if !ok {
 		if !hasNext {
-			next = time.Time{}
+			planned = time.Time{}
 		}
-		err := fenced(ctx, func(tx *sql.Tx) error { return s.store.ReleaseUnrun(ctx, tx, c.Lock, next) })
+		err := fenced(ctx, func(tx *sql.Tx) error { return s.store.ReleaseUnrun(ctx, tx, c.Lock, planned) })
 		if err != nil {
 			log.Warn("run_skip_failed", slog.String("error", err.Error()))
-		} else {
-			log.Info("run_skipped", slog.Time("due", c.NextRunAt), slog.Time("next_run_at", next), slog.String("missed_runs", string(c.MissedRuns)))
+			return time.Time{}
 		}
-		return
+		log.Info("run_skipped", slog.Time("due", c.NextRunAt), slog.Time("next_run_at", planned), slog.String("missed_runs", string(c.MissedRuns)))
+		return planned
 	}
 
 	var r sqlease.Run
@@ -79,7 +81,7 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 	})
 	if err != nil {
 		log.Warn("run_start_failed", slog.Time("scheduled_for", run), slog.Int("attempt", attempt), slog.String("error", err.Error()))
-		return
+		return time.Time{}
 	}
 	r.Action = c.Action
 	log = log.With(slog.Time("scheduled_for", run), slog.Int("attempt", attempt), slog.Int64("epoch", epoch))
@@ -140,13 +142,17 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 	s.cfg.Observer.RunFinished(c.Name, f.Outcome, took)
 	if err != nil {
 		log.Warn("run_finish_failed", slog.String("outcome", string(f.Outcome)), slog.String("error", err.Error()))
-		return
+		return time.Time{}
 	}
 	attrs := []any{slog.String("outcome", string(f.Outcome)), slog.Duration("took", took)}
 	if f.Error != "" {
 		attrs = append(attrs, slog.String("error", f.Error))
 	}
 	log.Info("run_finished", attrs...)
+	if f.Backoff > 0 {
+		return time.Time{} // the retry waits for not_before: let a refresh tell
+	}
+	return f.Next
 }
 
 // callHandler runs the handler, turning a panic into an error so that one

@@ -25,7 +25,8 @@ const refreshPage = 1000
 // cancelled and recorded abandoned; the next leader retries them with the
 // same idempotency key. Lead returns once they have all finished.
 func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) error {
-	l := &leader{s: s, gate: gate, tok: tok, sched: newSchedule(), failed: map[int64]int{}, running: map[int64]bool{}}
+	l := &leader{s: s, gate: gate, tok: tok, sched: newSchedule(), failed: map[int64]int{}, running: map[int64]bool{},
+		finished: make(chan sqlstore.ScheduleEntry, s.cfg.MaxConcurrent)}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if err := l.reload(ctx); err != nil {
@@ -51,6 +52,11 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) erro
 		select {
 		case <-ctx.Done():
 			return nil
+		case f := <-l.finished:
+			// A run finished: schedule its job's next occurrence now rather
+			// than at the next refresh (which re-reads it anyway).
+			l.setRunning(f.ID, false)
+			l.apply(f)
 		case <-due.C:
 		case <-refresh.C:
 			err := l.refresh(ctx)
@@ -83,8 +89,9 @@ type leader struct {
 	hw     time.Time
 	failed map[int64]int // claims that found a job not yet due, per job
 
-	mu      sync.Mutex
-	running map[int64]bool // jobs executing now: refreshes leave them out
+	mu       sync.Mutex
+	running  map[int64]bool // jobs executing now: refreshes leave them out
+	finished chan sqlstore.ScheduleEntry
 }
 
 func (l *leader) isRunning(id int64) bool {
@@ -223,9 +230,17 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 			defer wg.Done()
 			defer l.s.inflight.Done()
 			defer func() { <-l.s.sem }()
-			defer l.setRunning(e.id, false)
 			fenced := func(ctx context.Context, fn func(*sql.Tx) error) error { return l.gate.Fenced(ctx, l.tok, fn) }
-			l.s.execute(ctx, claimed, l.tok.Epoch, fenced, func() error { return l.gate.Ensure(l.tok) }, false)
+			next := l.s.execute(ctx, claimed, l.tok.Epoch, fenced, func() error { return l.gate.Ensure(l.tok) }, false)
+			if next.IsZero() {
+				l.setRunning(e.id, false)
+				return
+			}
+			select {
+			case l.finished <- sqlstore.ScheduleEntry{ID: e.id, NextRunAt: next}:
+			case <-ctx.Done():
+				l.setRunning(e.id, false)
+			}
 		}()
 	}
 }

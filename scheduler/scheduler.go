@@ -252,11 +252,7 @@ func New(cfg Config) (*Scheduler, error) {
 // sqlease.ErrInvalidConfig or sqlease.ErrInvalidName naming the field, and
 // write nothing.
 func (s *Scheduler) Create(ctx context.Context, j sqlease.Job) (sqlease.Job, bool, error) {
-	j, err := s.normalize(j)
-	if err != nil {
-		return sqlease.Job{}, false, err
-	}
-	hash, err := specHash(j)
+	j, hash, err := Prepare(j, s.cfg.ValidateAction)
 	if err != nil {
 		return sqlease.Job{}, false, err
 	}
@@ -277,8 +273,24 @@ func (s *Scheduler) Create(ctx context.Context, j sqlease.Job) (sqlease.Job, boo
 	return sqlease.Job{}, false, fmt.Errorf("create job %q: %w: job %q already exists with different content", j.Name, sqlease.ErrConflict, stored.Name)
 }
 
+// Prepare validates a job for creation, applies the defaults and returns it
+// with the hash that identifies its content (for idempotent creation).
+// validateAction, if not nil, checks the action. Errors wrap
+// sqlease.ErrInvalidConfig or sqlease.ErrInvalidName and name the field.
+func Prepare(j sqlease.Job, validateAction func(json.RawMessage) error) (sqlease.Job, string, error) {
+	j, err := normalize(j, validateAction)
+	if err != nil {
+		return sqlease.Job{}, "", err
+	}
+	hash, err := specHash(j)
+	if err != nil {
+		return sqlease.Job{}, "", err
+	}
+	return j, hash, nil
+}
+
 // normalize validates j and applies defaults.
-func (s *Scheduler) normalize(j sqlease.Job) (sqlease.Job, error) {
+func normalize(j sqlease.Job, validateAction func(json.RawMessage) error) (sqlease.Job, error) {
 	var errs []error
 	if err := sqlease.ValidateJobName(j.Name); err != nil {
 		errs = append(errs, fmt.Errorf("name: %w", err))
@@ -310,8 +322,8 @@ func (s *Scheduler) normalize(j sqlease.Job) (sqlease.Job, error) {
 	if len(j.Action) == 0 {
 		j.Action = json.RawMessage("{}")
 	}
-	if s.cfg.ValidateAction != nil {
-		if err := s.cfg.ValidateAction(j.Action); err != nil {
+	if validateAction != nil {
+		if err := validateAction(j.Action); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -112,6 +112,9 @@ WHERE job_id = ?3 AND scheduled_for = ?4 AND attempt = ?5 AND outcome = 'running
 WHERE id = ?4 AND locked_by = ?5 AND lock_epoch = ?6`),
 		Runs: r.Replace(`SELECT {runcols} FROM {runs}
 WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?1) ORDER BY id DESC LIMIT ?2`),
+		Stats: r.Replace(`SELECT count(*), coalesce(sum(paused), 0),
+	coalesce(sum(paused = 0 AND next_run_at <= {now}), 0),
+	coalesce(sum(locked_by IS NOT NULL), 0) FROM {jobs}`),
 		PruneRuns: r.Replace(`DELETE FROM {runs} WHERE finished_at < ` + nowPlus("-?1")),
 		DueWindow: r.Replace(`SELECT id, max(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at, {now} FROM {jobs}
 WHERE paused = 0 AND next_run_at IS NOT NULL AND next_run_at < ` + nowPlus("?1") + `

@@ -63,6 +63,8 @@ type JobQueries struct {
 	ReleaseJob string
 	// Runs: (job_name, limit). RunColumns of the job's runs, newest first.
 	Runs string
+	// Stats: (). (total, paused, due, locked) counts of jobs.
+	Stats string
 	// PruneRuns: (older_than_ms). Deletes finished runs older than that.
 	PruneRuns string
 	// DueWindow: (horizon_ms, limit). (id, effective next run = the later of
@@ -551,4 +553,18 @@ func (s *Store) inTx(ctx context.Context, tx *sql.Tx, fn func(*sql.Tx) error) er
 		return err
 	}
 	return s.classify(tx.Commit())
+}
+
+// JobStats counts jobs for status displays.
+type JobStats struct {
+	Total, Paused, Due, Running int64
+}
+
+// Stats counts jobs: all, paused, due now (database time) and locked.
+func (s *Store) Stats(ctx context.Context) (JobStats, error) {
+	var st JobStats
+	if err := s.db.QueryRowContext(ctx, s.q().Stats).Scan(&st.Total, &st.Paused, &st.Due, &st.Running); err != nil {
+		return JobStats{}, fmt.Errorf("count jobs: %w", s.classify(err))
+	}
+	return st, nil
 }

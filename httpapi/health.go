@@ -1,0 +1,136 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sqlease/sqlease"
+)
+
+// Lease is one lease as GET /v1/leases returns it. Times are RFC 3339 UTC,
+// in database time; Expired is as of the read.
+type Lease struct {
+	Name       string `json:"name"`
+	Holder     string `json:"holder"`
+	Epoch      int64  `json:"epoch"`
+	ExpiresAt  string `json:"expires_at"`
+	AcquiredAt string `json:"acquired_at,omitempty"`
+	RenewedAt  string `json:"renewed_at,omitempty"`
+	Expired    bool   `json:"expired"`
+}
+
+// LeaseList is the body of GET /v1/leases, ordered by name.
+type LeaseList struct {
+	Leases []Lease `json:"leases"`
+}
+
+// healthz is GET /healthz: 200 while the process works, 503 if it believes
+// it leads but missed its renew deadline.
+func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
+	if err := a.cfg.Elector.Healthy(); err != nil {
+		writeText(w, http.StatusServiceUnavailable, "unhealthy: "+err.Error())
+		return
+	}
+	writeText(w, http.StatusOK, "ok")
+}
+
+// readyz is GET /readyz. Its body is one line of key=value pairs:
+//
+//	mode=leader|follower holder_id=<this node> leader=<lease holder> lease_epoch=<n> lease_expires_at=<RFC 3339 UTC>
+//
+// with status 200, where leader, lease_epoch and lease_expires_at describe
+// the lease as last observed (this node's own while it leads). The answer is
+// 503 with mode=stopping while the node shuts down, and with
+// mode=unavailable and a reason otherwise:
+//
+//	reason=starting               the elector has not reached the database yet (within DBUnreachableAfter of New)
+//	reason=db_unreachable         no successful database call for longer than DBUnreachableAfter (db_last_contact_age says how long, or "never")
+//	reason=renew_deadline_missed  the node believes it leads but missed its renew deadline
+func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
+	st := a.cfg.Elector.Status()
+	now := a.clock.Now()
+	mode, reason, contact := "follower", "", ""
+	switch {
+	case a.cfg.Stopping():
+		mode = "stopping"
+	case a.cfg.Elector.Healthy() != nil:
+		mode, reason = "unavailable", "renew_deadline_missed"
+	case st.LastContact.IsZero():
+		mode, reason = "unavailable", "starting"
+		if now.Sub(a.start) > a.cfg.DBUnreachableAfter {
+			reason, contact = "db_unreachable", "never"
+		}
+	case now.Sub(st.LastContact) > a.cfg.DBUnreachableAfter:
+		mode, reason = "unavailable", "db_unreachable"
+		contact = now.Sub(st.LastContact).Round(time.Millisecond).String()
+	case st.Leading:
+		mode = "leader"
+	}
+
+	var b strings.Builder
+	field := func(k, v string) {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(k + "=" + v)
+	}
+	field("mode", mode)
+	field("holder_id", st.HolderID)
+	epoch := int64(0)
+	if st.LeaderKnown {
+		field("leader", st.Leader.Holder)
+		epoch = st.Leader.Epoch
+	}
+	if st.Leading {
+		epoch = st.Token.Epoch
+	}
+	field("lease_epoch", strconv.FormatInt(epoch, 10))
+	if st.LeaderKnown {
+		field("lease_expires_at", timestamp(st.Leader.ExpiresAt))
+	}
+	if reason != "" {
+		field("reason", reason)
+	}
+	if contact != "" {
+		field("db_last_contact_age", contact)
+	}
+	status := http.StatusOK
+	if mode != "leader" && mode != "follower" {
+		status = http.StatusServiceUnavailable
+	}
+	writeText(w, status, b.String())
+}
+
+// listLeases is GET /v1/leases.
+func (a *api) listLeases(w http.ResponseWriter, r *http.Request) {
+	leases, err := a.cfg.Leases.Leases(r.Context())
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	out := LeaseList{Leases: make([]Lease, 0, len(leases))}
+	for _, l := range leases {
+		out.Leases = append(out.Leases, LeaseOut(l))
+	}
+	a.writeJSON(w, r, http.StatusOK, out)
+}
+
+// LeaseOut converts a lease to its API form.
+func LeaseOut(l sqlease.Lease) Lease {
+	return Lease{
+		Name: l.Name, Holder: l.Holder, Epoch: l.Epoch,
+		ExpiresAt: timestamp(l.ExpiresAt), AcquiredAt: timestamp(l.AcquiredAt), RenewedAt: timestamp(l.RenewedAt),
+		Expired: !l.ObservedAt.IsZero() && l.Expired(),
+	}
+}
+
+// writeText writes a one-line text/plain answer (health probes).
+func writeText(w http.ResponseWriter, status int, line string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = fmt.Fprintln(w, line)
+}

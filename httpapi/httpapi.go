@@ -1,0 +1,274 @@
+// Package httpapi is the HTTP interface of a sqlease node, as API.md
+// describes it: the JSON job API under /v1, the lease listing, /healthz,
+// /readyz and /metrics.
+//
+// # Routes
+//
+//	GET    /healthz                    200 "ok"; 503 if the node believes it leads but missed its renew deadline
+//	GET    /readyz                     200 for leader and follower; 503 while stopping, starting or cut off from the database
+//	GET    /metrics                    Config.Metrics
+//	POST   /v1/jobs                    create (201; 200 for an idempotent repeat; 409 on a clash)
+//	GET    /v1/jobs?limit=&after=      list, by name: {"jobs": […], "next": "…"}
+//	GET    /v1/jobs/{name}             one job
+//	DELETE /v1/jobs/{name}             delete (204)
+//	POST   /v1/jobs/{name}/pause       pause (200 with the job)
+//	POST   /v1/jobs/{name}/resume      resume (200 with the job)
+//	POST   /v1/jobs/{name}/trigger     run once now (200 with the job)
+//	GET    /v1/jobs/{name}/runs?limit= the run ledger, newest first: {"runs": […]}
+//	GET    /v1/leases                  every lease: {"leases": […]}
+//
+// # Guarantees
+//
+// A 2xx answer to a write is sent only after the scheduler call returned,
+// so the write is durable in the database. Every error is
+// application/problem+json (RFC 9457) whose detail names the offending field
+// or parameter; statusOf holds the one table from errors to status codes.
+// With Config.APIToken set, POST and DELETE require "Authorization: Bearer
+// TOKEN" (compared in constant time); reads stay open. A panicking handler
+// answers 500 and is logged at Error; it never takes the process down.
+package httpapi
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/scheduler"
+)
+
+// Defaults of Config.
+const (
+	// DefaultDBUnreachableAfter is how long the elector may go without a
+	// successful database call before /readyz answers 503.
+	DefaultDBUnreachableAfter = 10 * time.Second
+	// DefaultMaxBodyBytes bounds a request body; a larger one is 413.
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultListLimit is the page size of the job and run listings.
+	DefaultListLimit = 100
+	// MaxListLimit is the largest limit a listing accepts.
+	MaxListLimit = 1000
+)
+
+// Config configures the handler. Scheduler and Elector are required; zero
+// fields otherwise take the documented defaults.
+type Config struct {
+	// Scheduler stores the jobs (required).
+	Scheduler *scheduler.Scheduler
+	// Leases lists the leases for GET /v1/leases. Default: the elector's
+	// store.
+	Leases sqlease.LeaseStore
+	// Elector is this node's elector, for /healthz and /readyz (required).
+	Elector *election.Elector
+	// Metrics serves GET /metrics (promhttp on the node's registry). Nil
+	// leaves /metrics unrouted (404).
+	Metrics http.Handler
+	// APIToken, when not empty, is the bearer token POST and DELETE
+	// requests must present.
+	APIToken string
+	// Stopping reports that the node is shutting down; /readyz then
+	// answers 503 with mode=stopping. Nil means never.
+	Stopping func() bool
+	// DBUnreachableAfter is how long the elector may go without a
+	// successful database call (or, before the first one, since New) before
+	// /readyz answers 503. Default DefaultDBUnreachableAfter.
+	DBUnreachableAfter time.Duration
+	// MaxBodyBytes bounds request bodies. Default DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Logger receives request errors (Error for 5xx and panics, Debug for
+	// every request). Nil discards.
+	Logger *slog.Logger
+}
+
+// api is the handler New returns.
+type api struct {
+	cfg       Config
+	log       *slog.Logger
+	mux       *http.ServeMux
+	clock     sqlease.Clock
+	start     time.Time // local time of New, for readiness before the first contact
+	tokenHash [sha256.Size]byte
+}
+
+// New returns the node's HTTP handler. It panics if cfg.Scheduler or
+// cfg.Elector is nil (a wiring error).
+func New(cfg Config) http.Handler {
+	if cfg.Scheduler == nil {
+		panic("httpapi: Config.Scheduler is required")
+	}
+	if cfg.Elector == nil {
+		panic("httpapi: Config.Elector is required")
+	}
+	if cfg.Leases == nil {
+		cfg.Leases = cfg.Elector.Config().Store
+	}
+	if cfg.Stopping == nil {
+		cfg.Stopping = func() bool { return false }
+	}
+	if cfg.DBUnreachableAfter <= 0 {
+		cfg.DBUnreachableAfter = DefaultDBUnreachableAfter
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	clock := cfg.Elector.Config().Clock
+	a := &api{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), clock: clock, start: clock.Now()}
+	if cfg.APIToken != "" {
+		a.tokenHash = sha256.Sum256([]byte(cfg.APIToken))
+	}
+
+	a.mux.HandleFunc("GET /healthz", a.healthz)
+	a.mux.HandleFunc("GET /readyz", a.readyz)
+	if cfg.Metrics != nil {
+		a.mux.Handle("GET /metrics", cfg.Metrics)
+	}
+	a.mux.HandleFunc("POST /v1/jobs", a.write(a.createJob))
+	a.mux.HandleFunc("GET /v1/jobs", a.listJobs)
+	a.mux.HandleFunc("GET /v1/jobs/{name}", a.getJob)
+	a.mux.HandleFunc("DELETE /v1/jobs/{name}", a.write(a.deleteJob))
+	a.mux.HandleFunc("POST /v1/jobs/{name}/pause", a.write(a.jobChange(cfg.Scheduler.Pause)))
+	a.mux.HandleFunc("POST /v1/jobs/{name}/resume", a.write(a.jobChange(cfg.Scheduler.Resume)))
+	a.mux.HandleFunc("POST /v1/jobs/{name}/trigger", a.write(a.jobChange(cfg.Scheduler.Trigger)))
+	a.mux.HandleFunc("GET /v1/jobs/{name}/runs", a.listRuns)
+	a.mux.HandleFunc("GET /v1/leases", a.listLeases)
+	return a
+}
+
+// ServeHTTP recovers panics, answers unknown routes and methods with
+// problems, and dispatches the rest.
+func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	began := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			a.log.Error("http_panic", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+				slog.String("panic", fmt.Sprint(p)), slog.String("stack", string(debug.Stack())))
+			if !sw.wrote {
+				writeProblem(sw, http.StatusInternalServerError, "internal error")
+			}
+		}
+		a.log.Debug("http_request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", sw.code()), slog.Duration("took", time.Since(began)))
+	}()
+	if _, pattern := a.mux.Handler(r); pattern == "" {
+		a.unrouted(sw, r)
+		return
+	}
+	a.mux.ServeHTTP(sw, r)
+}
+
+// unrouted answers a request no pattern matched: ServeMux decides between
+// 404 and 405 (with Allow), and the answer becomes a problem.
+func (a *api) unrouted(w http.ResponseWriter, r *http.Request) {
+	h, _ := a.mux.Handler(r)
+	capture := &captureWriter{header: http.Header{}}
+	h.ServeHTTP(capture, r)
+	switch code := capture.code; code {
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", capture.header.Get("Allow"))
+		writeProblem(w, code, fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path))
+	case 0, http.StatusNotFound:
+		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	default: // a redirect to the canonical path, or anything else: pass on
+		for k, v := range capture.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(code)
+		_, _ = w.Write(capture.body.Bytes())
+	}
+}
+
+// write wraps a mutating handler: it enforces the API token and bounds the
+// request body.
+func (a *api) write(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !a.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sqlease"`)
+			writeProblem(w, http.StatusUnauthorized, "Authorization: a valid bearer token is required for this request")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes)
+		h(w, r)
+	}
+}
+
+// authorized reports whether r carries the API token (or none is set). The
+// hashes compare in constant time whatever the token lengths.
+func (a *api) authorized(r *http.Request) bool {
+	if a.cfg.APIToken == "" {
+		return true
+	}
+	const scheme = "bearer "
+	h := r.Header.Get("Authorization")
+	if len(h) < len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(scheme):])))
+	return subtle.ConstantTimeCompare(got[:], a.tokenHash[:]) == 1
+}
+
+// statusWriter remembers whether and what the handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) code() int {
+	if !w.wrote {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// captureWriter records ServeMux's own answer to an unrouted request.
+type captureWriter struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (c *captureWriter) Header() http.Header { return c.header }
+
+func (c *captureWriter) WriteHeader(code int) {
+	if c.code == 0 {
+		c.code = code
+	}
+}
+
+func (c *captureWriter) Write(b []byte) (int, error) {
+	if c.code == 0 {
+		c.code = http.StatusOK
+	}
+	return c.body.Write(b)
+}

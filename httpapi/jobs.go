@@ -1,0 +1,452 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/action"
+	"github.com/sqlease/sqlease/scheduler"
+)
+
+// JobRequest is the body of POST /v1/jobs. Durations are Go duration
+// strings ("10m", "1m30s"); schedule.at is an RFC 3339 time. Unknown fields
+// are rejected.
+type JobRequest struct {
+	Name     string          `json:"name"`
+	Key      string          `json:"key,omitempty"`
+	Schedule ScheduleJSON    `json:"schedule"`
+	Action   json.RawMessage `json:"action"`
+	// MissedRuns is run_once (default), run_all or skip.
+	MissedRuns      string    `json:"missed_runs,omitempty"`
+	SkipIfOlderThan string    `json:"skip_if_older_than,omitempty"`
+	Retry           RetryJSON `json:"retry,omitzero"`
+	LockTimeout     string    `json:"lock_timeout,omitempty"`
+	// Paused creates the job paused.
+	Paused bool `json:"paused,omitempty"`
+}
+
+// ScheduleJSON is a schedule on the wire: one of every, cron (with an
+// optional timezone) and at, or nothing (once, now).
+type ScheduleJSON struct {
+	Every    string `json:"every,omitempty"`
+	Cron     string `json:"cron,omitempty"`
+	Timezone string `json:"timezone,omitempty"`
+	At       string `json:"at,omitempty"`
+}
+
+// RetryJSON is a retry policy on the wire.
+type RetryJSON struct {
+	MaxAttempts int    `json:"max_attempts,omitempty"`
+	Backoff     string `json:"backoff,omitempty"`
+}
+
+// Job is a job as the API returns it. Times are RFC 3339 UTC; zero times
+// are omitted.
+type Job struct {
+	Name            string          `json:"name"`
+	Key             string          `json:"key,omitempty"`
+	Schedule        ScheduleJSON    `json:"schedule"`
+	Action          json.RawMessage `json:"action"`
+	MissedRuns      string          `json:"missed_runs"`
+	SkipIfOlderThan string          `json:"skip_if_older_than,omitempty"`
+	Retry           RetryJSON       `json:"retry"`
+	LockTimeout     string          `json:"lock_timeout"`
+	// State is "active" or "paused".
+	State string `json:"state"`
+	// NextRunAt is the next occurrence due; omitted when none remains.
+	NextRunAt string `json:"next_run_at,omitempty"`
+	LastRunAt string `json:"last_run_at,omitempty"`
+	// AttemptCount is the number of attempts started for the occurrence at
+	// NextRunAt.
+	AttemptCount   int    `json:"attempt_count"`
+	LockedBy       string `json:"locked_by,omitempty"`
+	LockedAt       string `json:"locked_at,omitempty"`
+	CreatedAt      string `json:"created_at,omitempty"`
+	LastModifiedAt string `json:"last_modified_at,omitempty"`
+}
+
+// JobList is the body of GET /v1/jobs. Next, when not empty, is the after
+// parameter of the next page.
+type JobList struct {
+	Jobs []Job  `json:"jobs"`
+	Next string `json:"next,omitempty"`
+}
+
+// Run is one run attempt as the API returns it. FinishedAt is null while
+// the run is running; Error is empty unless it failed.
+type Run struct {
+	ScheduledFor   string  `json:"scheduled_for"`
+	Attempt        int     `json:"attempt"`
+	Outcome        string  `json:"outcome"`
+	Holder         string  `json:"holder"`
+	Epoch          int64   `json:"epoch"`
+	StartedAt      string  `json:"started_at"`
+	FinishedAt     *string `json:"finished_at"`
+	Error          string  `json:"error"`
+	IdempotencyKey string  `json:"idempotency_key"`
+}
+
+// RunList is the body of GET /v1/jobs/{name}/runs, newest first.
+type RunList struct {
+	Runs []Run `json:"runs"`
+}
+
+// timestamp formats t as RFC 3339 UTC, "" for the zero time.
+func timestamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func duration(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
+// JobOut converts a stored job to its API form.
+func JobOut(j sqlease.Job) Job {
+	out := Job{
+		Name: j.Name,
+		Key:  j.Key,
+		Schedule: ScheduleJSON{
+			Every: duration(j.Schedule.Every), Cron: j.Schedule.Cron,
+			Timezone: j.Schedule.Timezone, At: timestamp(j.Schedule.At),
+		},
+		Action:          j.Action,
+		MissedRuns:      string(j.MissedRuns),
+		SkipIfOlderThan: duration(j.SkipIfOlderThan),
+		Retry:           RetryJSON{MaxAttempts: j.Retry.MaxAttempts, Backoff: duration(j.Retry.Backoff)},
+		LockTimeout:     j.LockTimeout.String(),
+		State:           "active",
+		NextRunAt:       timestamp(j.NextRunAt),
+		LastRunAt:       timestamp(j.LastRunAt),
+		AttemptCount:    j.Attempt,
+		LockedBy:        j.LockedBy,
+		CreatedAt:       timestamp(j.CreatedAt),
+		LastModifiedAt:  timestamp(j.LastModifiedAt),
+	}
+	if j.LockedBy != "" {
+		out.LockedAt = timestamp(j.LockedAt)
+	}
+	if j.Paused {
+		out.State = "paused"
+	}
+	if len(out.Action) == 0 || !json.Valid(out.Action) {
+		out.Action = json.RawMessage("null")
+	}
+	return out
+}
+
+// RunOut converts a run to its API form.
+func RunOut(r sqlease.Run) Run {
+	out := Run{
+		ScheduledFor: timestamp(r.ScheduledFor), Attempt: r.Attempt, Outcome: string(r.Outcome),
+		Holder: r.Holder, Epoch: r.Epoch, StartedAt: timestamp(r.StartedAt), Error: r.Error,
+		IdempotencyKey: r.IdempotencyKey(),
+	}
+	if !r.FinishedAt.IsZero() {
+		f := timestamp(r.FinishedAt)
+		out.FinishedAt = &f
+	}
+	return out
+}
+
+// wireJob mirrors JobRequest with durations and times left raw, so that
+// each parse error names its field.
+type wireJob struct {
+	Name     string `json:"name"`
+	Key      string `json:"key"`
+	Schedule *struct {
+		Every    json.RawMessage `json:"every"`
+		Cron     string          `json:"cron"`
+		Timezone string          `json:"timezone"`
+		At       json.RawMessage `json:"at"`
+	} `json:"schedule"`
+	Action          json.RawMessage `json:"action"`
+	MissedRuns      string          `json:"missed_runs"`
+	SkipIfOlderThan json.RawMessage `json:"skip_if_older_than"`
+	Retry           *struct {
+		MaxAttempts int             `json:"max_attempts"`
+		Backoff     json.RawMessage `json:"backoff"`
+	} `json:"retry"`
+	LockTimeout json.RawMessage `json:"lock_timeout"`
+	Paused      bool            `json:"paused"`
+}
+
+// DecodeJob reads a job creation body (JobRequest's JSON) into a job,
+// without validating what the scheduler validates. Unknown fields, wrong
+// JSON types, unparsable durations and times and trailing data are errors
+// that name the field and wrap sqlease.ErrInvalidConfig; a body over a
+// http.MaxBytesReader limit returns its *http.MaxBytesError.
+func DecodeJob(body io.Reader) (sqlease.Job, error) {
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		return sqlease.Job{}, err // *http.MaxBytesError: 413
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return sqlease.Job{}, badRequest("body: must be a JSON job object, got nothing")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var w wireJob
+	if err := dec.Decode(&w); err != nil {
+		return sqlease.Job{}, jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return sqlease.Job{}, badRequest("body: has data after the JSON object")
+	}
+
+	j := sqlease.Job{Name: w.Name, Key: w.Key, MissedRuns: sqlease.MissedRuns(w.MissedRuns), Paused: w.Paused}
+	var errs []error
+	dur := func(field string, raw json.RawMessage, d *time.Duration) {
+		if err := parseDuration(field, raw, d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s := w.Schedule; s != nil {
+		j.Schedule.Cron, j.Schedule.Timezone = s.Cron, s.Timezone
+		if present(s.Every) {
+			dur("schedule.every", s.Every, &j.Schedule.Every)
+			if len(errs) == 0 && j.Schedule.Every <= 0 {
+				errs = append(errs, badRequest("schedule.every: must be positive, got %s", j.Schedule.Every))
+			}
+		}
+		if present(s.At) {
+			var at string
+			if err := json.Unmarshal(s.At, &at); err != nil {
+				errs = append(errs, badRequest("schedule.at: must be an RFC 3339 time string, got %s", s.At))
+			} else if t, err := time.Parse(time.RFC3339Nano, at); err != nil {
+				errs = append(errs, badRequest("schedule.at: must be an RFC 3339 time such as \"2030-01-02T15:04:05Z\", got %q", at))
+			} else {
+				j.Schedule.At = t
+			}
+		}
+	}
+	dur("skip_if_older_than", w.SkipIfOlderThan, &j.SkipIfOlderThan)
+	if r := w.Retry; r != nil {
+		j.Retry.MaxAttempts = r.MaxAttempts
+		dur("retry.backoff", r.Backoff, &j.Retry.Backoff)
+	}
+	dur("lock_timeout", w.LockTimeout, &j.LockTimeout)
+	if present(w.Action) {
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, w.Action); err == nil {
+			j.Action = compact.Bytes()
+		} else {
+			j.Action = w.Action
+		}
+	}
+	if len(errs) > 0 {
+		return sqlease.Job{}, badRequest("%s", cleanDetail(errors.Join(errs...)))
+	}
+	return j, nil
+}
+
+// jsonError turns a decoding error into a 400 naming the field.
+func jsonError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return err
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		return badRequest("%s: must be a JSON %s, got %s", typeErr.Field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
+	case errors.As(err, &typeErr):
+		return badRequest("body: must be a JSON object, got %s", typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return badRequest("body: invalid JSON at byte %d: %s", syntaxErr.Offset, strings.TrimPrefix(syntaxErr.Error(), "json: "))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("body: invalid JSON: unexpected end of input")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return badRequest("body: %s", strings.TrimPrefix(err.Error(), "json: "))
+	default:
+		return badRequest("body: invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "slice", "array":
+		return "array"
+	case "map", "struct":
+		return "object"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "float32", "float64":
+		return "number"
+	case "bool":
+		return "boolean"
+	}
+	return goKind
+}
+
+func present(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) > 0 && !bytes.Equal(t, []byte("null"))
+}
+
+// parseDuration reads a Go duration string; absent or null leaves d zero.
+func parseDuration(field string, raw json.RawMessage, d *time.Duration) error {
+	if !present(raw) {
+		return nil
+	}
+	var ad action.Duration
+	if err := ad.UnmarshalJSON(bytes.TrimSpace(raw)); err != nil {
+		return badRequest("%s: %v", field, err)
+	}
+	*d = time.Duration(ad)
+	return nil
+}
+
+// createJob is POST /v1/jobs.
+func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
+	j, err := DecodeJob(r.Body)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if hk := r.Header.Get("Idempotency-Key"); hk != "" {
+		switch {
+		case j.Key == "":
+			j.Key = hk
+		case j.Key != hk:
+			a.fail(w, r, badRequest("key: %q differs from the Idempotency-Key header %q", j.Key, hk))
+			return
+		}
+	}
+	// Validate everything, the action included, before writing anything.
+	if _, _, err := scheduler.Prepare(j, action.ValidateJSON); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	stored, created, err := a.cfg.Scheduler.Create(r.Context(), j)
+	if errors.Is(err, sqlease.ErrConflict) {
+		err = a.conflict(r.Context(), j, err)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/jobs/"+url.PathEscape(stored.Name))
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	a.writeJSON(w, r, status, JobOut(stored))
+}
+
+// conflict names the field of a creation clash: the name if a job has it,
+// else the key.
+func (a *api) conflict(ctx context.Context, j sqlease.Job, err error) error {
+	field := "key"
+	if _, gerr := a.cfg.Scheduler.Job(ctx, j.Name); gerr == nil || j.Key == "" {
+		field = "name"
+	}
+	return &requestError{status: http.StatusConflict, detail: field + ": " + cleanDetail(err)}
+}
+
+// listLimit reads the limit query parameter.
+func listLimit(q url.Values) (int, error) {
+	s := q.Get("limit")
+	if s == "" {
+		return DefaultListLimit, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > MaxListLimit {
+		return 0, badRequest("limit: must be an integer between 1 and %d, got %q", MaxListLimit, s)
+	}
+	return n, nil
+}
+
+// listJobs is GET /v1/jobs.
+func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := listLimit(q)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	jobs, err := a.cfg.Scheduler.Jobs(r.Context(), q.Get("after"), limit+1)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	out := JobList{Jobs: make([]Job, 0, min(len(jobs), limit))}
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		out.Next = jobs[limit-1].Name
+	}
+	for _, j := range jobs {
+		out.Jobs = append(out.Jobs, JobOut(j))
+	}
+	a.writeJSON(w, r, http.StatusOK, out)
+}
+
+// getJob is GET /v1/jobs/{name}.
+func (a *api) getJob(w http.ResponseWriter, r *http.Request) {
+	j, err := a.cfg.Scheduler.Job(r.Context(), r.PathValue("name"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.writeJSON(w, r, http.StatusOK, JobOut(j))
+}
+
+// deleteJob is DELETE /v1/jobs/{name}.
+func (a *api) deleteJob(w http.ResponseWriter, r *http.Request) {
+	if err := a.cfg.Scheduler.Delete(r.Context(), r.PathValue("name")); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// jobChange is POST /v1/jobs/{name}/pause, resume and trigger.
+func (a *api) jobChange(change func(ctx context.Context, name string) (sqlease.Job, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		j, err := change(r.Context(), r.PathValue("name"))
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		a.writeJSON(w, r, http.StatusOK, JobOut(j))
+	}
+}
+
+// listRuns is GET /v1/jobs/{name}/runs: the runs of the job that has the
+// name now (404 if none does).
+func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	limit, err := listLimit(r.URL.Query())
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	runs, err := a.cfg.Scheduler.Runs(r.Context(), name, limit)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if len(runs) == 0 {
+		if _, err := a.cfg.Scheduler.Job(r.Context(), name); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+	}
+	out := RunList{Runs: make([]Run, 0, len(runs))}
+	for _, run := range runs {
+		out.Runs = append(out.Runs, RunOut(run))
+	}
+	a.writeJSON(w, r, http.StatusOK, out)
+}

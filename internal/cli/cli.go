@@ -1,0 +1,170 @@
+// Package cli is the sqlease command line: serve, migrate, schema, status,
+// jobs and version. cmd/sqlease only calls Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// Version is set at build time with -ldflags "-X …/internal/cli.Version=v1.2.3".
+var Version = ""
+
+// Env is how the command line reaches its environment; tests substitute it.
+type Env struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+}
+
+// Main runs the command line and returns the exit status: 0 on success, 2 on
+// a usage or configuration error (one line on stderr naming the field and
+// the rule), 1 on any other failure.
+func Main(ctx context.Context, args []string, env Env) int {
+	if env.Getenv == nil {
+		env.Getenv = os.Getenv
+	}
+	root := newRoot(env)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	msg := strings.TrimPrefix(err.Error(), "sqlease: ")
+	fmt.Fprintln(env.Stderr, "sqlease: "+msg)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+func newRoot(env Env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "sqlease",
+		Short: "Exactly one actor for a fleet, on the SQL database it already runs",
+		Long: `sqlease elects one leader among the nodes sharing a database and runs each
+scheduled occurrence of each job exactly once, fenced by the lease epoch.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetOut(env.Stdout)
+	root.SetErr(env.Stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(serveCmd(env), migrateCmd(env), schemaCmd(env), statusCmd(env), jobsCmd(env), versionCmd(env))
+	// Unknown subcommands are usage errors too.
+	root.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usagef("unknown command %q; see sqlease --help", args[0])
+		}
+		return nil
+	}
+	root.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+	return root
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
+	}
+	return nil
+}
+
+func oneArg(name string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return usagef("%s takes exactly one argument: %s", cmd.CommandPath(), name)
+		}
+		return nil
+	}
+}
+
+func serveCmd(env Env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a node: HTTP API, leader election and job execution",
+		Long: `Run a node. With no flags it uses an embedded SQLite file sqlease.db in the
+working directory and serves HTTP on 127.0.0.1:8080.
+
+Every flag has an environment twin SQLEASE_<FLAG> (dashes become underscores)
+and a config-file key; precedence: flag > environment > config file > default.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := load(cmd.Flags(), env.Getenv, true)
+			if err != nil {
+				return err
+			}
+			n, err := NewNode(cmd.Context(), cfg, env.Stderr)
+			if err != nil {
+				return err
+			}
+			return n.Run(cmd.Context())
+		},
+	}
+	addFlags(cmd.Flags(), true)
+	return cmd
+}
+
+func migrateCmd(env Env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Create or upgrade sqlease's tables",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := load(cmd.Flags(), env.Getenv, false)
+			if err != nil {
+				return err
+			}
+			s, err := openStore(cmd.Context(), cfg.DB, cfg.TablePrefix, true)
+			if err != nil {
+				return err
+			}
+			defer s.DB().Close()
+			fmt.Fprintf(env.Stdout, "migrated %s (%s)\n", redact(cfg.DB), s.Dialect().Name)
+			return nil
+		},
+	}
+	addFlags(cmd.Flags(), false)
+	return cmd
+}
+
+func versionCmd(env Env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(env.Stdout, "sqlease", version())
+			return nil
+		},
+	}
+}
+
+// version is the -ldflags version, else the module version or VCS revision.
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(devel)"
+	}
+	v := info.Main.Version
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	return v
+}
+
+// dbFlags is the flag set of the commands that only need a database.
+var _ = pflag.ContinueOnError

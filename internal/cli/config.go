@@ -1,0 +1,289 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/scheduler"
+)
+
+// Config is the configuration of a node. Every field is a setting with a
+// flag (--lease-duration), an environment twin (SQLEASE_LEASE_DURATION) and a
+// config-file key (lease_duration); precedence: flag > environment > file >
+// default.
+type Config struct {
+	DB              string
+	HTTP            string
+	HolderID        string
+	LeaseName       string
+	TablePrefix     string
+	LeaseDuration   time.Duration
+	RenewInterval   time.Duration
+	AcquireInterval time.Duration
+	Dispatch        string
+	Election        string
+	APIToken        string
+	LogFormat       string
+	LogLevel        string
+	Migrate         bool
+	PollInterval    time.Duration
+	RefreshInterval time.Duration
+	ShutdownTimeout time.Duration
+	RunRetention    time.Duration
+}
+
+// DefaultDB is the embedded SQLite file a node uses when no --db is given.
+const DefaultDB = "sqlite:sqlease.db"
+
+func defaultConfig() Config {
+	return Config{
+		DB:              DefaultDB,
+		HTTP:            "127.0.0.1:8080",
+		LeaseName:       election.DefaultLeaseName,
+		TablePrefix:     "sqlease",
+		LeaseDuration:   election.DefaultLeaseDuration,
+		RenewInterval:   election.DefaultRenewInterval,
+		AcquireInterval: election.DefaultAcquireInterval,
+		Dispatch:        "leader",
+		Election:        "lease",
+		LogFormat:       "text",
+		LogLevel:        "info",
+		Migrate:         true,
+		PollInterval:    scheduler.DefaultPollInterval,
+		RefreshInterval: scheduler.DefaultRefreshInterval,
+		ShutdownTimeout: scheduler.DefaultShutdownTimeout,
+		RunRetention:    scheduler.DefaultRunRetention,
+	}
+}
+
+// setting is one configuration field.
+type setting struct {
+	name   string // flag name; the env and file names derive from it
+	usage  string
+	get    func(*Config) string
+	set    func(*Config, string) error
+	secret bool // never printed
+	serve  bool // only for serve (others take --db only)
+}
+
+func (s setting) env() string  { return "SQLEASE_" + strings.ToUpper(strings.ReplaceAll(s.name, "-", "_")) }
+func (s setting) file() string { return strings.ReplaceAll(s.name, "-", "_") }
+
+func str(name, usage string, f func(*Config) *string, secret, serve bool) setting {
+	return setting{name: name, usage: usage, secret: secret, serve: serve,
+		get: func(c *Config) string { return *f(c) },
+		set: func(c *Config, v string) error { *f(c) = v; return nil }}
+}
+
+func oneOf(name, usage string, f func(*Config) *string, allowed ...string) setting {
+	s := str(name, usage+" ("+strings.Join(allowed, "|")+")", f, false, true)
+	s.set = func(c *Config, v string) error {
+		for _, a := range allowed {
+			if v == a {
+				*f(c) = v
+				return nil
+			}
+		}
+		return fmt.Errorf("must be one of %s, got %q", strings.Join(allowed, ", "), v)
+	}
+	return s
+}
+
+func dur(name, usage string, f func(*Config) *time.Duration) setting {
+	return setting{name: name, usage: usage, serve: true,
+		get: func(c *Config) string { return f(c).String() },
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("must be a duration like 500ms, 20s or 1m, got %q", v)
+			}
+			*f(c) = d
+			return nil
+		}}
+}
+
+// settings lists every configuration field, in --help order.
+var settings = []setting{
+	str("db", "database URL: sqlite:PATH, postgres://…", func(c *Config) *string { return &c.DB }, true, false),
+	str("table-prefix", "prefix of sqlease's table names", func(c *Config) *string { return &c.TablePrefix }, false, false),
+	str("http", "HTTP listen address", func(c *Config) *string { return &c.HTTP }, false, true),
+	str("holder-id", "this node's holder id (default hostname-pid-random)", func(c *Config) *string { return &c.HolderID }, false, true),
+	str("lease-name", "name of the leader lease", func(c *Config) *string { return &c.LeaseName }, false, true),
+	dur("lease-duration", "how long an acquire or renew holds the lease", func(c *Config) *time.Duration { return &c.LeaseDuration }),
+	dur("renew-interval", "how often the leader renews (shorter than lease-duration)", func(c *Config) *time.Duration { return &c.RenewInterval }),
+	dur("acquire-interval", "how often followers poll the lease", func(c *Config) *time.Duration { return &c.AcquireInterval }),
+	oneOf("dispatch", "who runs jobs: the leader only, or every node claiming due jobs", func(c *Config) *string { return &c.Dispatch }, "leader", "claim"),
+	oneOf("election", "leader election mechanism", func(c *Config) *string { return &c.Election }, "lease", "advisory"),
+	str("api-token", "bearer token required by mutating API calls", func(c *Config) *string { return &c.APIToken }, true, true),
+	oneOf("log-format", "log format", func(c *Config) *string { return &c.LogFormat }, "text", "json"),
+	oneOf("log-level", "log level", func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error"),
+	{name: "migrate", usage: "apply schema migrations at start (true|false)", serve: true,
+		get: func(c *Config) string { return fmt.Sprint(c.Migrate) },
+		set: func(c *Config, v string) error {
+			switch strings.ToLower(v) {
+			case "true", "1", "yes":
+				c.Migrate = true
+			case "false", "0", "no":
+				c.Migrate = false
+			default:
+				return fmt.Errorf("must be true or false, got %q", v)
+			}
+			return nil
+		}},
+	dur("poll-interval", "claim dispatch: how often each node looks for due jobs", func(c *Config) *time.Duration { return &c.PollInterval }),
+	dur("schedule-refresh-interval", "leader dispatch: how often the leader refreshes its schedule", func(c *Config) *time.Duration { return &c.RefreshInterval }),
+	dur("shutdown-timeout", "how long in-flight runs may finish on shutdown", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
+	dur("run-retention", "how long finished runs are kept (negative: forever)", func(c *Config) *time.Duration { return &c.RunRetention }),
+}
+
+// usageError is a configuration or command-line error: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// addFlags registers the settings as string flags on fs; values are parsed by
+// load so that flags, environment and file share one parser and one message.
+func addFlags(fs *pflag.FlagSet, serve bool) {
+	def := defaultConfig()
+	for _, s := range settings {
+		if s.serve && !serve {
+			continue
+		}
+		usage := s.usage + " [" + s.env() + "]"
+		if d := s.get(&def); d != "" && !s.secret {
+			usage += " (default " + d + ")"
+		} else if s.name == "db" {
+			usage += " (default " + DefaultDB + ")"
+		}
+		fs.String(s.name, "", usage)
+	}
+	if serve {
+		fs.String("config", "", "YAML config file; keys are the flag names with _ for - [SQLEASE_CONFIG]")
+	}
+}
+
+// load builds the configuration: defaults, then the config file, then the
+// environment, then the flags that were set.
+func load(fs *pflag.FlagSet, getenv func(string) string, serve bool) (Config, error) {
+	c := defaultConfig()
+	byName := map[string]setting{}
+	for _, s := range settings {
+		if !s.serve || serve {
+			byName[s.name] = s
+		}
+	}
+	apply := func(s setting, v, source string) error {
+		if err := s.set(&c, v); err != nil {
+			return usagef("%s (%s): %v", s.file(), source, err)
+		}
+		return nil
+	}
+
+	path := getenv("SQLEASE_CONFIG")
+	if f := fs.Lookup("config"); f != nil && f.Changed {
+		path = f.Value.String()
+	}
+	if serve && path != "" {
+		values, err := readConfigFile(path)
+		if err != nil {
+			return Config{}, err
+		}
+		keys := make([]string, 0, len(values))
+		for k := range values {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			s, ok := byName[strings.ReplaceAll(k, "_", "-")]
+			if !ok || strings.Contains(k, "-") {
+				return Config{}, usagef("%s: unknown key %q in config file %s", k, k, path)
+			}
+			if err := apply(s, values[k], "config file "+path); err != nil {
+				return Config{}, err
+			}
+		}
+	}
+	for _, s := range byName {
+		if v, ok := lookupEnv(getenv, s.env()); ok {
+			if err := apply(s, v, "environment "+s.env()); err != nil {
+				return Config{}, err
+			}
+		}
+	}
+	var err error
+	fs.Visit(func(f *pflag.Flag) {
+		if s, ok := byName[f.Name]; ok && err == nil {
+			err = apply(s, f.Value.String(), "flag --"+f.Name)
+		}
+	})
+	return c, err
+}
+
+func lookupEnv(getenv func(string) string, name string) (string, bool) {
+	v := getenv(name)
+	return v, v != ""
+}
+
+// readConfigFile reads a flat YAML mapping of setting names to scalars.
+func readConfigFile(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usagef("config: cannot read %s: %v", path, errors.Unwrap(err))
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(b, &raw); err != nil {
+		return nil, usagef("config: %s is not valid YAML: %v", path, err)
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		switch v := v.(type) {
+		case string:
+			out[k] = v
+		case bool, int, float64:
+			out[k] = fmt.Sprint(v)
+		default:
+			return nil, usagef("%s: config file %s: value must be a string, number or boolean", k, path)
+		}
+	}
+	return out, nil
+}
+
+// validate checks the rules that span fields, with the messages of the
+// packages that own them.
+func (c Config) validate() error {
+	if c.Election == "advisory" {
+		if d, _, err := dialectOf(c.DB); err == nil && d != "postgres" {
+			return usagef("election: advisory mode needs a database with session locks (postgres in this build), not %s", d)
+		}
+	}
+	ec := election.Config{LeaseName: c.LeaseName, HolderID: c.HolderID, LeaseDuration: c.LeaseDuration,
+		RenewInterval: c.RenewInterval, AcquireInterval: c.AcquireInterval, Store: placeholderStore{}}
+	if err := ec.Validate(); err != nil {
+		return usageError{firstLine(err)}
+	}
+	for name, d := range map[string]time.Duration{"poll_interval": c.PollInterval, "schedule_refresh_interval": c.RefreshInterval, "shutdown_timeout": c.ShutdownTimeout} {
+		if d <= 0 {
+			return usagef("%s must be positive, got %s", name, d)
+		}
+	}
+	return nil
+}
+
+// firstLine keeps one error of a joined list: the CLI reports one line.
+func firstLine(err error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 0 {
+		return j.Unwrap()[0]
+	}
+	return err
+}

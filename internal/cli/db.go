@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/postgres"
+	"github.com/sqlease/sqlease/sqlite"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// placeholderStore lets the elector's configuration rules be checked before
+// any database is opened; it is never called.
+type placeholderStore struct{ sqlease.LeaseStore }
+
+// dialectOf returns the dialect name of a database URL and the driver's DSN.
+func dialectOf(dbURL string) (dialect, dsn string, err error) {
+	switch {
+	case strings.HasPrefix(dbURL, "sqlite:"):
+		path := strings.TrimPrefix(strings.TrimPrefix(dbURL, "sqlite:"), "//")
+		if path == "" {
+			return "", "", usagef("db: sqlite URL needs a path, e.g. sqlite:sqlease.db")
+		}
+		return "sqlite", path, nil
+	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
+		if _, err := url.Parse(dbURL); err != nil {
+			return "", "", usagef("db: invalid postgres URL: %v", redactErr(err))
+		}
+		return "postgres", dbURL, nil
+	case strings.HasPrefix(dbURL, "sqlserver://"):
+		return "", "", usagef("db: the sqlserver dialect is not available in this build yet")
+	case strings.HasPrefix(dbURL, "mysql://"):
+		return "", "", usagef("db: the mysql dialect is not available in this build yet")
+	}
+	return "", "", usagef("db: unsupported database URL %q: use sqlite:PATH or postgres://…", redact(dbURL))
+}
+
+// redact hides a URL's password for logs and messages.
+func redact(dbURL string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil || u.User == nil {
+		if err != nil {
+			return "(unparsable URL)"
+		}
+		return dbURL
+	}
+	return u.Redacted()
+}
+
+// redactErr drops url.Error's copy of the URL, which may hold a password.
+func redactErr(err error) error {
+	if ue, ok := err.(*url.Error); ok {
+		return ue.Err
+	}
+	return err
+}
+
+// openStore opens the store of cfg, applying migrations when migrate is set.
+func openStore(ctx context.Context, dbURL, prefix string, migrate bool) (*sqlstore.Store, error) {
+	dialect, dsn, err := dialectOf(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := sqlease.ValidateTablePrefix(prefix); err != nil {
+		return nil, usagef("table_prefix: %v", err)
+	}
+	var s *sqlstore.Store
+	switch dialect {
+	case "sqlite":
+		db, err := sqlite.Open(dsn)
+		if err != nil {
+			return nil, err
+		}
+		s, err = sqlite.New(db, prefix)
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+	case "postgres":
+		db, err := postgres.Open(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", redact(dbURL), err)
+		}
+		s, err = postgres.New(db, prefix)
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	if err := s.DB().PingContext(ctx); err != nil {
+		s.DB().Close()
+		return nil, fmt.Errorf("connect to %s: %w", redact(dbURL), err)
+	}
+	if migrate {
+		if err := s.Migrate(ctx); err != nil {
+			s.DB().Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// schemaOf returns the dialect's migration statements for prefix.
+func schemaOf(dialect, prefix string) ([]string, error) {
+	if err := sqlease.ValidateTablePrefix(prefix); err != nil {
+		return nil, usagef("table_prefix: %v", err)
+	}
+	var d sqlstore.Dialect
+	var err error
+	switch dialect {
+	case "sqlite":
+		d, err = sqlite.Dialect(prefix)
+	case "postgres":
+		d, err = postgres.Dialect(prefix)
+	case "sqlserver", "mysql":
+		return nil, fmt.Errorf("schema: the %s dialect is not available in this build yet", dialect)
+	default:
+		return nil, usagef("dialect: must be one of sqlite, postgres, sqlserver, mysql, got %q", dialect)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return append(append([]string{}, d.Queries.Migrations...), d.Jobs.Migrations...), nil
+}

@@ -1,0 +1,173 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/action"
+	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/scheduler"
+)
+
+// jobsCmd administers jobs directly in the database: any node's leader (or
+// claim workers) picks changes up, exactly as with the HTTP API. Input and
+// output use the API's JSON.
+func jobsCmd(env Env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "jobs add|list|get|pause|resume|trigger|delete",
+		Short: "Create, inspect and change jobs (the HTTP API's JSON, straight to the database)",
+		Args:  noArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return usagef("jobs: missing subcommand; see sqlease jobs --help") },
+	}
+	withSched := func(cmd *cobra.Command, fn func(ctx context.Context, s *scheduler.Scheduler) (any, error)) error {
+		cfg, err := load(cmd.Flags(), env.Getenv, false)
+		if err != nil {
+			return err
+		}
+		st, err := openStore(cmd.Context(), cfg.DB, cfg.TablePrefix, false)
+		if err != nil {
+			return err
+		}
+		defer st.DB().Close()
+		s, err := scheduler.New(scheduler.Config{Store: st, ValidateAction: action.ValidateJSON})
+		if err != nil {
+			return err
+		}
+		out, err := fn(cmd.Context(), s)
+		if errors.Is(err, sqlease.ErrInvalidConfig) || errors.Is(err, sqlease.ErrInvalidName) {
+			return usageError{err}
+		}
+		if err != nil {
+			return err
+		}
+		if out == nil {
+			return nil
+		}
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+
+	var file string
+	add := &cobra.Command{
+		Use:   "add -f FILE|-",
+		Short: "Create a job from its JSON (as POST /v1/jobs); idempotent for the same content",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return usagef("file: -f FILE (or - for standard input) is required")
+			}
+			var r io.Reader = env.Stdin
+			if file != "-" {
+				f, err := os.Open(file)
+				if err != nil {
+					return usagef("file: %v", err)
+				}
+				defer f.Close()
+				r = f
+			}
+			j, err := httpapi.DecodeJob(r)
+			if err != nil {
+				return usageError{err}
+			}
+			return withSched(cmd, func(ctx context.Context, s *scheduler.Scheduler) (any, error) {
+				job, created, err := s.Create(ctx, j)
+				if err != nil {
+					return nil, err
+				}
+				if !created {
+					fmt.Fprintf(env.Stderr, "job %q already exists with the same content\n", job.Name)
+				}
+				return httpapi.JobOut(job), nil
+			})
+		},
+	}
+	add.Flags().StringVarP(&file, "file", "f", "", "the job's JSON, or - for standard input")
+
+	var limit int
+	var after string
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List jobs by name",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 || limit > 1000 {
+				return usagef("limit: must be between 1 and 1000, got %d", limit)
+			}
+			return withSched(cmd, func(ctx context.Context, s *scheduler.Scheduler) (any, error) {
+				jobs, err := s.Jobs(ctx, after, limit)
+				if err != nil {
+					return nil, err
+				}
+				out := httpapi.JobList{Jobs: []httpapi.Job{}}
+				for _, j := range jobs {
+					out.Jobs = append(out.Jobs, httpapi.JobOut(j))
+				}
+				if len(jobs) == limit {
+					out.Next = jobs[len(jobs)-1].Name
+				}
+				return out, nil
+			})
+		},
+	}
+	list.Flags().IntVar(&limit, "limit", 100, "page size (1-1000)")
+	list.Flags().StringVar(&after, "after", "", "list names after this one (the previous page's next)")
+
+	one := func(use, short string, fn func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error)) *cobra.Command {
+		c := &cobra.Command{Use: use + " NAME", Short: short, Args: oneArg("NAME")}
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			return withSched(cmd, func(ctx context.Context, s *scheduler.Scheduler) (any, error) { return fn(ctx, s, args[0]) })
+		}
+		addFlags(c.Flags(), false)
+		return c
+	}
+	get := one("get", "Show a job and its latest runs", func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error) {
+		j, err := s.Job(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		runs, err := s.Runs(ctx, name, 10)
+		if err != nil {
+			return nil, err
+		}
+		out := struct {
+			httpapi.Job
+			Runs []httpapi.Run `json:"runs"`
+		}{Job: httpapi.JobOut(j), Runs: []httpapi.Run{}}
+		for _, r := range runs {
+			out.Runs = append(out.Runs, httpapi.RunOut(r))
+		}
+		return out, nil
+	})
+	pause := one("pause", "Pause a job (a run in flight finishes)", func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error) {
+		j, err := s.Pause(ctx, name)
+		return httpapi.JobOut(j), err
+	})
+	resume := one("resume", "Resume a paused job", func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error) {
+		j, err := s.Resume(ctx, name)
+		return httpapi.JobOut(j), err
+	})
+	trigger := one("trigger", "Make a job due now, once", func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error) {
+		j, err := s.Trigger(ctx, name)
+		return httpapi.JobOut(j), err
+	})
+	del := one("delete", "Delete a job (its run ledger stays)", func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error) {
+		if err := s.Delete(ctx, name); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(env.Stdout, "deleted %s\n", name)
+		return nil, nil
+	})
+	for _, c := range []*cobra.Command{add, list} {
+		addFlags(c.Flags(), false)
+	}
+	cmd.AddCommand(add, list, get, pause, resume, trigger, del)
+	return cmd
+}

@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/action"
+	"github.com/sqlease/sqlease/scheduler"
+)
+
+func schemaCmd(env Env) *cobra.Command {
+	var dialect, prefix string
+	var seed bool
+	cmd := &cobra.Command{
+		Use:   "schema --dialect sqlite|postgres|sqlserver|mysql",
+		Short: "Print the SQL that creates sqlease's tables (and, with --seed, an example job)",
+		Long: `Print the SQL script that 'sqlease migrate' applies, for DBAs who apply schema
+changes themselves. With --seed, print instead a script that inserts an example
+job ("example-heartbeat", every minute, running 'true'), idempotently.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dialect == "" {
+				return usagef("dialect: --dialect is required (sqlite, postgres, sqlserver or mysql)")
+			}
+			stmts, err := schemaOf(dialect, prefix)
+			if err != nil {
+				return err
+			}
+			if seed {
+				stmt, err := seedScript(dialect, prefix)
+				if err != nil {
+					return err
+				}
+				stmts = []string{stmt}
+			}
+			fmt.Fprintf(env.Stdout, "-- sqlease %s schema, table prefix %q\n\n", dialect, prefix)
+			for _, s := range stmts {
+				fmt.Fprintf(env.Stdout, "%s;\n\n", s)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dialect, "dialect", "", "sqlite, postgres, sqlserver or mysql")
+	cmd.Flags().StringVar(&prefix, "table-prefix", "sqlease", "prefix of the table names")
+	cmd.Flags().BoolVar(&seed, "seed", false, "print a script that inserts an example job instead")
+	return cmd
+}
+
+// seedScript is an INSERT of an example job, with the same content hash the
+// API would compute, so creating it again through the API is idempotent.
+func seedScript(dialect, prefix string) (string, error) {
+	j, hash, err := scheduler.Prepare(sqlease.Job{
+		Name:     "example-heartbeat",
+		Schedule: sqlease.Schedule{Every: time.Minute},
+		Action:   json.RawMessage(`{"exec":{"command":["true"],"timeout":"10s"}}`),
+	}, action.ValidateJSON)
+	if err != nil {
+		return "", err
+	}
+	sched, _ := json.Marshal(j.Schedule)
+	now := map[string]string{
+		"sqlite":   "strftime('%Y-%m-%d %H:%M:%f','now')",
+		"postgres": "clock_timestamp()",
+	}[dialect]
+	paused := map[string]string{"sqlite": "0", "postgres": "false"}[dialect]
+	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+	return fmt.Sprintf(`INSERT INTO %s_jobs (name, spec_hash, schedule, action, missed_runs, skip_if_older_than_ms,
+	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, created_at, last_modified_at)
+VALUES (%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %s, %s, %s)
+ON CONFLICT DO NOTHING`, prefix, q(j.Name), q(hash), q(string(sched)), q(string(j.Action)), q(string(j.MissedRuns)),
+		j.SkipIfOlderThan.Milliseconds(), j.Retry.MaxAttempts, j.Retry.Backoff.Milliseconds(), j.LockTimeout.Milliseconds(),
+		paused, now, now, now), nil
+}

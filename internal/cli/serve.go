@@ -1,0 +1,195 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/action"
+	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/postgres"
+	"github.com/sqlease/sqlease/prom"
+	"github.com/sqlease/sqlease/scheduler"
+)
+
+// newLogger builds the node's logger from the log settings.
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Node is one running sqlease serve: the elector, the scheduler and the HTTP
+// API on one database.
+type Node struct {
+	cfg      Config
+	log      *slog.Logger
+	elector  *election.Elector
+	sched    *scheduler.Scheduler
+	server   *http.Server
+	listener net.Listener
+	stopping atomic.Bool
+	close    func()
+}
+
+// NewNode opens the database (migrating it when configured), builds the
+// elector and scheduler and binds the HTTP listener. It does not start them.
+func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := newLogger(logOut, cfg.LogFormat, cfg.LogLevel)
+	store, err := openStore(ctx, cfg.DB, cfg.TablePrefix, cfg.Migrate)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: log, close: func() { store.DB().Close() }}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	obs := prom.New(reg, cfg.LeaseName)
+
+	holder := cfg.HolderID
+	if holder == "" {
+		holder = election.DefaultHolderID()
+	}
+	n.sched, err = scheduler.New(scheduler.Config{
+		Store: store, Holder: holder, Handler: action.Handle, ValidateAction: action.ValidateJSON,
+		PollInterval: cfg.PollInterval, RefreshInterval: cfg.RefreshInterval,
+		ShutdownTimeout: cfg.ShutdownTimeout, RunRetention: cfg.RunRetention,
+		Logger: log, Observer: obs,
+	})
+	if err != nil {
+		n.close()
+		return nil, usageError{firstLine(err)}
+	}
+	ecfg := election.Config{
+		Store: store, LeaseName: cfg.LeaseName, HolderID: holder,
+		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, AcquireInterval: cfg.AcquireInterval,
+		Logger: log, Observer: obs,
+	}
+	if cfg.Dispatch == "leader" {
+		ecfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) {
+			if err := n.sched.Lead(ctx, n.elector, tok); err != nil && ctx.Err() == nil {
+				log.Error("dispatch_failed", slog.String("error", err.Error()))
+			}
+		}
+	}
+	if cfg.Election == "advisory" {
+		_, dsn, _ := dialectOf(cfg.DB)
+		ecfg.SessionLocker, err = postgres.NewLocker(postgres.AdvisoryConfig{DSN: dsn, Prefix: cfg.TablePrefix})
+		if err != nil {
+			n.close()
+			return nil, usageError{err}
+		}
+	}
+	n.elector, err = election.New(ecfg)
+	if err != nil {
+		n.close()
+		return nil, usageError{firstLine(err)}
+	}
+	obs.WatchElector(n.elector.Status)
+
+	n.listener, err = net.Listen("tcp", cfg.HTTP)
+	if err != nil {
+		n.close()
+		return nil, usagef("http: cannot listen on %s: %v", cfg.HTTP, err)
+	}
+	n.server = &http.Server{
+		Handler: httpapi.New(httpapi.Config{
+			Scheduler: n.sched, Leases: store, Elector: n.elector,
+			Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+			APIToken: cfg.APIToken, Stopping: n.stopping.Load, Logger: log,
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return n, nil
+}
+
+// Addr is the address the HTTP API listens on.
+func (n *Node) Addr() string { return n.listener.Addr().String() }
+
+// Run serves until ctx ends, then shuts down gracefully: readiness reports
+// stopping, no new runs start, in-flight runs get ShutdownTimeout, the lease
+// is released so a follower takes over at once, and the HTTP server stops.
+func (n *Node) Run(ctx context.Context) error {
+	defer n.close()
+	n.log.Info("node_started", slog.String("http", n.Addr()), slog.String("db", redact(n.cfg.DB)),
+		slog.String("holder_id", n.elector.HolderID()), slog.String("dispatch", n.cfg.Dispatch))
+	if !isLoopback(n.Addr()) && n.cfg.APIToken == "" {
+		n.log.Warn("api_unprotected", slog.String("http", n.Addr()),
+			slog.String("hint", "the API listens beyond loopback without --api-token: anyone who can reach it can create and run jobs"))
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- n.server.Serve(n.listener) }()
+
+	// The elector and the claim loop run on their own context, cancelled
+	// only after the drain below.
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = n.elector.Run(workCtx) }()
+	if n.cfg.Dispatch == "claim" {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = n.sched.Run(workCtx) }()
+	}
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		err = fmt.Errorf("http server: %w", err)
+	}
+	n.stopping.Store(true)
+	n.log.Info("node_stopping", slog.Duration("shutdown_timeout", n.cfg.ShutdownTimeout))
+	dctx, cancel := context.WithTimeout(context.Background(), n.cfg.ShutdownTimeout)
+	if derr := n.sched.Drain(dctx); derr != nil {
+		n.log.Warn("drain_timeout", slog.String("hint", "in-flight runs are cancelled and will be retried by the next owner"))
+	}
+	cancel()
+	stopWork() // cancels runs still in flight; the elector releases the lease
+	wg.Wait()
+	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer hcancel()
+	if serr := n.server.Shutdown(hctx); serr != nil && err == nil {
+		err = serr
+	}
+	n.log.Info("node_stopped")
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+func statusCmd(env Env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the leases (holder, epoch, time left) and a summary of the jobs",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := load(cmd.Flags(), env.Getenv, false)
+			if err != nil {
+				return err
+			}
+			s, err := openStore(cmd.Context(), cfg.DB, cfg.TablePrefix, false)
+			if err != nil {
+				return err
+			}
+			defer s.DB().Close()
+			leases, err := s.Leases(cmd.Context())
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "LEASE\tHOLDER\tEPOCH\tEXPIRES AT\tTIME LEFT")
+			for _, l := range leases {
+				left := "expired"
+				if !l.Expired() {
+					left = l.Remaining().Round(time.Millisecond).String()
+				}
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", l.Name, l.Holder, l.Epoch, l.ExpiresAt.Format(time.RFC3339Nano), left)
+			}
+			if len(leases) == 0 {
+				fmt.Fprintln(w, "(none)\t\t\t\t")
+			}
+			w.Flush()
+			st, err := s.Stats(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(env.Stdout, "\njobs: %d total, %d active, %d paused, %d due now, %d running\n",
+				st.Total, st.Total-st.Paused, st.Paused, st.Due, st.Running)
+			return nil
+		},
+	}
+	addFlags(cmd.Flags(), false)
+	return cmd
+}
