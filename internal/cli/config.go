@@ -74,7 +74,9 @@ type setting struct {
 	serve  bool // only for serve (others take --db only)
 }
 
-func (s setting) env() string  { return "SQLEASE_" + strings.ToUpper(strings.ReplaceAll(s.name, "-", "_")) }
+func (s setting) env() string {
+	return "SQLEASE_" + strings.ToUpper(strings.ReplaceAll(s.name, "-", "_"))
+}
 func (s setting) file() string { return strings.ReplaceAll(s.name, "-", "_") }
 
 func str(name, usage string, f func(*Config) *string, secret, serve bool) setting {

@@ -24,7 +24,9 @@ func jobsCmd(env Env) *cobra.Command {
 		Use:   "jobs add|list|get|pause|resume|trigger|delete",
 		Short: "Create, inspect and change jobs (the HTTP API's JSON, straight to the database)",
 		Args:  noArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return usagef("jobs: missing subcommand; see sqlease jobs --help") },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usagef("jobs: missing subcommand; see sqlease jobs --help")
+		},
 	}
 	withSched := func(cmd *cobra.Command, fn func(ctx context.Context, s *scheduler.Scheduler) (any, error)) error {
 		cfg, err := load(cmd.Flags(), env.Getenv, false)
