@@ -14,9 +14,13 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
@@ -121,8 +125,8 @@ WHERE lease_name = $1 AND holder_id = $2 AND lease_epoch = $3 AND expires_at > c
 }
 
 // Classify wraps sqlease.ErrTransient around errors worth retrying: lost or
-// refused connections (SQLSTATE class 08), serialization failures and
-// deadlocks, shutdowns and too many connections.
+// refused connections (SQLSTATE class 08, EOF, resets, network errors),
+// serialization failures and deadlocks, shutdowns and too many connections.
 func Classify(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
@@ -136,7 +140,11 @@ func Classify(err error) error {
 		return err
 	}
 	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+	var ne net.Error
+	if errors.As(err, &ce) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
+		errors.As(err, &ne) {
 		return fmt.Errorf("%w: %w", sqlease.ErrTransient, err)
 	}
 	return err

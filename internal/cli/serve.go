@@ -23,6 +23,7 @@ import (
 	"github.com/sqlease/sqlease/httpapi"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/prom"
+	"github.com/sqlease/sqlease/resilient"
 	"github.com/sqlease/sqlease/scheduler"
 )
 
@@ -82,7 +83,9 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		return nil, usageError{firstLine(err)}
 	}
 	ecfg := election.Config{
-		Store: store, LeaseName: cfg.LeaseName, HolderID: holder,
+		// Transient errors are retried within each call's deadline, behind
+		// a circuit breaker; the scheduler's loops retry on their next tick.
+		Store: resilient.Wrap(store, resilient.Config{Logger: log}), LeaseName: cfg.LeaseName, HolderID: holder,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, AcquireInterval: cfg.AcquireInterval,
 		Logger: log, Observer: obs,
 	}
