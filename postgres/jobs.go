@@ -57,6 +57,15 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 )`),
 			r.Replace(`CREATE INDEX IF NOT EXISTS {runs}_running ON {runs} (job_id) WHERE outcome = 'running'`),
 			r.Replace(`CREATE INDEX IF NOT EXISTS {runs}_finished ON {runs} (finished_at)`),
+			// One notification per writing transaction (PostgreSQL folds
+			// duplicates), for the leader's change feed (ListenJobs).
+			r.Replace(`CREATE OR REPLACE FUNCTION {jobs}_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_notify('{jobs}', '');
+	RETURN NULL;
+END $$`),
+			r.Replace(`CREATE OR REPLACE TRIGGER {jobs}_notify AFTER INSERT OR UPDATE OR DELETE ON {jobs}
+FOR EACH STATEMENT EXECUTE FUNCTION {jobs}_notify()`),
 		},
 		Now: `SELECT clock_timestamp()`,
 		InsertJob: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now)

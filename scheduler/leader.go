@@ -39,7 +39,16 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) erro
 	wg.Add(1)
 	go func() { defer wg.Done(); s.prune(ctx) }()
 
-	refresh := time.NewTimer(s.cfg.RefreshInterval)
+	// With a change feed, refresh when told (at most once per
+	// RefreshInterval) and otherwise only every FallbackRefresh, so an idle
+	// leader costs the database almost nothing.
+	every := s.cfg.RefreshInterval
+	if s.cfg.Changes != nil {
+		// Never so rare that the horizon reload below comes late.
+		every = min(s.cfg.FallbackRefresh, s.cfg.ScheduleHorizon/2)
+	}
+	lastRefresh := time.Now()
+	refresh := time.NewTimer(every)
 	defer refresh.Stop()
 	due := time.NewTimer(time.Hour)
 	defer due.Stop()
@@ -58,7 +67,10 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) erro
 			l.setRunning(f.ID, false)
 			l.apply(f)
 		case <-due.C:
+		case <-s.cfg.Changes:
+			refresh.Reset(max(s.cfg.RefreshInterval-time.Since(lastRefresh), 0))
 		case <-refresh.C:
+			lastRefresh = time.Now()
 			err := l.refresh(ctx)
 			if err == nil && l.estNow().After(l.loadedUntil.Add(-s.cfg.ScheduleHorizon/2)) {
 				err = l.reload(ctx)
@@ -67,7 +79,11 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) erro
 				s.log.Error("schedule_refresh_failed", slog.String("error", err.Error()))
 			}
 			healthy = err == nil
-			refresh.Reset(s.cfg.RefreshInterval)
+			if healthy {
+				refresh.Reset(every)
+			} else {
+				refresh.Reset(s.cfg.RefreshInterval) // retry soon
+			}
 		}
 	}
 }

@@ -78,6 +78,7 @@ const (
 	DefaultMaxScheduled      = 10_000
 	DefaultShutdownTimeout   = 10 * time.Second
 	DefaultRunRetention      = 30 * 24 * time.Hour
+	DefaultFallbackRefresh   = 30 * time.Second
 )
 
 // Config configures a Scheduler. Zero fields take the documented defaults.
@@ -105,6 +106,13 @@ type Config struct {
 	HeartbeatFailures int
 	// RefreshInterval is the leader's schedule_refresh_interval.
 	RefreshInterval time.Duration
+	// Changes, when set, signals that jobs may have changed (PostgreSQL:
+	// postgres.ListenJobs). The leader then refreshes when signalled — at
+	// most once per RefreshInterval — and otherwise every FallbackRefresh.
+	Changes <-chan struct{}
+	// FallbackRefresh is the refresh period when Changes is set; it bounds
+	// the delay of a lost notification. Default DefaultFallbackRefresh.
+	FallbackRefresh time.Duration
 	// RefreshOverlap is how far behind its cursor the leader re-reads, to
 	// catch rows stamped earlier that committed later. It must exceed the
 	// longest transaction that writes jobs.
@@ -147,6 +155,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ScheduleHorizon, DefaultScheduleHorizon)
 	def(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	def(&c.RunRetention, DefaultRunRetention)
+	def(&c.FallbackRefresh, DefaultFallbackRefresh)
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}

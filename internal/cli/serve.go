@@ -62,7 +62,19 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: log, close: func() { store.DB().Close() }}
+	// Background work owned by the node (the job change feed) lives until
+	// the node closes.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	n := &Node{cfg: cfg, log: log, close: func() { stopBG(); store.DB().Close() }}
+	var changes <-chan struct{}
+	if dialect, dsn, _ := dialectOf(cfg.DB); dialect == "postgres" && cfg.Dispatch == "leader" {
+		// The leader refreshes its schedule when jobs change instead of
+		// polling every refresh interval.
+		if changes, err = postgres.ListenJobs(bg, dsn, cfg.TablePrefix, log); err != nil {
+			n.close()
+			return nil, err
+		}
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -74,7 +86,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	}
 	n.sched, err = scheduler.New(scheduler.Config{
 		Store: store, Holder: holder, Handler: action.Handle, ValidateAction: action.ValidateJSON,
-		PollInterval: cfg.PollInterval, RefreshInterval: cfg.RefreshInterval,
+		PollInterval: cfg.PollInterval, RefreshInterval: cfg.RefreshInterval, Changes: changes,
 		ShutdownTimeout: cfg.ShutdownTimeout, RunRetention: cfg.RunRetention,
 		Logger: log, Observer: obs,
 	})
