@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime/debug"
 	"strings"
 
@@ -39,13 +40,18 @@ func Main(ctx context.Context, args []string, env Env) int {
 		return 0
 	}
 	msg := strings.TrimPrefix(err.Error(), "sqlease: ")
-	fmt.Fprintln(env.Stderr, "sqlease: "+msg)
 	var ue usageError
 	if errors.As(err, &ue) {
+		// One line, as API.md promises: some errors (YAML's) span several.
+		fmt.Fprintln(env.Stderr, "sqlease: "+lineBreaks.ReplaceAllString(strings.TrimSpace(msg), "; "))
 		return 2
 	}
+	fmt.Fprintln(env.Stderr, "sqlease: "+msg)
 	return 1
 }
+
+// lineBreaks and the indentation around them, in a multi-line error.
+var lineBreaks = regexp.MustCompile(`[ \t]*\r?\n\s*`)
 
 func newRoot(env Env) *cobra.Command {
 	root := &cobra.Command{

@@ -1,0 +1,526 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease/internal/pgtest"
+)
+
+// binary is the sqlease command TestMain built.
+var binary string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "sqlease-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: finding the module root:", err)
+		return 1
+	}
+	binary = filepath.Join(dir, "sqlease")
+	args := []string{"build", "-o", binary}
+	if os.Getenv("SQLEASE_E2E_RACE") != "" {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goTool(), append(args, "./cmd/sqlease")...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: go build ./cmd/sqlease in %s: %v\n%s", root, err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// moduleRoot is the directory of the main module's go.mod: what "go env
+// GOMOD" says, else the first go.mod above the working directory.
+func moduleRoot() (string, error) {
+	if out, err := exec.Command(goTool(), "env", "GOMOD").Output(); err == nil {
+		if p := strings.TrimSpace(string(out)); p != "" && p != os.DevNull {
+			return filepath.Dir(p), nil
+		}
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Timings of every node: crash failover is bounded by lease duration +
+// acquire interval × (1 + 20% jitter); slack absorbs a loaded machine.
+const (
+	leaseDuration   = 1 * time.Second
+	renewInterval   = 250 * time.Millisecond
+	acquireInterval = 100 * time.Millisecond
+	refreshInterval = 100 * time.Millisecond
+	slack           = 3 * time.Second
+
+	failoverBound = leaseDuration + acquireInterval*12/10 + slack
+)
+
+// --- databases ---
+
+// backend is where a test's fleet keeps its state.
+type backend struct {
+	name  string
+	nodes int                       // fleet size for this backend
+	db    func(t *testing.T) string // a fresh database URL for t
+}
+
+// postgresDB returns a function giving each test a fresh database on
+// $SQLEASE_TEST_POSTGRES_URL, else on a private server started (once, on
+// first use) for the calling top-level test t.
+func postgresDB(t *testing.T) func(t *testing.T) string {
+	var once sync.Once
+	url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
+	return func(sub *testing.T) string {
+		once.Do(func() {
+			if url == "" {
+				url = pgtest.Start(t).URL()
+			}
+		})
+		return pgtest.CreateDatabase(sub, url)
+	}
+}
+
+func sqliteDB(t *testing.T) string {
+	return "sqlite:" + filepath.Join(t.TempDir(), "sqlease.db")
+}
+
+// --- nodes ---
+
+// syncBuf is a goroutine-safe buffer for a node's output.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// node is one "sqlease serve" process.
+type node struct {
+	holder string
+	addr   string // host:port of its HTTP API
+	cmd    *exec.Cmd
+	out    *syncBuf // stdout and stderr (JSON log lines)
+
+	done     chan struct{} // closed when the process has exited
+	exitCode int           // valid after done; -1 if killed by a signal
+	signaled syscall.Signal
+}
+
+// fleet is the nodes of one test on one database.
+type fleet struct {
+	t     *testing.T
+	db    string
+	extra []string // flags every node gets
+	mu    sync.Mutex
+	nodes []*node
+}
+
+func newFleet(t *testing.T, db string, extra ...string) *fleet {
+	f := &fleet{t: t, db: db, extra: extra}
+	t.Cleanup(func() {
+		for _, n := range f.all() {
+			if !n.exited() {
+				_ = n.cmd.Process.Kill()
+				select {
+				case <-n.done:
+				case <-time.After(10 * time.Second):
+					t.Errorf("node %s (pid %d) did not die after SIGKILL", n.holder, n.cmd.Process.Pid)
+				}
+			}
+		}
+		for _, n := range f.all() {
+			if strings.Contains(n.out.String(), "WARNING: DATA RACE") {
+				t.Errorf("node %s reported a data race", n.holder)
+			}
+		}
+		if t.Failed() {
+			for _, n := range f.all() {
+				log := n.out.String()
+				if len(log) > 48<<10 {
+					log = "…" + log[len(log)-48<<10:]
+				}
+				t.Logf("--- node %s (%s, pid %d, exit %s) ---\n%s", n.holder, n.addr, n.cmd.Process.Pid, n.status(), log)
+			}
+		}
+	})
+	return f
+}
+
+func (f *fleet) all() []*node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.nodes)
+}
+
+// alive returns the nodes whose process still runs.
+func (f *fleet) alive() []*node {
+	var out []*node
+	for _, n := range f.all() {
+		if !n.exited() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// start launches nodes with the given holder ids at once and waits until
+// each answers /readyz with 200.
+func (f *fleet) start(holders ...string) []*node {
+	f.t.Helper()
+	nodes := make([]*node, len(holders))
+	for i, h := range holders {
+		nodes[i] = f.launch(h)
+	}
+	for i, n := range nodes {
+		nodes[i] = f.waitUp(n)
+	}
+	return nodes
+}
+
+// launch starts one node on a free port without waiting for it.
+func (f *fleet) launch(holder string, extra ...string) *node {
+	f.t.Helper()
+	addr := freeAddr(f.t)
+	args := []string{"serve",
+		"--db", f.db,
+		"--http", addr,
+		"--holder-id", holder,
+		"--lease-duration", leaseDuration.String(),
+		"--renew-interval", renewInterval.String(),
+		"--acquire-interval", acquireInterval.String(),
+		"--schedule-refresh-interval", refreshInterval.String(),
+		"--log-format", "json",
+	}
+	args = append(append(args, f.extra...), extra...)
+	n := &node{holder: holder, addr: addr, out: &syncBuf{}, done: make(chan struct{})}
+	n.cmd = exec.Command(binary, args...)
+	n.cmd.Env = nodeEnv()
+	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
+	if err := n.cmd.Start(); err != nil {
+		f.t.Fatalf("starting node %s: %v", holder, err)
+	}
+	go func() {
+		err := n.cmd.Wait()
+		n.exitCode = n.cmd.ProcessState.ExitCode()
+		if ws, ok := n.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			n.signaled = ws.Signal()
+		}
+		_ = err
+		close(n.done)
+	}()
+	f.mu.Lock()
+	f.nodes = append(f.nodes, n)
+	f.mu.Unlock()
+	return n
+}
+
+// waitUp waits until n answers /readyz with 200. If n exited because its
+// port was taken meanwhile, it is relaunched on another port.
+func (f *fleet) waitUp(n *node) *node {
+	f.t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := poll(20*time.Second, func() (bool, string) {
+			if n.exited() {
+				return true, ""
+			}
+			code, body := n.get("/readyz")
+			return code == 200, fmt.Sprintf("/readyz: %d %s", code, body)
+		})
+		switch {
+		case err != nil:
+			f.t.Fatalf("node %s not ready: %v\n%s", n.holder, err, n.out.String())
+		case !n.exited():
+			return n
+		case strings.Contains(n.out.String(), "cannot listen") && attempt < 5:
+			n = f.launch(n.holder)
+		default:
+			f.t.Fatalf("node %s exited while starting (%s):\n%s", n.holder, n.status(), n.out.String())
+		}
+	}
+}
+
+// nodeEnv is the test's environment without SQLEASE_* variables (so that
+// only the flags configure a node), plus one setting the exec actions must
+// not see.
+func nodeEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SQLEASE_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "SQLEASE_LOG_LEVEL=info")
+}
+
+func (n *node) exited() bool {
+	select {
+	case <-n.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (n *node) status() string {
+	switch {
+	case !n.exited():
+		return "running"
+	case n.signaled != 0:
+		return "killed by " + n.signaled.String()
+	default:
+		return strconv.Itoa(n.exitCode)
+	}
+}
+
+func (n *node) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := n.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v to node %s: %v", sig, n.holder, err)
+	}
+}
+
+// wait waits for n to exit and returns its status.
+func (n *node) wait(t *testing.T, timeout time.Duration) string {
+	t.Helper()
+	select {
+	case <-n.done:
+		return n.status()
+	case <-time.After(timeout):
+		t.Fatalf("node %s did not exit within %v", n.holder, timeout)
+		return ""
+	}
+}
+
+// --- HTTP ---
+
+var client = &http.Client{
+	Timeout:   2 * time.Second,
+	Transport: &http.Transport{DisableKeepAlives: true},
+}
+
+func (n *node) url(path string) string { return "http://" + n.addr + path }
+
+// get returns the status and body of GET path; status 0 if no answer.
+func (n *node) get(path string) (int, string) {
+	resp, err := client.Get(n.url(path))
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// do sends a request with an optional body and bearer token.
+func (n *node) do(t *testing.T, method, path, token string, body []byte) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, n.url(path), bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s on %s: %v", method, path, n.holder, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+// getJSON GETs path and decodes the 200 answer into v.
+func (n *node) getJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	code, body := n.get(path)
+	if code != 200 {
+		t.Fatalf("GET %s on %s: %d %s", path, n.holder, code, body)
+	}
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		t.Fatalf("GET %s on %s: %v: %s", path, n.holder, err, body)
+	}
+}
+
+// ready is a parsed /readyz answer.
+type ready struct {
+	code   int
+	mode   string // leader, follower, stopping, unavailable; "" if no answer
+	holder string
+	leader string
+	epoch  int64
+	fields map[string]string
+	body   string
+}
+
+func (r ready) String() string { return fmt.Sprintf("%d %s", r.code, strings.TrimSpace(r.body)) }
+
+func (n *node) readyz() ready {
+	code, body := n.get("/readyz")
+	r := ready{code: code, body: body, fields: map[string]string{}}
+	if code == 0 {
+		return r
+	}
+	for _, kv := range strings.Fields(body) {
+		k, v, _ := strings.Cut(kv, "=")
+		r.fields[k] = v
+	}
+	r.mode, r.holder, r.leader = r.fields["mode"], r.fields["holder_id"], r.fields["leader"]
+	r.epoch, _ = strconv.ParseInt(r.fields["lease_epoch"], 10, 64)
+	return r
+}
+
+// agreed checks that every node in nodes answers /readyz with 200, exactly
+// one as leader, every other as follower naming that leader and epoch. It
+// returns the leader and its epoch, or a description of the disagreement.
+func agreed(nodes []*node) (*node, int64, string) {
+	var leader *node
+	var epoch int64
+	rs := make([]ready, len(nodes))
+	var desc []string
+	for i, n := range nodes {
+		rs[i] = n.readyz()
+		desc = append(desc, n.holder+": "+rs[i].String())
+		if rs[i].code == 200 && rs[i].mode == "leader" {
+			if leader != nil {
+				return nil, 0, "two leaders: " + strings.Join(desc, "; ")
+			}
+			leader, epoch = n, rs[i].epoch
+		}
+	}
+	if leader == nil {
+		return nil, 0, "no leader: " + strings.Join(desc, "; ")
+	}
+	for i, n := range nodes {
+		r := rs[i]
+		if n == leader {
+			if r.holder != n.holder || r.leader != n.holder || epoch < 1 || r.fields["lease_expires_at"] == "" {
+				return nil, 0, "leader's readyz: " + r.String()
+			}
+			continue
+		}
+		if r.code != 200 || r.mode != "follower" || r.leader != leader.holder || r.epoch != epoch || r.holder != n.holder {
+			return nil, 0, "not following " + leader.holder + ": " + strings.Join(desc, "; ")
+		}
+	}
+	return leader, epoch, ""
+}
+
+// waitAgreed waits until nodes agree on one leader.
+func waitAgreed(t *testing.T, nodes []*node, timeout time.Duration) (*node, int64) {
+	t.Helper()
+	var leader *node
+	var epoch int64
+	err := poll(timeout, func() (bool, string) {
+		var why string
+		leader, epoch, why = agreed(nodes)
+		return leader != nil, why
+	})
+	if err != nil {
+		t.Fatalf("nodes do not agree on one leader: %v", err)
+	}
+	return leader, epoch
+}
+
+// --- helpers ---
+
+// poll calls cond every 10 ms until it returns true or timeout passes; the
+// error then carries cond's last description.
+func poll(timeout time.Duration, cond func() (bool, string)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, why := cond()
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v: %s", timeout, why)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func without(nodes []*node, n *node) []*node {
+	return slices.DeleteFunc(slices.Clone(nodes), func(m *node) bool { return m == n })
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func round(ds []time.Duration) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond).String()
+	}
+	return out
+}
