@@ -216,7 +216,10 @@ func load(fs *pflag.FlagSet, getenv func(string) string, serve bool) (Config, er
 			}
 		}
 	}
-	for _, s := range byName {
+	for _, s := range settings { // in a fixed order: the first bad one is reported
+		if _, ok := byName[s.name]; !ok {
+			continue
+		}
 		if v, ok := lookupEnv(getenv, s.env()); ok {
 			if err := apply(s, v, "environment "+s.env()); err != nil {
 				return Config{}, err

@@ -43,11 +43,20 @@ func dialectOf(dbURL string) (dialect, dsn string, err error) {
 // redact hides a URL's password for logs and messages.
 func redact(dbURL string) string {
 	u, err := url.Parse(dbURL)
-	if err != nil || u.User == nil {
-		if err != nil {
-			return "(unparsable URL)"
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	// Passwords may also ride in the query string (libpq style).
+	q := u.Query()
+	masked := false
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "password") || strings.EqualFold(k, "fedauth_token") {
+			q.Set(k, "xxxxx")
+			masked = true
 		}
-		return dbURL
+	}
+	if masked {
+		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }

@@ -58,14 +58,27 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		return nil, err
 	}
 	log := newLogger(logOut, cfg.LogFormat, cfg.LogLevel)
+	// Bind first: a bad address must not create or migrate a database.
+	ln, err := net.Listen("tcp", cfg.HTTP)
+	if err != nil {
+		return nil, usagef("http: cannot listen on %s: %v", cfg.HTTP, err)
+	}
 	store, err := openStore(ctx, cfg.DB, cfg.TablePrefix, cfg.Migrate)
 	if err != nil {
+		ln.Close()
 		return nil, err
 	}
 	// Background work owned by the node (the job change feed) lives until
 	// the node closes.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	n := &Node{cfg: cfg, log: log, close: func() { stopBG(); store.DB().Close() }}
+	// Until Run owns it, a failed construction must free the port too.
+	built := false
+	defer func() {
+		if !built {
+			ln.Close()
+		}
+	}()
 	var changes <-chan struct{}
 	if dialect, dsn, _ := dialectOf(cfg.DB); dialect == "postgres" && cfg.Dispatch == "leader" {
 		// The leader refreshes its schedule when jobs change instead of
@@ -123,11 +136,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	}
 	obs.WatchElector(n.elector.Status)
 
-	n.listener, err = net.Listen("tcp", cfg.HTTP)
-	if err != nil {
-		n.close()
-		return nil, usagef("http: cannot listen on %s: %v", cfg.HTTP, err)
-	}
+	n.listener = ln
 	n.server = &http.Server{
 		Handler: httpapi.New(httpapi.Config{
 			Scheduler: n.sched, Leases: store, Elector: n.elector,
@@ -137,6 +146,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	built = true
 	return n, nil
 }
 
