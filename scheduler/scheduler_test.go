@@ -16,15 +16,18 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
+	"github.com/sqlease/sqlease/mysql"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
-// dialects runs fn against SQLite always and PostgreSQL when
-// SQLEASE_TEST_POSTGRES_URL is set (scripts/test.sh sets it).
+// dialects runs fn against SQLite always, PostgreSQL when
+// SQLEASE_TEST_POSTGRES_URL is set and MariaDB/MySQL when
+// SQLEASE_TEST_MYSQL_URL is set (scripts/test.sh sets both).
 func dialects(t *testing.T, fn func(t *testing.T, newStore func(t *testing.T) *sqlstore.Store)) {
 	t.Run("sqlite", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "jobs.db")
@@ -45,6 +48,21 @@ func dialects(t *testing.T, fn func(t *testing.T, newStore func(t *testing.T) *s
 		dbURL := pgtest.CreateDatabase(t, url)
 		fn(t, func(t *testing.T) *sqlstore.Store {
 			s, err := postgres.OpenStore(context.Background(), dbURL, "sqlease")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.DB().Close() })
+			return s
+		})
+	})
+	t.Run("mysql", func(t *testing.T) {
+		url := os.Getenv(mysqltest.URLEnv)
+		if url == "" {
+			t.Skip(mysqltest.URLEnv + " not set; bash scripts/test.sh sets it")
+		}
+		dbURL := mysqltest.CreateDatabase(t, url)
+		fn(t, func(t *testing.T) *sqlstore.Store {
+			s, err := mysql.OpenStore(context.Background(), dbURL, "sqlease")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -300,7 +318,7 @@ func TestStaleLockReclaimed(t *testing.T) {
 			t.Fatalf("claim: %v %d", err, len(claimed))
 		}
 		c := claimed[0]
-		if _, err := st.StartRun(ctx, nil, c.Lock, c.Name, c.NextRunAt, c.Attempt, c.Lock.Epoch); err != nil {
+		if _, err := st.StartRun(ctx, nil, c.Lock, c.Name, c.NextRunAt, c.Attempt+1, c.Lock.Epoch); err != nil {
 			t.Fatal(err)
 		}
 		rec := &recorder{}
@@ -597,8 +615,11 @@ func TestMissedRunsAfterOutage(t *testing.T) {
 }
 
 func placeholder(st *sqlstore.Store) string {
-	if st.Dialect().Name == "postgres" {
+	switch st.Dialect().Name {
+	case "postgres":
 		return "$1"
+	case "mysql":
+		return "?"
 	}
 	return "?1"
 }

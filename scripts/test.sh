@@ -17,6 +17,15 @@
 # created if missing) or as an ordinary user. SQLEASE_TEST_PG_BIN overrides the
 # binary directory (default /usr/lib/postgresql/15/bin).
 #
+# Likewise, unless SQLEASE_TEST_MYSQL_URL is already set, a throwaway MariaDB is
+# started (as the OS user mysql when run as root) and exported as
+# SQLEASE_TEST_MYSQL_URL=mysql://sqlease:<random>@127.0.0.1:<port>/sqlease; the
+# user sqlease may create and drop the databases named sqlease%. When mariadbd
+# is missing and the script runs as root, the Debian package mariadb-server is
+# installed first (apt-get; the package's own service is not started). The
+# server is killed and its directory removed when the script exits, and by a
+# watchdog should the script itself be killed.
+#
 # Exit status: that of go test, or 1 if gofmt, go vet or the server setup fails.
 set -euo pipefail
 
@@ -32,6 +41,9 @@ die() {
 
 pg_dir=""  # the throwaway server's directory, once it exists
 pg_run=()  # prefix that runs PostgreSQL binaries as their OS user
+md_dir=""  # the throwaway MariaDB's directory, once it exists
+md_pid=""  # its mariadbd, while it runs
+md_dog=""  # its watchdog
 
 cleanup() {
 	local status=$?
@@ -43,7 +55,15 @@ cleanup() {
 		fi
 		rm -rf "$pg_dir" || true
 	fi
-	# MariaDB: stop the throwaway MariaDB server and remove its directory here.
+	if [[ -n $md_dir ]]; then
+		say "stopping MariaDB and removing $md_dir"
+		stop_mariadb
+		if [[ -n $md_dog ]]; then
+			kill -KILL "$md_dog" 2>/dev/null || true # it ignores INT and TERM
+			wait "$md_dog" 2>/dev/null || true
+		fi
+		rm -rf "$md_dir" || true
+	fi
 	exit "$status"
 }
 test_pgid="" # go test's process group, while it runs
@@ -158,6 +178,156 @@ EOF
 	say "PostgreSQL ready in $(((${EPOCHREALTIME//[.,]/} - t0) / 1000)) ms: SQLEASE_TEST_POSTGRES_URL=$SQLEASE_TEST_POSTGRES_URL"
 }
 
+# stop_mariadb kills the throwaway mariadbd (its data is thrown away, so
+# there is nothing to shut down cleanly) and waits until it is gone.
+stop_mariadb() {
+	[[ -n $md_pid ]] || return 0
+	kill -KILL "$md_pid" 2>/dev/null || true
+	wait "$md_pid" 2>/dev/null || true
+	md_pid=""
+}
+
+# mariadb_tool prints the path of the first of the given MariaDB programs
+# found in PATH or in /usr/sbin (not in an ordinary user's PATH).
+mariadb_tool() {
+	local name
+	for name in "$@"; do
+		if command -v "$name" 2>/dev/null; then
+			return 0
+		fi
+		if [[ -x /usr/sbin/$name ]]; then
+			echo "/usr/sbin/$name"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# install_mariadb installs the Debian package mariadb-server without letting
+# it start the system's own server.
+install_mariadb() {
+	[[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1 ||
+		die "mariadbd not found (as root with apt-get this script installs mariadb-server; or point SQLEASE_TEST_MYSQL_URL at a server)"
+	local policy=/usr/sbin/policy-rc.d made_policy="" t0=$SECONDS
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made_policy=1
+	fi
+	say "installing mariadb-server (apt-get)"
+	local ok=""
+	if DEBIAN_FRONTEND=noninteractive apt-get install -y -q mariadb-server >/tmp/sqlease-apt.log 2>&1; then
+		ok=1
+	else
+		say "apt-get install failed; apt-get update and retrying"
+		apt-get update -q >>/tmp/sqlease-apt.log 2>&1 &&
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -q mariadb-server >>/tmp/sqlease-apt.log 2>&1 && ok=1
+	fi
+	[[ -n $made_policy ]] && rm -f "$policy"
+	if [[ -z $ok ]]; then
+		tail -n 30 /tmp/sqlease-apt.log >&2 || true
+		die "installing mariadb-server failed (log: /tmp/sqlease-apt.log)"
+	fi
+	say "mariadb-server installed in $((SECONDS - t0)) s"
+}
+
+start_mariadb() {
+	local mariadbd install_db admin client
+	if ! mariadbd=$(mariadb_tool mariadbd mysqld); then
+		install_mariadb
+		mariadbd=$(mariadb_tool mariadbd mysqld) || die "mariadbd still not found after installing mariadb-server"
+	fi
+	install_db=$(mariadb_tool mariadb-install-db mysql_install_db) || die "mariadb-install-db not found"
+	admin=$(mariadb_tool mariadb-admin mysqladmin) || die "mariadb-admin not found"
+	client=$(mariadb_tool mariadb mysql) || die "the mariadb client not found"
+
+	# As root, mariadbd runs as the OS user mysql (--user), in a directory
+	# that user owns; the tmpfs /dev/shm is preferred, as for PostgreSQL.
+	local as_user=()
+	if [[ $(id -u) -eq 0 ]]; then
+		id mysql >/dev/null 2>&1 || useradd --system --no-create-home mysql || id mysql >/dev/null 2>&1 ||
+			die "cannot create OS user mysql"
+		as_user=(--user=mysql)
+	fi
+	md_dir=$(mktemp -d /dev/shm/sqlease-test-mariadb.XXXXXXXX 2>/dev/null) ||
+		md_dir=$(mktemp -d /tmp/sqlease-test-mariadb.XXXXXXXX)
+	if ((${#as_user[@]})); then
+		chown mysql: "$md_dir"
+	fi
+	local data=$md_dir/data log=$md_dir/mariadb.log sock=$md_dir/mariadb.sock out
+	local t0=${EPOCHREALTIME//[.,]/}
+	say "mariadb-install-db: $data"
+	if ! out=$("$install_db" --no-defaults "${as_user[@]}" --datadir="$data" --auth-root-authentication-method=normal \
+		--skip-test-db --skip-name-resolve --innodb-log-file-size=16M 2>&1); then
+		printf '%s\n' "$out" >&2
+		die "mariadb-install-db failed"
+	fi
+
+	# Nothing here needs to survive a crash: no binary log, no flushing at
+	# commit, no doublewrite buffer.
+	local attempt port deadline
+	for attempt in 1 2 3 4 5; do
+		port=$(free_port) || die "no free TCP port found"
+		rm -f "$log"
+		say "starting MariaDB on 127.0.0.1:$port"
+		"$mariadbd" --no-defaults "${as_user[@]}" --datadir="$data" --port="$port" --bind-address=127.0.0.1 \
+			--socket="$sock" --pid-file="$md_dir/mariadb.pid" --log-error="$log" \
+			--skip-log-bin --skip-name-resolve --default-time-zone=+00:00 \
+			--character-set-server=utf8mb4 --collation-server=utf8mb4_bin --max-connections=500 \
+			--innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 --innodb-log-file-size=16M \
+			--innodb-buffer-pool-size=128M </dev/null >/dev/null 2>&1 &
+		md_pid=$!
+		# Should this script be killed (SIGKILL: no trap runs), take the
+		# server down with it.
+		if [[ -z $md_dog ]]; then
+			(
+				trap '' INT TERM HUP
+				while kill -0 "$$" 2>/dev/null; do sleep 1; done
+				kill -KILL "$(cat "$md_dir/mariadb.pid" 2>/dev/null)" 2>/dev/null || true
+				sleep 0.5
+				rm -rf "$md_dir"
+			) </dev/null >/dev/null 2>&1 &
+			md_dog=$!
+		fi
+		# Ready once it answers on its own socket (a port can be taken by
+		# another process before the server binds it; the socket cannot).
+		deadline=$((SECONDS + 30))
+		until "$admin" --no-defaults --socket="$sock" -uroot ping >/dev/null 2>&1; do
+			if ! kill -0 "$md_pid" 2>/dev/null || ((SECONDS >= deadline)); then
+				break
+			fi
+			sleep 0.05
+		done
+		if "$admin" --no-defaults --socket="$sock" -uroot ping >/dev/null 2>&1; then
+			break
+		fi
+		stop_mariadb
+		if grep -qi 'address already in use' "$log" 2>/dev/null && ((attempt < 5)); then
+			say "port $port was taken meanwhile; trying another"
+			continue
+		fi
+		printf -- '--- MariaDB server log (%s) ---\n' "$log" >&2
+		cat "$log" >&2 || true
+		die "MariaDB did not start within 30s"
+	done
+
+	local password
+	password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+	if ! out=$("$client" --no-defaults --socket="$sock" -uroot -e "
+		CREATE DATABASE sqlease CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+		CREATE USER 'sqlease'@'127.0.0.1' IDENTIFIED BY '$password';
+		GRANT ALL PRIVILEGES ON \`sqlease%\`.* TO 'sqlease'@'127.0.0.1';" 2>&1); then
+		printf '%s\n' "$out" >&2
+		die "creating the MariaDB user and database failed"
+	fi
+	# The URL works over TCP, as the tests will use it.
+	if ! out=$(MYSQL_PWD=$password "$client" --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -usqlease sqlease \
+		-e 'SELECT 1' 2>&1); then
+		printf '%s\n' "$out" >&2
+		die "MariaDB on port $port refuses the sqlease user over TCP"
+	fi
+	export SQLEASE_TEST_MYSQL_URL="mysql://sqlease:$password@127.0.0.1:$port/sqlease"
+	say "MariaDB $("$mariadbd" --version | sed -n 's/.*Ver \([^ ]*\).*/\1/p') ready in $(((${EPOCHREALTIME//[.,]/} - t0) / 1000)) ms: SQLEASE_TEST_MYSQL_URL=mysql://sqlease:…@127.0.0.1:$port/sqlease"
+}
+
 if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
 	PATH=/usr/local/go/bin:$PATH
 fi
@@ -179,8 +349,11 @@ else
 	start_postgres
 fi
 
-# MariaDB: start a throwaway MariaDB here (unless the caller gave one) and
-# export its DSN; stop it in cleanup above.
+if [[ -n ${SQLEASE_TEST_MYSQL_URL:-} ]]; then
+	say "using the MariaDB/MySQL server given by SQLEASE_TEST_MYSQL_URL (starting none)"
+else
+	start_mariadb
+fi
 
 if (($# == 0)); then
 	set -- ./...

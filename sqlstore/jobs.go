@@ -25,6 +25,10 @@ type JobQueries struct {
 	// lock_timeout_ms, paused, next_run_at|NULL). Inserts unless the name or
 	// key exists; returns JobColumns of the new row, no row on a clash.
 	InsertJob string
+	// InsertJobWR replaces InsertJob where there is no RETURNING (see
+	// WriteRead). Write: InsertJob's arguments; affects no row on a clash.
+	// Read: (name).
+	InsertJobWR WriteRead
 	// JobByName: (name). JobByKey: (client_key). Return JobColumns.
 	JobByName, JobByKey string
 	// ListJobs: (after_name, limit). JobColumns ordered by name.
@@ -33,22 +37,44 @@ type JobQueries struct {
 	DeleteJob string
 	// SetPaused: (name, paused). Returns JobColumns.
 	SetPaused string
+	// SetPausedWR replaces SetPaused where there is no RETURNING. Write:
+	// (paused, name); it must change the row even when paused already has
+	// that value. Read: (name).
+	SetPausedWR WriteRead
 	// Trigger: (name). Sets next_run_at = now (re-arming a finished one-off
 	// job) and clears any retry backoff; returns JobColumns.
 	Trigger string
+	// TriggerWR replaces Trigger where there is no RETURNING. Write: (name);
+	// it must change the row whatever its values. Read: (name).
+	TriggerWR WriteRead
 
 	// ClaimDue: (holder, limit). Locks up to limit due, unpaused jobs that
 	// are unlocked or whose lock is stale (locked_at + lock_timeout < now),
 	// in one atomic statement: locked_by = holder, locked_at = now,
-	// lock_epoch + 1, attempt + 1, lock_lease_epoch = 0. Returns JobColumns, now.
+	// lock_epoch + 1, lock_lease_epoch = 0. The attempt count is not touched:
+	// StartRun counts an attempt only when one really starts, so a claim that
+	// never started (a crash, a failed start) burns none. Returns JobColumns,
+	// now.
 	ClaimDue string
+	// ClaimDueIDs replaces ClaimDue where there is no RETURNING: (limit).
+	// Returns the ids of the jobs ClaimDue would claim, in its order, and
+	// locks them skipping rows other transactions hold (FOR UPDATE SKIP
+	// LOCKED). In the same transaction the store then claims each with
+	// ClaimJobWR under lease epoch 0, which is ClaimDue for one job.
+	ClaimDueIDs string
 	// ClaimJob: (id, holder, lease_epoch). The same for one job, run inside
 	// the leader's fenced transaction; a lock taken under an older lease
 	// epoch also counts as stale. Returns JobColumns, now.
 	ClaimJob string
+	// ClaimJobWR replaces ClaimJob where there is no RETURNING. Write:
+	// (holder, lease_epoch, id, lease_epoch). Read: (id), JobColumns and the
+	// claim's now.
+	ClaimJobWR WriteRead
 	// AbandonRunning: (job_id). Marks runs still 'running' abandoned.
 	AbandonRunning string
-	// StartJob: (next_run_at, attempt, id, holder, lock_epoch). Rows affected.
+	// StartJob: (next_run_at, attempt, id, holder, lock_epoch). Also refreshes
+	// locked_at, so a slow start does not eat into the lock timeout. Rows
+	// affected.
 	StartJob string
 	// InsertRun: (job_id, job_name, scheduled_for, attempt, holder, epoch).
 	// Unique on (job_id, scheduled_for, attempt).
@@ -181,44 +207,49 @@ func (s *Store) InsertJob(ctx context.Context, j StoredJob, next time.Time) (Sto
 	if j.Key != "" {
 		key = j.Key
 	}
-	action := string(j.Action)
-	row := s.db.QueryRowContext(ctx, s.q().InsertJob, j.Name, key, j.SpecHash, string(sched), action,
+	args := []any{j.Name, key, j.SpecHash, string(sched), string(j.Action),
 		string(j.MissedRuns), j.SkipIfOlderThan.Milliseconds(), j.Retry.MaxAttempts,
-		j.Retry.Backoff.Milliseconds(), j.LockTimeout.Milliseconds(), j.Paused, s.timeArg(next))
-	got, err := scanJob(row)
+		j.Retry.Backoff.Milliseconds(), j.LockTimeout.Milliseconds(), j.Paused, s.timeArg(next)}
+	got, err := s.job(ctx, returning{query: s.q().InsertJob, args: args,
+		wr: s.q().InsertJobWR, write: args, read: []any{j.Name}})
 	if err == nil {
 		return got, true, nil
 	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return StoredJob{}, false, fmt.Errorf("insert job %q: %w", j.Name, s.classify(err))
+	if !errors.Is(err, sqlease.ErrNoJob) {
+		return StoredJob{}, false, fmt.Errorf("insert job %q: %w", j.Name, err)
 	}
 	// A clash: report the row that holds the key, else the name.
 	if j.Key != "" {
-		if got, err := s.jobBy(ctx, s.q().JobByKey, j.Key); err == nil {
+		if got, err := s.job(ctx, returning{query: s.q().JobByKey, args: []any{j.Key}}); err == nil {
 			return got, false, nil
 		}
 	}
-	got, err = s.jobBy(ctx, s.q().JobByName, j.Name)
+	got, err = s.job(ctx, returning{query: s.q().JobByName, args: []any{j.Name}})
 	if err != nil {
 		return StoredJob{}, false, fmt.Errorf("insert job %q: %w", j.Name, err)
 	}
 	return got, false, nil
 }
 
-func (s *Store) jobBy(ctx context.Context, query string, args ...any) (StoredJob, error) {
-	j, err := scanJob(s.db.QueryRowContext(ctx, query, args...))
-	if errors.Is(err, sql.ErrNoRows) {
-		return StoredJob{}, sqlease.ErrNoJob
-	}
+// job runs a statement that returns one job; sqlease.ErrNoJob when none.
+func (s *Store) job(ctx context.Context, st returning) (StoredJob, error) {
+	var j StoredJob
+	n, err := s.query(ctx, nil, st, func(sc scanner) (err error) {
+		j, err = scanJob(sc)
+		return err
+	})
 	if err != nil {
-		return StoredJob{}, s.classify(err)
+		return StoredJob{}, err
+	}
+	if n == 0 {
+		return StoredJob{}, sqlease.ErrNoJob
 	}
 	return j, nil
 }
 
 // Job reads a job by name. It returns sqlease.ErrNoJob when there is none.
 func (s *Store) Job(ctx context.Context, name string) (StoredJob, error) {
-	j, err := s.jobBy(ctx, s.q().JobByName, name)
+	j, err := s.job(ctx, returning{query: s.q().JobByName, args: []any{name}})
 	if err != nil {
 		return StoredJob{}, fmt.Errorf("read job %q: %w", name, err)
 	}
@@ -263,7 +294,8 @@ func (s *Store) DeleteJob(ctx context.Context, name string) error {
 
 // SetPaused pauses or resumes a job.
 func (s *Store) SetPaused(ctx context.Context, name string, paused bool) (StoredJob, error) {
-	j, err := s.jobBy(ctx, s.q().SetPaused, name, paused)
+	j, err := s.job(ctx, returning{query: s.q().SetPaused, args: []any{name, paused},
+		wr: s.q().SetPausedWR, write: []any{paused, name}, read: []any{name}})
 	if err != nil {
 		return StoredJob{}, fmt.Errorf("set job %q paused=%t: %w", name, paused, err)
 	}
@@ -272,7 +304,8 @@ func (s *Store) SetPaused(ctx context.Context, name string, paused bool) (Stored
 
 // Trigger makes a job due now.
 func (s *Store) Trigger(ctx context.Context, name string) (StoredJob, error) {
-	j, err := s.jobBy(ctx, s.q().Trigger, name)
+	j, err := s.job(ctx, returning{query: s.q().Trigger, args: []any{name},
+		wr: s.q().TriggerWR, write: []any{name}, read: []any{name}})
 	if err != nil {
 		return StoredJob{}, fmt.Errorf("trigger job %q: %w", name, err)
 	}
@@ -293,28 +326,60 @@ type Claimed struct {
 	Now  time.Time
 }
 
-func (s *Store) scanClaims(rows *sql.Rows, err error) ([]Claimed, error) {
-	if err != nil {
-		return nil, s.classify(err)
-	}
-	defer rows.Close()
-	var out []Claimed
-	for rows.Next() {
+// scanClaim appends each claimed row to out.
+func scanClaim(out *[]Claimed) func(scanner) error {
+	return func(sc scanner) error {
 		var now dbTime
-		j, err := scanJob(rows, &now)
+		j, err := scanJob(sc, &now)
 		if err != nil {
-			return nil, s.classify(err)
+			return err
 		}
-		out = append(out, Claimed{StoredJob: j, Lock: Lock{JobID: j.ID, Holder: j.LockedBy, Epoch: j.LockEpoch}, Now: now.T})
+		*out = append(*out, Claimed{StoredJob: j, Lock: Lock{JobID: j.ID, Holder: j.LockedBy, Epoch: j.LockEpoch}, Now: now.T})
+		return nil
 	}
-	return out, s.classify(rows.Err())
 }
 
-// ClaimDue locks up to limit due jobs for holder in one atomic statement.
+// ClaimDue locks up to limit due jobs for holder in one atomic statement
+// (one transaction where the dialect has no RETURNING, see ClaimDueIDs).
 func (s *Store) ClaimDue(ctx context.Context, holder string, limit int) ([]Claimed, error) {
-	c, err := s.scanClaims(s.db.QueryContext(ctx, s.q().ClaimDue, holder, limit))
+	var c []Claimed
+	var err error
+	if s.q().ClaimDueIDs == "" {
+		_, err = s.query(ctx, nil, returning{query: s.q().ClaimDue, args: []any{holder, limit}}, scanClaim(&c))
+	} else {
+		c, err = s.claimDueByID(ctx, holder, limit)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("claim due jobs: %w", err)
+	}
+	return c, nil
+}
+
+// claimDueByID is ClaimDue without RETURNING: in one transaction it locks
+// the due jobs (ClaimDueIDs, which skips jobs other claimers have locked) and
+// claims each by id as ClaimJob does under lease epoch 0.
+func (s *Store) claimDueByID(ctx context.Context, holder string, limit int) ([]Claimed, error) {
+	var c []Claimed
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		var ids []int64
+		rows, err := tx.QueryContext(ctx, s.q().ClaimDueIDs, limit)
+		if _, err := scanRows(rows, err, func(sc scanner) error {
+			var id int64
+			err := sc.Scan(&id)
+			ids = append(ids, id)
+			return err
+		}); err != nil {
+			return s.classify(err)
+		}
+		for _, id := range ids {
+			if _, err := s.query(ctx, tx, s.claimJob(id, holder, 0), scanClaim(&c)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -322,14 +387,20 @@ func (s *Store) ClaimDue(ctx context.Context, holder string, limit int) ([]Claim
 // ClaimJob locks one due job for the leader, inside its fenced transaction
 // tx. It returns ok=false when the job is not due, paused, gone or locked.
 func (s *Store) ClaimJob(ctx context.Context, tx *sql.Tx, id int64, tok sqlease.Token) (Claimed, bool, error) {
-	c, err := s.scanClaims(tx.QueryContext(ctx, s.q().ClaimJob, id, tok.Holder, tok.Epoch))
-	if err != nil {
+	var c []Claimed
+	if _, err := s.query(ctx, tx, s.claimJob(id, tok.Holder, tok.Epoch), scanClaim(&c)); err != nil {
 		return Claimed{}, false, fmt.Errorf("claim job %d: %w", id, err)
 	}
 	if len(c) == 0 {
 		return Claimed{}, false, nil
 	}
 	return c[0], true, nil
+}
+
+// claimJob is ClaimJob's statement for one job under leaseEpoch.
+func (s *Store) claimJob(id int64, holder string, leaseEpoch int64) returning {
+	return returning{query: s.q().ClaimJob, args: []any{id, holder, leaseEpoch},
+		wr: s.q().ClaimJobWR, write: []any{holder, leaseEpoch, id, leaseEpoch}, read: []any{id}}
 }
 
 // StartRun records the start of attempt `attempt` of the occurrence at
@@ -427,14 +498,19 @@ func (s *Store) FinishRun(ctx context.Context, tx *sql.Tx, l Lock, run sqlease.R
 	return nil
 }
 
-// ReleaseUnrun releases a claimed job without running it (the missed-runs
-// policy skipped the occurrence, or the job is gone), moving it to next.
-func (s *Store) ReleaseUnrun(ctx context.Context, tx *sql.Tx, l Lock, next time.Time) error {
-	var q Querier = s.db
-	if tx != nil {
-		q = tx
-	}
-	if err := s.lockedExec(ctx, q, s.q().ReleaseJob, l, s.timeArg(next), 0, nil); err != nil {
+// ReleaseUnrun releases a claimed job without running it, leaving it at
+// next with the given attempt count: the missed-runs policy skipped the
+// occurrence (next is a later one, attempt 0), a start failed (next is the
+// same occurrence, attempt as before the claim), or a crashed predecessor
+// used the last attempt (runs still marked running are abandoned).
+func (s *Store) ReleaseUnrun(ctx context.Context, tx *sql.Tx, l Lock, next time.Time, attempt int) error {
+	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.q().AbandonRunning, l.JobID); err != nil {
+			return s.classify(err)
+		}
+		return s.lockedExec(ctx, tx, s.q().ReleaseJob, l, s.timeArg(next), attempt, nil)
+	})
+	if err != nil {
 		return fmt.Errorf("release job %d: %w", l.JobID, err)
 	}
 	return nil
@@ -544,7 +620,7 @@ func (s *Store) inTx(ctx context.Context, tx *sql.Tx, fn func(*sql.Tx) error) er
 	if tx != nil {
 		return fn(tx)
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.db.BeginTx(ctx, s.d.TxOptions)
 	if err != nil {
 		return s.classify(err)
 	}

@@ -1,12 +1,15 @@
 // Package sqlstore is the one database/sql implementation of
 // sqlease.LeaseStore. A dialect (package sqlite, postgres, …) contributes only
 // SQL text, in a Queries struct of named fields so that a missing statement
-// fails to compile, and the classification of its driver's errors.
+// fails to compile, and the classification of its driver's errors. A database
+// without UPDATE … RETURNING (MySQL, MariaDB) writes each statement that
+// returns the rows it changes as a WriteRead pair instead.
 package sqlstore
 
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
@@ -28,9 +31,16 @@ type Queries struct {
 	// (lease_epoch, acquired_at, renewed_at, expires_at, now) on success and
 	// no row when the lease is held.
 	Acquire string
+	// AcquireWR replaces Acquire where there is no RETURNING (see WriteRead).
+	// Write: (name, holder, ttl_ms), one atomic statement that affects no row
+	// while the lease is held. Read: (name, holder), Acquire's row.
+	AcquireWR WriteRead
 	// Renew: (name, holder, epoch, ttl_ms). Returns one row (acquired_at,
 	// renewed_at, expires_at, now) on success, no row otherwise.
 	Renew string
+	// RenewWR replaces Renew where there is no RETURNING. Write: (ttl_ms,
+	// name, holder, epoch). Read: (name), Renew's row.
+	RenewWR WriteRead
 	// Release: (name, holder, epoch). Sets expires_at to now; checked by rows
 	// affected.
 	Release string
@@ -47,6 +57,14 @@ type Queries struct {
 	// FenceCheck: (name, holder, epoch). Inside the same transaction, just
 	// before commit: returns a row only if the lease is still unexpired.
 	FenceCheck string
+	// FenceLimit: (), optional. Run right after FenceLock where a database
+	// can bound the fenced transaction only through session settings, not
+	// transaction-local ones (MariaDB): it sets them so that the database
+	// ends a transaction that outlives the lease, typically from values
+	// FenceLock left in session variables. FenceLimitReset: (), run on the
+	// same connection after the transaction ends, restores them before the
+	// connection goes back to the pool (which discards it if that fails).
+	FenceLimit, FenceLimitReset string
 }
 
 // Dialect is what a database contributes to the store.
@@ -59,7 +77,8 @@ type Dialect struct {
 	// sqlease.ErrTransient for errors worth retrying and returns others
 	// unchanged. Nil means no classification.
 	Classify func(error) error
-	// TxOptions are used for fenced transactions (nil: driver default).
+	// TxOptions are used for fenced transactions and the store's own
+	// (nil: driver default).
 	TxOptions *sql.TxOptions
 	// Jobs are the scheduler's statements.
 	Jobs JobQueries
@@ -143,13 +162,16 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	}
 	l := sqlease.Lease{Name: name, Holder: holder}
 	var acq, ren, exp, now dbTime
-	err := s.db.QueryRowContext(ctx, s.d.Queries.Acquire, name, holder, ttl.Milliseconds()).
-		Scan(&l.Epoch, &acq, &ren, &exp, &now)
-	if errors.Is(err, sql.ErrNoRows) {
-		return sqlease.Lease{}, fmt.Errorf("acquire lease %q: %w", name, sqlease.ErrLeaseHeld)
-	}
+	ms := ttl.Milliseconds()
+	n, err := s.query(ctx, nil, returning{
+		query: s.d.Queries.Acquire, args: []any{name, holder, ms},
+		wr: s.d.Queries.AcquireWR, write: []any{name, holder, ms}, read: []any{name, holder},
+	}, func(sc scanner) error { return sc.Scan(&l.Epoch, &acq, &ren, &exp, &now) })
 	if err != nil {
-		return sqlease.Lease{}, fmt.Errorf("acquire lease %q: %w", name, s.classify(err))
+		return sqlease.Lease{}, fmt.Errorf("acquire lease %q: %w", name, err)
+	}
+	if n == 0 {
+		return sqlease.Lease{}, fmt.Errorf("acquire lease %q: %w", name, sqlease.ErrLeaseHeld)
 	}
 	l.AcquiredAt, l.RenewedAt, l.ExpiresAt, l.ObservedAt = acq.T, ren.T, exp.T, now.T
 	return l, nil
@@ -165,13 +187,16 @@ func (s *Store) Renew(ctx context.Context, tok sqlease.Token, ttl time.Duration)
 	}
 	l := sqlease.Lease{Name: tok.Name, Holder: tok.Holder, Epoch: tok.Epoch}
 	var acq, ren, exp, now dbTime
-	err := s.db.QueryRowContext(ctx, s.d.Queries.Renew, tok.Name, tok.Holder, tok.Epoch, ttl.Milliseconds()).
-		Scan(&acq, &ren, &exp, &now)
-	if errors.Is(err, sql.ErrNoRows) {
-		return sqlease.Lease{}, fmt.Errorf("renew lease %s: %w", tok, sqlease.ErrLeaseLost)
-	}
+	ms := ttl.Milliseconds()
+	n, err := s.query(ctx, nil, returning{
+		query: s.d.Queries.Renew, args: []any{tok.Name, tok.Holder, tok.Epoch, ms},
+		wr: s.d.Queries.RenewWR, write: []any{ms, tok.Name, tok.Holder, tok.Epoch}, read: []any{tok.Name},
+	}, func(sc scanner) error { return sc.Scan(&acq, &ren, &exp, &now) })
 	if err != nil {
-		return sqlease.Lease{}, fmt.Errorf("renew lease %s: %w", tok, s.classify(err))
+		return sqlease.Lease{}, fmt.Errorf("renew lease %s: %w", tok, err)
+	}
+	if n == 0 {
+		return sqlease.Lease{}, fmt.Errorf("renew lease %s: %w", tok, sqlease.ErrLeaseLost)
 	}
 	l.AcquiredAt, l.RenewedAt, l.ExpiresAt, l.ObservedAt = acq.T, ren.T, exp.T, now.T
 	return l, nil
@@ -243,7 +268,18 @@ func (s *Store) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) 
 	if err := validateToken(tok); err != nil {
 		return err
 	}
-	tx, err := s.db.BeginTx(ctx, s.d.TxOptions)
+	begin := s.db.BeginTx
+	if s.d.Queries.FenceLimitReset != "" {
+		// FenceLimit's session settings outlive the transaction: run it on
+		// a connection of its own, reset before it goes back to the pool.
+		conn, err := s.db.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("fenced write under %s: begin: %w", tok, s.classify(err))
+		}
+		defer s.resetSession(ctx, conn)
+		begin = conn.BeginTx
+	}
+	tx, err := begin(ctx, s.d.TxOptions)
 	if err != nil {
 		return fmt.Errorf("fenced write under %s: begin: %w", tok, s.classify(err))
 	}
@@ -255,6 +291,11 @@ func (s *Store) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) 
 	if err := s.fence(ctx, tx, s.d.Queries.FenceLock, tok); err != nil {
 		return err
 	}
+	if s.d.Queries.FenceLimit != "" {
+		if _, err := tx.ExecContext(ctx, s.d.Queries.FenceLimit); err != nil {
+			return s.fenceExpired(tok, fmt.Errorf("fenced write under %s: %w", tok, s.classify(err)))
+		}
+	}
 	if err := fn(tx); err != nil {
 		return s.fenceExpired(tok, err)
 	}
@@ -265,6 +306,21 @@ func (s *Store) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) 
 		return s.fenceExpired(tok, fmt.Errorf("fenced write under %s: commit: %w", tok, s.classify(err)))
 	}
 	return nil
+}
+
+// resetTimeout bounds FenceLimitReset.
+const resetTimeout = 5 * time.Second
+
+// resetSession runs FenceLimitReset on conn and returns it to the pool, or
+// discards it when the reset fails, so that no later user of the connection
+// inherits the fence's session settings.
+func (s *Store) resetSession(ctx context.Context, conn *sql.Conn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resetTimeout)
+	defer cancel()
+	if _, err := conn.ExecContext(ctx, s.d.Queries.FenceLimitReset); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	_ = conn.Close()
 }
 
 // fenceExpired adds ErrLeaseLost to an error that means the database ended

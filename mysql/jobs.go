@@ -1,0 +1,144 @@
+package mysql
+
+import (
+	"strings"
+	"time"
+
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// timeArg passes a time parameter at the columns' microsecond precision.
+// The driver would send nanoseconds, which MariaDB truncates and MySQL rounds
+// when storing, so that a time stored and a time compared could differ.
+func timeArg(t time.Time) any { return t.UTC().Truncate(time.Microsecond) }
+
+// jobQueries returns the scheduler's statements for the table prefix.
+func jobQueries(prefix string) sqlstore.JobQueries {
+	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", sqlstore.JobColumns,
+		"{runcols}", sqlstore.RunColumns, "{now}", now, "{options}", tableOptions)
+	stale := plusMS("locked_at", "lock_timeout_ms") + ` < {now}`
+	return sqlstore.JobQueries{
+		Migrations: []string{
+			// MySQL has no partial indexes, nor CREATE INDEX IF NOT EXISTS:
+			// the indexes are part of the table.
+			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
+	id                    bigint       NOT NULL AUTO_INCREMENT PRIMARY KEY,
+	name                  varchar(128) NOT NULL,
+	client_key            varchar(256),
+	spec_hash             varchar(64)  NOT NULL,
+	schedule              text         NOT NULL,
+	action                mediumtext   NOT NULL,
+	missed_runs           varchar(16)  NOT NULL,
+	skip_if_older_than_ms bigint       NOT NULL DEFAULT 0,
+	max_attempts          int          NOT NULL,
+	backoff_ms            bigint       NOT NULL,
+	lock_timeout_ms       bigint       NOT NULL,
+	paused                boolean      NOT NULL DEFAULT false,
+	next_run_at           datetime(6),
+	last_run_at           datetime(6),
+	attempt               int          NOT NULL DEFAULT 0,
+	locked_by             varchar(128),
+	locked_at             datetime(6),
+	lock_epoch            bigint       NOT NULL DEFAULT 0,
+	lock_lease_epoch      bigint       NOT NULL DEFAULT 0,
+	not_before            datetime(6),
+	created_at            datetime(6)  NOT NULL,
+	last_modified_at      datetime(6)  NOT NULL,
+	UNIQUE KEY name (name),
+	UNIQUE KEY client_key (client_key),
+	KEY due (paused, next_run_at, id),
+	KEY modified (last_modified_at, id)
+) {options}`),
+			r.Replace(`CREATE TABLE IF NOT EXISTS {runs} (
+	id            bigint       NOT NULL AUTO_INCREMENT PRIMARY KEY,
+	job_id        bigint       NOT NULL,
+	job_name      varchar(128) NOT NULL,
+	scheduled_for datetime(6)  NOT NULL,
+	attempt       int          NOT NULL,
+	holder_id     varchar(128) NOT NULL,
+	epoch         bigint       NOT NULL,
+	started_at    datetime(6)  NOT NULL,
+	finished_at   datetime(6),
+	outcome       varchar(16)  NOT NULL,
+	error         mediumtext,
+	UNIQUE KEY occurrence (job_id, scheduled_for, attempt),
+	KEY running (job_id, outcome),
+	KEY finished (finished_at)
+) {options}`),
+		},
+		Now: `SELECT ` + now,
+		// ON DUPLICATE KEY UPDATE of nothing: a clash with the name or the
+		// key changes no row, and other errors (unlike INSERT IGNORE's)
+		// still fail.
+		InsertJobWR: sqlstore.WriteRead{
+			Write: r.Replace(`INSERT INTO {jobs} (name, client_key, spec_hash, schedule, action, missed_runs, skip_if_older_than_ms,
+	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, created_at, last_modified_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {now}, {now})
+ON DUPLICATE KEY UPDATE id = id`),
+			Read: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = ?`),
+		},
+		JobByName: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = ?`),
+		JobByKey:  r.Replace(`SELECT {cols} FROM {jobs} WHERE client_key = ?`),
+		ListJobs:  r.Replace(`SELECT {cols} FROM {jobs} WHERE name > ? ORDER BY name LIMIT ?`),
+		DeleteJob: r.Replace(`DELETE FROM {jobs} WHERE name = ?`),
+		// last_modified_at moves forward by at least a microsecond, so the
+		// write changes the row (and counts) even when it sets paused to
+		// its value in the same microsecond as another write.
+		SetPausedWR: sqlstore.WriteRead{
+			Write: r.Replace(`UPDATE {jobs} SET paused = ?,
+	last_modified_at = GREATEST({now}, last_modified_at + INTERVAL 1 MICROSECOND)
+WHERE name = ?`),
+			Read: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = ?`),
+		},
+		TriggerWR: sqlstore.WriteRead{
+			Write: r.Replace(`UPDATE {jobs} SET next_run_at = {now}, not_before = NULL, attempt = 0,
+	last_modified_at = GREATEST({now}, last_modified_at + INTERVAL 1 MICROSECOND)
+WHERE name = ?`),
+			Read: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = ?`),
+		},
+		// SKIP LOCKED passes over the jobs other workers are claiming; the
+		// store claims the rows it locks with ClaimJobWR, in this transaction.
+		ClaimDueIDs: r.Replace(`SELECT id FROM {jobs}
+WHERE paused = 0 AND next_run_at <= {now}
+  AND (not_before IS NULL OR not_before <= {now})
+  AND (locked_by IS NULL OR ` + stale + `)
+ORDER BY next_run_at, id
+LIMIT ?
+FOR UPDATE SKIP LOCKED`),
+		ClaimJobWR: sqlstore.WriteRead{
+			Write: r.Replace(`UPDATE {jobs} SET locked_by = ?, locked_at = {now}, lock_epoch = lock_epoch + 1,
+	lock_lease_epoch = ?, last_modified_at = {now}
+WHERE id = ? AND paused = 0 AND next_run_at <= {now}
+  AND (not_before IS NULL OR not_before <= {now})
+  AND (locked_by IS NULL OR ` + stale + ` OR lock_lease_epoch < ?)`),
+			// The claim's clock reading is locked_at.
+			Read: r.Replace(`SELECT {cols}, locked_at FROM {jobs} WHERE id = ?`),
+		},
+		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now},
+	error = 'the executing instance stopped heartbeating its lock'
+WHERE job_id = ? AND outcome = 'running'`),
+		StartJob: r.Replace(`UPDATE {jobs} SET next_run_at = ?, attempt = ?, locked_at = {now}, last_modified_at = {now}
+WHERE id = ? AND locked_by = ? AND lock_epoch = ?`),
+		InsertRun: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
+VALUES (?, ?, ?, ?, ?, ?, {now}, 'running')`),
+		Heartbeat: r.Replace(`UPDATE {jobs} SET locked_at = {now} WHERE id = ? AND locked_by = ? AND lock_epoch = ?`),
+		FinishRun: r.Replace(`UPDATE {runs} SET outcome = ?, error = ?, finished_at = {now}
+WHERE job_id = ? AND scheduled_for = ? AND attempt = ? AND outcome = 'running'`),
+		ReleaseJob: r.Replace(`UPDATE {jobs} SET locked_by = NULL, locked_at = NULL, lock_lease_epoch = 0,
+	next_run_at = ?, attempt = ?, not_before = ` + plusMS(now, "?") + `,
+	last_run_at = {now}, last_modified_at = {now}
+WHERE id = ? AND locked_by = ? AND lock_epoch = ?`),
+		Runs: r.Replace(`SELECT {runcols} FROM {runs}
+WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?) ORDER BY id DESC LIMIT ?`),
+		Stats: r.Replace(`SELECT COUNT(*), COALESCE(SUM(paused), 0),
+	COALESCE(SUM(paused = 0 AND next_run_at <= {now}), 0),
+	COALESCE(SUM(locked_by IS NOT NULL), 0) FROM {jobs}`),
+		PruneRuns: r.Replace(`DELETE FROM {runs} WHERE finished_at < ` + plusMS(now, "-?")),
+		DueWindow: r.Replace(`SELECT id, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at, {now} FROM {jobs}
+WHERE paused = 0 AND next_run_at IS NOT NULL AND next_run_at < ` + plusMS(now, "?") + `
+ORDER BY next_run_at, id LIMIT ?`),
+		Changed: r.Replace(`SELECT id, paused, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
+WHERE last_modified_at > ? OR (last_modified_at = ? AND id > ?)
+ORDER BY last_modified_at, id LIMIT ?`),
+	}
+}

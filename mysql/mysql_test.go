@@ -1,0 +1,567 @@
+package mysql_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/mysql"
+	"github.com/sqlease/sqlease/sqlstore"
+	"github.com/sqlease/sqlease/storetest"
+)
+
+// urlEnv names the database the conformance suite runs on. Each store gets
+// tables of its own, under a random prefix, dropped when the test ends.
+const urlEnv = "SQLEASE_TEST_MYSQL_URL"
+
+func databaseURL(tb testing.TB) string {
+	tb.Helper()
+	u := os.Getenv(urlEnv)
+	if u == "" {
+		tb.Skipf("%s is not set: run scripts/test.sh, which starts a private MariaDB and sets it, "+
+			"or set it yourself, e.g. %s='mysql://user:password@127.0.0.1:3306/sqlease'", urlEnv, urlEnv)
+	}
+	return u
+}
+
+// newStore opens a store on tables under a fresh random prefix.
+func newStore(tb testing.TB) *sqlstore.Store {
+	tb.Helper()
+	u := databaseURL(tb)
+	prefix := randomPrefix(tb)
+	s, err := mysql.OpenStore(tb.Context(), u, prefix)
+	if err != nil {
+		tb.Fatalf("OpenStore: %v", err)
+	}
+	tb.Cleanup(func() {
+		defer s.DB().Close()
+		if err := dropTables(s.DB(), prefix); err != nil {
+			tb.Errorf("drop tables of prefix %s: %v", prefix, err)
+		}
+	})
+	return s
+}
+
+// randomPrefix returns a fresh table prefix.
+func randomPrefix(tb testing.TB) string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		tb.Fatal(err)
+	}
+	return "t" + hex.EncodeToString(b)
+}
+
+// dropTables drops every table named prefix_…, whatever the migrations
+// created.
+func dropTables(db *sql.DB, prefix string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, `SELECT table_name FROM information_schema.tables
+WHERE table_schema = DATABASE() AND LEFT(table_name, CHAR_LENGTH(?)) = ?`, prefix+"_", prefix+"_")
+	if err != nil {
+		return err
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return err
+		}
+		names = append(names, "`"+n+"`")
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	if err := rows.Err(); err != nil || len(names) == 0 {
+		return err
+	}
+	_, err = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+strings.Join(names, ", "))
+	return err
+}
+
+func TestConformance(t *testing.T) {
+	databaseURL(t)
+	// The fence's bound on a frozen holder is whole seconds past the
+	// lease's expiry (see the package doc and TestFrozenFenceBounded), too
+	// coarse for the suite's 300 ms leases: to the suite, a frozen holder
+	// keeps followers out.
+	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }})
+}
+
+// TestConcurrentMigrate: a fleet starting at once on a fresh database
+// migrates it without errors (CREATE TABLE IF NOT EXISTS under metadata
+// locks).
+func TestConcurrentMigrate(t *testing.T) {
+	s := newStore(t)
+	prefix := randomPrefix(t)
+	t.Cleanup(func() {
+		if err := dropTables(s.DB(), prefix); err != nil {
+			t.Error(err)
+		}
+	})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			n, err := mysql.New(s.DB(), prefix)
+			if err == nil {
+				err = n.Migrate(t.Context())
+			}
+			if err != nil {
+				t.Errorf("concurrent Migrate: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestFrozenFenceBounded: a holder that stops inside a fenced transaction
+// keeps followers out at most about two seconds past its lease's expiry:
+// the server then closes its connection, rolling the transaction back.
+func TestFrozenFenceBounded(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	const ttl = 1500 * time.Millisecond
+	a, err := s.Acquire(ctx, "frozen", "holder-a", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resume := make(chan struct{})
+	defer close(resume)
+	inFn := make(chan struct{})
+	fenced := make(chan error, 1)
+	go func() {
+		fenced <- s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error {
+			close(inFn)
+			<-resume // frozen: no statement, the transaction idles
+			_, err := tx.ExecContext(ctx, "SELECT 1")
+			return err
+		})
+	}()
+	<-inFn
+	var b sqlease.Lease
+	for {
+		l, err := s.Acquire(ctx, "frozen", "holder-b", time.Minute)
+		if err == nil {
+			b = l
+			break
+		}
+		if !errors.Is(err, sqlease.ErrLeaseHeld) {
+			t.Fatalf("follower's Acquire: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	late := b.AcquiredAt.Sub(a.ExpiresAt)
+	t.Logf("follower acquired %s after the frozen holder's lease expired", late)
+	if late < 0 || late > 2500*time.Millisecond {
+		t.Errorf("follower acquired %s after the lease expired, want within 2.5s", late)
+	}
+	resume <- struct{}{}
+	select {
+	case err := <-fenced:
+		if err == nil {
+			t.Fatal("the frozen holder's Fenced committed after its connection was closed")
+		}
+		t.Logf("the frozen holder's Fenced: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the frozen holder's Fenced did not return")
+	}
+}
+
+// TestFencedStatementPastLease: a statement in a fenced transaction that
+// runs past the lease is ended by the server and reported as ErrLeaseLost.
+func TestFencedStatementPastLease(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	a, err := s.Acquire(ctx, "slow", "holder-a", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "SELECT SLEEP(5)")
+		return err
+	})
+	if !errors.Is(err, sqlease.ErrLeaseLost) {
+		t.Fatalf("Fenced whose statement outlived the lease = %v, want ErrLeaseLost", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the statement was ended after %s, want about the lease's 300ms", took)
+	}
+}
+
+// TestFenceSessionReset: the fence's session settings do not stay on the
+// connection it returns to the pool.
+func TestFenceSessionReset(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	s.DB().SetMaxOpenConns(1) // every call below uses the same connection
+	a, err := s.Acquire(ctx, "reset", "holder-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errBoom := errors.New("boom")
+	for _, fn := range []func(*sql.Tx) error{
+		func(tx *sql.Tx) error {
+			var idle int
+			var stmt float64
+			if err := tx.QueryRowContext(ctx, "SELECT @@session.idle_transaction_timeout, @@session.max_statement_time").Scan(&idle, &stmt); err != nil {
+				return err
+			}
+			if idle < 60 || idle > 62 || stmt < 59 || stmt > 61 {
+				t.Errorf("inside the fence: idle_transaction_timeout %d, max_statement_time %g; want about the lease's minute", idle, stmt)
+			}
+			return nil
+		},
+		func(*sql.Tx) error { return errBoom },
+	} {
+		if err := s.Fenced(ctx, a.Token(), fn); err != nil && !errors.Is(err, errBoom) {
+			t.Fatal(err)
+		}
+		var idle int
+		var stmt float64
+		if err := s.DB().QueryRowContext(ctx, "SELECT @@session.idle_transaction_timeout, @@session.max_statement_time").Scan(&idle, &stmt); err != nil {
+			t.Fatal(err)
+		}
+		if idle != 0 || stmt != 0 {
+			t.Errorf("after Fenced: idle_transaction_timeout %d, max_statement_time %g; want the defaults 0, 0", idle, stmt)
+		}
+	}
+}
+
+// TestClientFoundRowsPool: on a pool opened against the advice of New with
+// clientFoundRows (rows affected counts matched rows), an acquire refused by
+// another holder's lease still never succeeds.
+func TestClientFoundRowsPool(t *testing.T) {
+	s := newStore(t)
+	dsn, err := mysql.DSN(databaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", dsn+"&clientFoundRows=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	d := s.Dialect()
+	wrong := sqlstore.New(db, d)
+	if _, err := s.Acquire(t.Context(), "cfr", "holder-a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := wrong.Acquire(t.Context(), "cfr", "holder-b", time.Minute); err == nil {
+		t.Fatalf("holder-b acquired %s while holder-a holds the lease", l.Token())
+	}
+}
+
+// TestUnchangedWritesCount: MySQL counts changed rows, so writes that would
+// leave a row as it is must still change it, or they read as "no such job".
+func TestUnchangedWritesCount(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	if _, created, err := s.InsertJob(ctx, sqlstore.StoredJob{Job: sqlease.Job{Name: "j", MissedRuns: sqlease.RunOnce}, SpecHash: "h"}, time.Time{}); err != nil || !created {
+		t.Fatalf("InsertJob: created=%v %v", created, err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 20 {
+				if _, err := s.SetPaused(ctx, "j", true); err != nil {
+					t.Errorf("SetPaused to its value: %v", err)
+					return
+				}
+				if _, err := s.Trigger(ctx, "j"); err != nil {
+					t.Errorf("Trigger: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := s.SetPaused(ctx, "missing", true); !errors.Is(err, sqlease.ErrNoJob) {
+		t.Errorf("SetPaused of a missing job = %v, want ErrNoJob", err)
+	}
+	if _, created, err := s.InsertJob(ctx, sqlstore.StoredJob{Job: sqlease.Job{Name: "j", MissedRuns: sqlease.RunOnce}, SpecHash: "h"}, time.Time{}); err != nil || created {
+		t.Errorf("InsertJob of a taken name: created=%v %v, want the existing row", created, err)
+	}
+}
+
+// TestJobLifecycle runs one job through the store on MySQL: the statements
+// the scheduler tests reach only indirectly, or not at all.
+func TestJobLifecycle(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	now, err := s.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := now.Add(-time.Second).Add(123456789 * time.Nanosecond) // sub-microsecond digits
+	j, created, err := s.InsertJob(ctx, sqlstore.StoredJob{Job: sqlease.Job{Name: "life", Key: "k", MissedRuns: sqlease.RunOnce,
+		Action: []byte(`{"url":"http://x"}`), LockTimeout: time.Minute}, SpecHash: "h"}, due)
+	if err != nil || !created {
+		t.Fatalf("InsertJob: created=%v %v", created, err)
+	}
+	if !j.NextRunAt.Equal(due.Truncate(time.Microsecond)) || string(j.Action) != `{"url":"http://x"}` || j.Key != "k" {
+		t.Fatalf("inserted %+v", j)
+	}
+	if w, _, err := s.DueWindow(ctx, time.Minute, 10); err != nil || len(w) != 1 || w[0].ID != j.ID {
+		t.Fatalf("DueWindow = %+v, %v", w, err)
+	}
+	if ch, err := s.Changed(ctx, time.Time{}.Add(time.Hour), 0, 10); err != nil || len(ch) != 1 || ch[0].ID != j.ID {
+		t.Fatalf("Changed = %+v, %v", ch, err)
+	}
+	c, err := s.ClaimDue(ctx, "w", 10)
+	if err != nil || len(c) != 1 || c[0].Lock.Holder != "w" || c[0].Lock.Epoch != 1 || c[0].Attempt != 0 {
+		t.Fatalf("ClaimDue = %+v, %v", c, err)
+	}
+	if again, err := s.ClaimDue(ctx, "w2", 10); err != nil || len(again) != 0 {
+		t.Fatalf("ClaimDue of a locked job = %+v, %v", again, err)
+	}
+	if st, err := s.Stats(ctx); err != nil || st != (sqlstore.JobStats{Total: 1, Due: 1, Running: 1}) {
+		t.Fatalf("Stats = %+v, %v", st, err)
+	}
+	run, err := s.StartRun(ctx, nil, c[0].Lock, c[0].Name, c[0].NextRunAt, 1, c[0].Lock.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartRun(ctx, nil, c[0].Lock, c[0].Name, c[0].NextRunAt, 1, c[0].Lock.Epoch); !errors.Is(err, sqlease.ErrConflict) {
+		t.Fatalf("second StartRun of one attempt = %v, want ErrConflict", err)
+	}
+	if err := s.Heartbeat(ctx, c[0].Lock); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishRun(ctx, nil, c[0].Lock, run, sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Heartbeat(ctx, c[0].Lock); !errors.Is(err, sqlease.ErrLeaseLost) {
+		t.Fatalf("Heartbeat after the lock was released = %v, want ErrLeaseLost", err)
+	}
+	runs, err := s.Runs(ctx, "life", 10)
+	if err != nil || len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeSucceeded || !runs[0].ScheduledFor.Equal(c[0].NextRunAt) {
+		t.Fatalf("Runs = %+v, %v", runs, err)
+	}
+	if n, err := s.PruneRuns(ctx, time.Hour); err != nil || n != 0 {
+		t.Fatalf("PruneRuns(1h) = %d, %v; want 0", n, err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if n, err := s.PruneRuns(ctx, time.Millisecond); err != nil || n != 1 {
+		t.Fatalf("PruneRuns(1ms) = %d, %v; want 1", n, err)
+	}
+	if err := s.DeleteJob(ctx, "life"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteJob(ctx, "life"); !errors.Is(err, sqlease.ErrNoJob) {
+		t.Fatalf("second DeleteJob = %v, want ErrNoJob", err)
+	}
+}
+
+func TestInvalidPrefix(t *testing.T) {
+	for _, p := range []string{"", "Sqlease", "1abc", "_abc", "a-b", "a b", "x;drop", "a`", strings.Repeat("a", 32)} {
+		if _, err := mysql.Dialect(p); !errors.Is(err, sqlease.ErrInvalidName) {
+			t.Errorf("Dialect(%q) = %v, want ErrInvalidName", p, err)
+		}
+		if _, err := mysql.New(nil, p); !errors.Is(err, sqlease.ErrInvalidName) {
+			t.Errorf("New(%q) = %v, want ErrInvalidName", p, err)
+		}
+	}
+	for _, p := range []string{"a", "sqlease", "app_1", strings.Repeat("a", 31)} {
+		if _, err := mysql.Dialect(p); err != nil {
+			t.Errorf("Dialect(%q) = %v, want nil", p, err)
+		}
+	}
+}
+
+// fixedParams are what DSN adds to every data source name.
+const fixedParams = "parseTime=true&time_zone=%27%2B00%3A00%27"
+
+func TestDSN(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"mysql://app:secret@db.example:3307/jobs", "app:secret@tcp(db.example:3307)/jobs?" + fixedParams},
+		{"mysql://app@db.example/jobs", "app@tcp(db.example:3306)/jobs?" + fixedParams},
+		{"mysql://db.example/jobs", "tcp(db.example:3306)/jobs?" + fixedParams},
+		{"mysql://root@[::1]:3306/jobs", "root@tcp([::1]:3306)/jobs?" + fixedParams},
+		// Percent-encoded user, password and database; a password may hold
+		// any character.
+		{"mysql://a%40b:p%40ss%2Fw%3Ard%3F@h:1/my%2Ddb", "a@b:p@ss/w:rd?@tcp(h:1)/my-db?" + fixedParams},
+		// Driver parameters and system variables pass through; fixed ones
+		// may be repeated with the same value.
+		{"mysql://u:p@h/d?tls=skip-verify&timeout=5s&sql_mode=%27STRICT_ALL_TABLES%27&parseTime=true&loc=UTC",
+			"u:p@tcp(h:3306)/d?parseTime=true&timeout=5s&tls=skip-verify&sql_mode=%27STRICT_ALL_TABLES%27&time_zone=%27%2B00%3A00%27"},
+		{"mysql://u@h/d?interpolateParams=false&multiStatements=0&clientFoundRows=false&autocommit=1&time_zone=%2B00:00", "u@tcp(h:3306)/d?parseTime=true&autocommit=1&time_zone=%27%2B00%3A00%27"},
+	} {
+		got, err := mysql.DSN(tc.url)
+		if err != nil {
+			t.Errorf("DSN(%q): %v", tc.url, err)
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("DSN(%q)\n got %s\nwant %s", tc.url, got, tc.want)
+		}
+		// The driver reads back what the URL said, with the fixed settings.
+		cfg, err := gomysql.ParseDSN(got)
+		if err != nil {
+			t.Errorf("the driver cannot parse DSN(%q) = %s: %v", tc.url, got, err)
+			continue
+		}
+		if !cfg.ParseTime || cfg.Loc != time.UTC || cfg.InterpolateParams || cfg.MultiStatements || cfg.ClientFoundRows ||
+			cfg.Params["time_zone"] != "'+00:00'" || cfg.Net != "tcp" {
+			t.Errorf("DSN(%q) = %s: driver settings %+v", tc.url, got, cfg)
+		}
+	}
+	cfg, err := gomysql.ParseDSN(must(mysql.DSN("mysql://a%40b:p%40ss%2Fw%3Ard%3F@h:1/my%2Ddb")))
+	if err != nil || cfg.User != "a@b" || cfg.Passwd != "p@ss/w:rd?" || cfg.Addr != "h:1" || cfg.DBName != "my-db" {
+		t.Errorf("special characters did not survive: %+v %v", cfg, err)
+	}
+
+	for _, bad := range []string{
+		"",
+		"postgres://u:secret@h/d",
+		"mysql:///d",
+		"mysql://u:secret@h",
+		"mysql://u:secret@h/",
+		"mysql://u:secret@h/a/b",
+		"mysql://u:secret@h/d#frag",
+		"mysql://u:secret@h/d?parseTime=false",
+		"mysql://u:secret@h/d?loc=Local",
+		"mysql://u:secret@h/d?time_zone=%27%2B01%3A00%27",
+		"mysql://u:secret@h/d?interpolateParams=true",
+		"mysql://u:secret@h/d?multiStatements=true",
+		"mysql://u:secret@h/d?clientFoundRows=true",
+		"mysql://u:secret@h/d?autocommit=0",
+		"mysql://u:secret@h/d?timeout=soon",
+		"mysql://u:secret@h/d?a=%zz",
+		"mysql://u:secret@h:port/d",
+		"mysql://u:secret@h/d\x7f",
+	} {
+		got, err := mysql.DSN(bad)
+		if !errors.Is(err, sqlease.ErrInvalidConfig) {
+			t.Errorf("DSN(%q) = %q, %v; want ErrInvalidConfig", bad, got, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("DSN(%q): the error shows the password: %v", bad, err)
+		}
+		if _, err := mysql.Open(bad); !errors.Is(err, sqlease.ErrInvalidConfig) {
+			t.Errorf("Open(%q) = %v, want ErrInvalidConfig", bad, err)
+		}
+	}
+}
+
+func must(s string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		number    uint16
+		transient bool
+	}{
+		{1213, true},  // ER_LOCK_DEADLOCK
+		{1205, true},  // ER_LOCK_WAIT_TIMEOUT
+		{1040, true},  // ER_CON_COUNT_ERROR
+		{1203, true},  // ER_TOO_MANY_USER_CONNECTIONS
+		{1053, true},  // ER_SERVER_SHUTDOWN
+		{1927, true},  // ER_CONNECTION_KILLED
+		{2006, true},  // CR_SERVER_GONE_ERROR
+		{2013, true},  // CR_SERVER_LOST
+		{4031, true},  // ER_CLIENT_INTERACTION_TIMEOUT
+		{1062, false}, // ER_DUP_ENTRY
+		{1064, false}, // ER_PARSE_ERROR
+		{1146, false}, // ER_NO_SUCH_TABLE
+		{1406, false}, // ER_DATA_TOO_LONG
+		{1969, false}, // ER_STATEMENT_TIMEOUT: the fence's, reported as ErrLeaseLost
+	} {
+		me := &gomysql.MySQLError{Number: tc.number, Message: "synthetic"}
+		for _, err := range []error{me, fmt.Errorf("renew: %w", me)} {
+			got := mysql.Classify(err)
+			if errors.Is(got, sqlease.ErrTransient) != tc.transient {
+				t.Errorf("Classify(%v) = %v, transient = %v, want %v", err, got, !tc.transient, tc.transient)
+			}
+			var back *gomysql.MySQLError
+			if !errors.As(got, &back) || back.Number != tc.number {
+				t.Errorf("Classify(%v) = %v lost the *mysql.MySQLError", err, got)
+			}
+		}
+	}
+	for _, err := range []error{
+		driver.ErrBadConn,
+		gomysql.ErrInvalidConn,
+		fmt.Errorf("begin: %w", driver.ErrBadConn),
+		&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")},
+	} {
+		got := mysql.Classify(err)
+		if !errors.Is(got, sqlease.ErrTransient) || !errors.Is(got, err) {
+			t.Errorf("Classify(%v) = %v, want it transient and still matching", err, got)
+		}
+		if again := mysql.Classify(got); again != got {
+			t.Errorf("Classify of a classified error wrapped it again: %v", again)
+		}
+	}
+	if err := mysql.Classify(nil); err != nil {
+		t.Errorf("Classify(nil) = %v", err)
+	}
+	for _, plain := range []error{errors.New("plain"), context.Canceled, sql.ErrNoRows} {
+		if err := mysql.Classify(plain); err != plain {
+			t.Errorf("Classify(%v) = %v, want it unchanged", plain, err)
+		}
+	}
+}
+
+// TestDialectShape: the dialect replaces every statement that needs
+// RETURNING with its write-then-read form and sets every other one.
+func TestDialectShape(t *testing.T) {
+	d, err := mysql.Dialect("sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, j := d.Queries, d.Jobs
+	for name, wr := range map[string]sqlstore.WriteRead{"Acquire": q.AcquireWR, "Renew": q.RenewWR,
+		"InsertJob": j.InsertJobWR, "SetPaused": j.SetPausedWR, "Trigger": j.TriggerWR, "ClaimJob": j.ClaimJobWR} {
+		if wr.Write == "" || wr.Read == "" {
+			t.Errorf("%sWR is not set", name)
+		}
+		if strings.Contains(wr.Write+wr.Read, "{") {
+			t.Errorf("%sWR has an unreplaced placeholder: %+v", name, wr)
+		}
+	}
+	for name, s := range map[string]string{"Acquire": q.Acquire, "Renew": q.Renew, "InsertJob": j.InsertJob,
+		"SetPaused": j.SetPaused, "Trigger": j.Trigger, "ClaimJob": j.ClaimJob, "ClaimDue": j.ClaimDue} {
+		if s != "" {
+			t.Errorf("%s is set: the store would run it instead of its write-then-read form", name)
+		}
+	}
+	for name, s := range map[string]string{"Release": q.Release, "Get": q.Get, "List": q.List, "FenceLock": q.FenceLock,
+		"FenceCheck": q.FenceCheck, "FenceLimit": q.FenceLimit, "FenceLimitReset": q.FenceLimitReset, "Now": j.Now,
+		"JobByName": j.JobByName, "JobByKey": j.JobByKey, "ListJobs": j.ListJobs, "DeleteJob": j.DeleteJob,
+		"ClaimDueIDs": j.ClaimDueIDs, "AbandonRunning": j.AbandonRunning, "StartJob": j.StartJob, "InsertRun": j.InsertRun,
+		"Heartbeat": j.Heartbeat, "FinishRun": j.FinishRun, "ReleaseJob": j.ReleaseJob, "Runs": j.Runs, "Stats": j.Stats,
+		"PruneRuns": j.PruneRuns, "DueWindow": j.DueWindow, "Changed": j.Changed} {
+		if s == "" {
+			t.Errorf("%s is not set", name)
+		}
+		if strings.Contains(s, "{") {
+			t.Errorf("%s has an unreplaced placeholder: %s", name, s)
+		}
+	}
+	if d.Time == nil || d.Classify == nil || d.IsUniqueViolation == nil || d.FenceExpired == nil {
+		t.Error("Time, Classify, IsUniqueViolation or FenceExpired is not set")
+	}
+}
+
+func BenchmarkAcquire(b *testing.B)     { storetest.BenchAcquire(b, newStore(b)) }
+func BenchmarkRenew(b *testing.B)       { storetest.BenchRenew(b, newStore(b)) }
+func BenchmarkFencedWrite(b *testing.B) { storetest.BenchFencedWrite(b, newStore(b)) }
