@@ -92,11 +92,11 @@ c AS (
 	FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE {jobs} j SET locked_by = $1, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
-	lock_lease_epoch = 0, attempt = j.attempt + 1, last_modified_at = n.now
+	lock_lease_epoch = 0, last_modified_at = n.now
 FROM c, n WHERE j.id = c.id
 RETURNING {jcols}, n.now`),
 		ClaimJob: r.Replace(`UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
-	lock_lease_epoch = $3, attempt = j.attempt + 1, last_modified_at = n.now
+	lock_lease_epoch = $3, last_modified_at = n.now
 FROM (SELECT clock_timestamp() AS now) n
 WHERE j.id = $1 AND NOT j.paused AND j.next_run_at <= n.now
   AND (j.not_before IS NULL OR j.not_before <= n.now)
@@ -105,7 +105,7 @@ RETURNING {jcols}, n.now`),
 		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = clock_timestamp(),
 	error = 'the executing instance stopped heartbeating its lock'
 WHERE job_id = $1 AND outcome = 'running'`),
-		StartJob: r.Replace(`UPDATE {jobs} SET next_run_at = $1, attempt = $2, last_modified_at = clock_timestamp()
+		StartJob: r.Replace(`UPDATE {jobs} SET next_run_at = $1, attempt = $2, locked_at = clock_timestamp(), last_modified_at = clock_timestamp()
 WHERE id = $3 AND locked_by = $4 AND lock_epoch = $5`),
 		InsertRun: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
 VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp(), 'running')`),

@@ -46,9 +46,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // claimOnce claims as many due jobs as there are free execution slots (at
 // most BatchSize) and starts them; it returns how many it claimed.
 func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup) int {
-	if s.draining.Load() {
+	if !s.begin() {
 		return 0
 	}
+	defer s.inflight.Done()
 	// Take the slots first so a claimed job never waits for one.
 	slots := 0
 	for slots < s.cfg.BatchSize {

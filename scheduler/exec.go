@@ -50,7 +50,8 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 	if !hasNext {
 		planned = time.Time{}
 	}
-	attempt := c.Attempt
+	// c.Attempt counts the attempts started for c.NextRunAt.
+	attempt := c.Attempt + 1
 	if !run.Equal(c.NextRunAt) {
 		attempt = 1 // the policy moved on to a later occurrence
 	}
@@ -64,7 +65,7 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 		if !hasNext {
 			planned = time.Time{}
 		}
-		err := fenced(ctx, func(tx *sql.Tx) error { return s.store.ReleaseUnrun(ctx, tx, c.Lock, planned) })
+		err := fenced(ctx, func(tx *sql.Tx) error { return s.store.ReleaseUnrun(ctx, tx, c.Lock, planned, 0) })
 		if err != nil {
 			log.Warn("run_skip_failed", slog.String("error", err.Error()))
 			return time.Time{}
@@ -81,6 +82,17 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 	})
 	if err != nil {
 		log.Warn("run_start_failed", slog.Time("scheduled_for", run), slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		if !errors.Is(err, sqlease.ErrLeaseLost) && !errors.Is(err, sqlease.ErrConflict) && !errors.Is(err, sqlease.ErrNotLeader) {
+			// Nothing started: give the claim back, so the occurrence is
+			// retried at once rather than after the lock times out.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if rerr := fenced(rctx, func(tx *sql.Tx) error {
+				return s.store.ReleaseUnrun(rctx, tx, c.Lock, c.NextRunAt, c.Attempt)
+			}); rerr != nil {
+				log.Warn("run_release_failed", slog.String("error", rerr.Error()))
+			}
+		}
 		return time.Time{}
 	}
 	r.Action = c.Action

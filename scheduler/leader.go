@@ -22,8 +22,11 @@ const refreshPage = 1000
 // before the first run, then refreshes and executes until ctx ends (the
 // lease is lost or the node stops). Every claim and every write of a run is
 // fenced by the lease through gate. Runs in flight when ctx ends are
-// cancelled and recorded abandoned; the next leader retries them with the
-// same idempotency key. Lead returns once they have all finished.
+// cancelled; their outcome writes are fenced and fail once the gate has
+// closed, so they stay "running" until the next leader marks them abandoned
+// and retries the occurrence with the same idempotency key. To let them
+// finish on a planned shutdown, call Drain before ending ctx. Lead returns
+// once they have all returned.
 func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) error {
 	l := &leader{s: s, gate: gate, tok: tok, sched: newSchedule(), failed: map[int64]int{}, running: map[int64]bool{},
 		finished: make(chan sqlstore.ScheduleEntry, s.cfg.MaxConcurrent)}
@@ -212,16 +215,21 @@ func (l *leader) untilNext() time.Duration {
 // dispatchDue starts every entry whose time has come, while slots are free.
 func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 	now := l.estNow()
-	for l.sched.Len() > 0 && !l.sched.items[0].next.After(now) && !l.s.draining.Load() {
+	for l.sched.Len() > 0 && !l.sched.items[0].next.After(now) {
+		if !l.s.begin() {
+			return // draining
+		}
 		select {
 		case l.s.sem <- struct{}{}:
 		default:
+			l.s.inflight.Done()
 			return // all slots busy; try again on the next tick
 		}
 		e := l.sched.pop()
 		claimed, ok, err := l.claim(ctx, e.id)
 		if err != nil || !ok {
 			<-l.s.sem
+			l.s.inflight.Done()
 			if err != nil {
 				if ctx.Err() == nil {
 					l.s.log.Warn("claim_failed", slog.Int64("job_id", e.id), slog.String("error", err.Error()))
@@ -230,10 +238,10 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 					return
 				}
 			}
-			// Not due in database time yet (clock estimate), locked, paused
-			// or gone: look again shortly, a few times; the next reload
-			// catches anything else.
-			if l.failed[e.id]++; l.failed[e.id] <= 3 && err == nil {
+			// Not due in database time yet (clock estimate), locked, paused,
+			// gone, or a transient error: look again shortly, a few times;
+			// the next refresh or reload catches anything else.
+			if l.failed[e.id]++; l.failed[e.id] <= 5 {
 				l.sched.set(e.id, now.Add(time.Duration(l.failed[e.id])*20*time.Millisecond))
 			}
 			continue
@@ -241,8 +249,7 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 		delete(l.failed, e.id)
 		l.setRunning(e.id, true)
 		wg.Add(1)
-		l.s.inflight.Add(1)
-		go func() {
+		go func() { // holds the count begin() took
 			defer wg.Done()
 			defer l.s.inflight.Done()
 			defer func() { <-l.s.sem }()

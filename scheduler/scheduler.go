@@ -46,7 +46,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sqlease/sqlease"
@@ -223,8 +222,22 @@ type Scheduler struct {
 	log   *slog.Logger
 	sem   chan struct{} // bounds concurrent runs
 
-	draining atomic.Bool    // Drain was called: start no new runs
-	inflight sync.WaitGroup // runs executing now
+	drainMu  sync.Mutex
+	draining bool           // Drain was called: start no new runs
+	inflight sync.WaitGroup // claims in progress and runs executing now
+}
+
+// begin registers a claim about to be made, unless draining. The claim's
+// count is held until its runs are registered, so that the WaitGroup never
+// goes up from zero while Drain waits on it.
+func (s *Scheduler) begin() bool {
+	s.drainMu.Lock()
+	defer s.drainMu.Unlock()
+	if s.draining {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
 }
 
 // Drain stops this instance from starting new runs and waits until the runs
@@ -233,7 +246,9 @@ type Scheduler struct {
 // and so the fence of its runs — until its elector stops. It returns ctx's
 // error if runs were still in flight when ctx ended.
 func (s *Scheduler) Drain(ctx context.Context) error {
-	s.draining.Store(true)
+	s.drainMu.Lock()
+	s.draining = true
+	s.drainMu.Unlock()
 	done := make(chan struct{})
 	go func() { s.inflight.Wait(); close(done) }()
 	select {

@@ -80,7 +80,7 @@ RETURNING {cols}`),
 		Trigger: r.Replace(`UPDATE {jobs} SET next_run_at = {now}, not_before = NULL, attempt = 0, last_modified_at = {now}
 WHERE name = ?1 RETURNING {cols}`),
 		ClaimDue: r.Replace(`UPDATE {jobs} SET locked_by = ?1, locked_at = {now}, lock_epoch = lock_epoch + 1,
-	lock_lease_epoch = 0, attempt = attempt + 1, last_modified_at = {now}
+	lock_lease_epoch = 0, last_modified_at = {now}
 WHERE id IN (
 	SELECT id FROM {jobs}
 	WHERE paused = 0 AND next_run_at <= {now}
@@ -91,7 +91,7 @@ WHERE id IN (
 )
 RETURNING {cols}, {now}`),
 		ClaimJob: r.Replace(`UPDATE {jobs} SET locked_by = ?2, locked_at = {now}, lock_epoch = lock_epoch + 1,
-	lock_lease_epoch = ?3, attempt = attempt + 1, last_modified_at = {now}
+	lock_lease_epoch = ?3, last_modified_at = {now}
 WHERE id = ?1 AND paused = 0 AND next_run_at <= {now}
   AND (not_before IS NULL OR not_before <= {now})
   AND (locked_by IS NULL OR ` + nowFrom("locked_at", "lock_timeout_ms") + ` < {now} OR lock_lease_epoch < ?3)
@@ -99,7 +99,7 @@ RETURNING {cols}, {now}`),
 		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now},
 	error = 'the executing instance stopped heartbeating its lock'
 WHERE job_id = ?1 AND outcome = 'running'`),
-		StartJob: r.Replace(`UPDATE {jobs} SET next_run_at = ?1, attempt = ?2, last_modified_at = {now}
+		StartJob: r.Replace(`UPDATE {jobs} SET next_run_at = ?1, attempt = ?2, locked_at = {now}, last_modified_at = {now}
 WHERE id = ?3 AND locked_by = ?4 AND lock_epoch = ?5`),
 		InsertRun: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, {now}, 'running')`),
