@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -9,8 +10,10 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/mysql"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/sqlite"
+	"github.com/sqlease/sqlease/sqlserver"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -33,11 +36,11 @@ func dialectOf(dbURL string) (dialect, dsn string, err error) {
 		}
 		return "postgres", dbURL, nil
 	case strings.HasPrefix(dbURL, "sqlserver://"):
-		return "", "", usagef("db: the sqlserver dialect is not available in this build yet")
+		return "sqlserver", dbURL, nil
 	case strings.HasPrefix(dbURL, "mysql://"):
-		return "", "", usagef("db: the mysql dialect is not available in this build yet")
+		return "mysql", dbURL, nil
 	}
-	return "", "", usagef("db: unsupported database URL %q: use sqlite:PATH or postgres://…", redact(dbURL))
+	return "", "", usagef("db: unsupported database URL %q: use sqlite:PATH, postgres://…, sqlserver://… or mysql://…", redact(dbURL))
 }
 
 // redact hides a URL's password for logs and messages.
@@ -90,12 +93,14 @@ func openStore(ctx context.Context, dbURL, prefix string, migrate bool) (*sqlsto
 			db.Close()
 			return nil, err
 		}
-	case "postgres":
-		db, err := postgres.Open(dsn)
+	case "postgres", "mysql", "sqlserver":
+		open := map[string]func(string) (*sql.DB, error){"postgres": postgres.Open, "mysql": mysql.Open, "sqlserver": sqlserver.Open}[dialect]
+		newStore := map[string]func(*sql.DB, string) (*sqlstore.Store, error){"postgres": postgres.New, "mysql": mysql.New, "sqlserver": sqlserver.New}[dialect]
+		db, err := open(dsn)
 		if err != nil {
 			return nil, fmt.Errorf("open %s: %w", redact(dbURL), err)
 		}
-		s, err = postgres.New(db, prefix)
+		s, err = newStore(db, prefix)
 		if err != nil {
 			db.Close()
 			return nil, err
@@ -171,8 +176,10 @@ func schemaOf(dialect, prefix string) ([]string, error) {
 		d, err = sqlite.Dialect(prefix)
 	case "postgres":
 		d, err = postgres.Dialect(prefix)
-	case "sqlserver", "mysql":
-		return nil, fmt.Errorf("schema: the %s dialect is not available in this build yet", dialect)
+	case "sqlserver":
+		d, err = sqlserver.Dialect(prefix)
+	case "mysql":
+		d, err = mysql.Dialect(prefix)
 	default:
 		return nil, usagef("dialect: must be one of sqlite, postgres, sqlserver, mysql, got %q", dialect)
 	}

@@ -64,15 +64,27 @@ func seedScript(dialect, prefix string) (string, error) {
 	}
 	sched, _ := json.Marshal(j.Schedule)
 	now := map[string]string{
-		"sqlite":   "strftime('%Y-%m-%d %H:%M:%f','now')",
-		"postgres": "clock_timestamp()",
+		"sqlite":    "strftime('%Y-%m-%d %H:%M:%f','now')",
+		"postgres":  "clock_timestamp()",
+		"mysql":     "UTC_TIMESTAMP(6)",
+		"sqlserver": "SYSUTCDATETIME()",
 	}[dialect]
-	paused := map[string]string{"sqlite": "0", "postgres": "false"}[dialect]
+	paused := map[string]string{"postgres": "false"}[dialect]
+	if paused == "" {
+		paused = "0"
+	}
 	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-	return fmt.Sprintf(`INSERT INTO %s_jobs (name, spec_hash, schedule, action, missed_runs, skip_if_older_than_ms,
-	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, created_at, last_modified_at)
-VALUES (%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %s, %s, %s)
-ON CONFLICT DO NOTHING`, prefix, q(j.Name), q(hash), q(string(sched)), q(string(j.Action)), q(string(j.MissedRuns)),
+	cols := fmt.Sprintf(`%s_jobs (name, spec_hash, schedule, action, missed_runs, skip_if_older_than_ms,
+	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, created_at, last_modified_at)`, prefix)
+	values := fmt.Sprintf(`%s, %s, %s, %s, %s, %d, %d, %d, %d, %s, %s, %s, %s`, q(j.Name), q(hash), q(string(sched)), q(string(j.Action)), q(string(j.MissedRuns)),
 		j.SkipIfOlderThan.Milliseconds(), j.Retry.MaxAttempts, j.Retry.Backoff.Milliseconds(), j.LockTimeout.Milliseconds(),
-		paused, now, now, now), nil
+		paused, now, now, now)
+	// Idempotent in each dialect's words: a second run inserts nothing.
+	switch dialect {
+	case "mysql":
+		return fmt.Sprintf("INSERT INTO %s\nVALUES (%s)\nON DUPLICATE KEY UPDATE id = id", cols, values), nil
+	case "sqlserver":
+		return fmt.Sprintf("INSERT INTO %s\nSELECT %s\nWHERE NOT EXISTS (SELECT 1 FROM %s_jobs WHERE name = %s)", cols, values, prefix, q(j.Name)), nil
+	}
+	return fmt.Sprintf("INSERT INTO %s\nVALUES (%s)\nON CONFLICT DO NOTHING", cols, values), nil
 }
