@@ -118,6 +118,9 @@ FROM (
 	WHERE lease_name = $1 AND holder_id = $2 AND lease_epoch = $3 AND expires_at > clock_timestamp()
 	FOR SHARE
 ) AS l`),
+		// A two-key advisory lock: apart from advisory mode's one-key locks.
+		MigrateLock:   `SELECT pg_advisory_lock(hashtext('sqlease.migrate'), hashtext('` + prefix + `'))`,
+		MigrateUnlock: `SELECT pg_advisory_unlock(hashtext('sqlease.migrate'), hashtext('` + prefix + `'))`,
 		FenceCheck: r.Replace(`SELECT 1 FROM {leases}
 WHERE lease_name = $1 AND holder_id = $2 AND lease_epoch = $3 AND expires_at > clock_timestamp()`),
 	}

@@ -53,7 +53,21 @@ func Open(path string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	return db, nil
+	// Processes opening a fresh file at once race to switch it to WAL, and
+	// the losers get SQLITE_BUSY at once, whatever the busy timeout: retry
+	// the first connection for up to that timeout.
+	deadline := time.Now().Add(DefaultBusyTimeout)
+	for {
+		err := db.Ping()
+		if err == nil {
+			return db, nil
+		}
+		if !errors.Is(Classify(err), sqlease.ErrTransient) || time.Now().After(deadline) {
+			db.Close()
+			return nil, fmt.Errorf("open sqlite %s: %w", path, Classify(err))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // New returns a lease store on db (opened with Open) whose tables are named

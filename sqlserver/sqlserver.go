@@ -204,6 +204,10 @@ FROM {leases} WITH (READUNCOMMITTED) ORDER BY lease_name`),
 		// need to write until the fenced transaction ends.
 		FenceLock: r.Replace(`SELECT 1 FROM {leases} WITH (REPEATABLEREAD, ROWLOCK)
 WHERE lease_name = @p1 AND holder_id = @p2 AND lease_epoch = @p3 AND expires_at > SYSUTCDATETIME()`),
+		// Concurrent IF OBJECT_ID(…) IS NULL CREATE TABLE can race: a
+		// session application lock makes a fleet migrate one at a time.
+		MigrateLock:   r.Replace(`EXEC sp_getapplock N'{leases}', 'Exclusive', 'Session', 60000`),
+		MigrateUnlock: r.Replace(`EXEC sp_releaseapplock N'{leases}', 'Session'`),
 		FenceCheck: r.Replace(`SELECT 1 FROM {leases} WITH (REPEATABLEREAD, ROWLOCK)
 WHERE lease_name = @p1 AND holder_id = @p2 AND lease_epoch = @p3 AND expires_at > SYSUTCDATETIME()`),
 	}

@@ -40,13 +40,15 @@ type stmt struct {
 // documented lists every statement field of sqlstore.Queries ("Queries.")
 // and sqlstore.JobQueries ("Jobs.") with its documented argument list.
 var documented = map[string]stmt{
-	"Queries.Acquire":    {3, []string{leases}}, // (name, holder, ttl_ms)
-	"Queries.Renew":      {4, []string{leases}}, // (name, holder, epoch, ttl_ms)
-	"Queries.Release":    {3, []string{leases}}, // (name, holder, epoch)
-	"Queries.Get":        {1, []string{leases}}, // (name)
-	"Queries.List":       {0, []string{leases}}, // ()
-	"Queries.FenceLock":  {3, []string{leases}}, // (name, holder, epoch)
-	"Queries.FenceCheck": {3, []string{leases}}, // (name, holder, epoch)
+	"Queries.Acquire":       {3, []string{leases}}, // (name, holder, ttl_ms)
+	"Queries.MigrateLock":   {0, []string{leases}}, // (): a session application lock named after the table
+	"Queries.MigrateUnlock": {0, []string{leases}},
+	"Queries.Renew":         {4, []string{leases}}, // (name, holder, epoch, ttl_ms)
+	"Queries.Release":       {3, []string{leases}}, // (name, holder, epoch)
+	"Queries.Get":           {1, []string{leases}}, // (name)
+	"Queries.List":          {0, []string{leases}}, // ()
+	"Queries.FenceLock":     {3, []string{leases}}, // (name, holder, epoch)
+	"Queries.FenceCheck":    {3, []string{leases}}, // (name, holder, epoch)
 
 	"Jobs.Now":            {0, nil},
 	"Jobs.InsertJob":      {12, []string{jobs}},

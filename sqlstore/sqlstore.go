@@ -65,6 +65,12 @@ type Queries struct {
 	// same connection after the transaction ends, restores them before the
 	// connection goes back to the pool (which discards it if that fails).
 	FenceLimit, FenceLimitReset string
+
+	// MigrateLock and MigrateUnlock, when set, bracket Migrate on one
+	// connection: where concurrent CREATE … IF NOT EXISTS of one table can
+	// fail (PostgreSQL), a fleet starting at once on a fresh database then
+	// migrates one node after the other.
+	MigrateLock, MigrateUnlock string
 }
 
 // Dialect is what a database contributes to the store.
@@ -114,8 +120,20 @@ func (s *Store) Dialect() Dialect { return s.d }
 // Migrate applies the dialect's migrations (lease, then scheduler tables) in
 // order. They are idempotent.
 func (s *Store) Migrate(ctx context.Context) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlease: %s migrations: %w", s.d.Name, s.classify(err))
+	}
+	defer conn.Close()
+	if q := s.d.Queries.MigrateLock; q != "" {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("sqlease: %s migrations: take the migration lock: %w", s.d.Name, s.classify(err))
+		}
+		// Closing the session would free it as well.
+		defer conn.ExecContext(context.WithoutCancel(ctx), s.d.Queries.MigrateUnlock)
+	}
 	for i, stmt := range append(s.d.Queries.Migrations[:len(s.d.Queries.Migrations):len(s.d.Queries.Migrations)], s.d.Jobs.Migrations...) {
-		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("sqlease: %s migration %d: %w", s.d.Name, i+1, s.classify(err))
 		}
 	}

@@ -3,11 +3,9 @@ package cli
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/mysql"
@@ -106,62 +104,17 @@ func openStore(ctx context.Context, dbURL, prefix string, migrate bool) (*sqlsto
 			return nil, err
 		}
 	}
-	if err := ping(ctx, s); err != nil {
+	if err := s.DB().PingContext(ctx); err != nil {
 		s.DB().Close()
 		return nil, fmt.Errorf("connect to %s: %w", redact(dbURL), err)
 	}
 	if migrate {
-		if err := migrateStore(ctx, s, prefix); err != nil {
+		if err := s.Migrate(ctx); err != nil {
 			s.DB().Close()
 			return nil, err
 		}
 	}
 	return s, nil
-}
-
-// ping checks that the database answers. Processes that open a fresh SQLite
-// file at once race to switch it to WAL, and a loser gets SQLITE_BUSY at
-// once, whatever the busy timeout: SQLite's busy errors are retried here for
-// up to that timeout.
-func ping(ctx context.Context, s *sqlstore.Store) error {
-	deadline := time.Now().Add(sqlite.DefaultBusyTimeout)
-	for {
-		err := s.DB().PingContext(ctx)
-		if err == nil || s.Dialect().Name != "sqlite" || !errors.Is(sqlite.Classify(err), sqlease.ErrTransient) || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// migrateStore applies the migrations. On PostgreSQL, concurrent CREATE
-// TABLE IF NOT EXISTS of one table fail (unique violation in pg_type, or
-// "already exists"), as when a fleet starts at once on a fresh database:
-// there a session advisory lock, held on a connection of its own, makes the
-// nodes migrate one after the other. The two-key form keeps it apart from
-// the advisory election's one-key locks.
-func migrateStore(ctx context.Context, s *sqlstore.Store, prefix string) error {
-	if s.Dialect().Name != "postgres" {
-		return s.Migrate(ctx)
-	}
-	conn, err := s.DB().Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	const key = `hashtext('sqlease.migrate'), hashtext($1)`
-	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock(`+key+`)`, prefix); err != nil {
-		return fmt.Errorf("migrate: taking the migration lock: %w", err)
-	}
-	defer func() {
-		// Closing the session would release it too.
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+key+`)`, prefix)
-	}()
-	return s.Migrate(ctx)
 }
 
 // schemaOf returns the dialect's migration statements for prefix.
