@@ -109,6 +109,32 @@ WHERE job_id = $1 AND outcome = 'running'`),
 WHERE id = $3 AND locked_by = $4 AND lock_epoch = $5`),
 		InsertRun: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
 VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp(), 'running')`),
+		// The three writes of a start as one statement: data-modifying CTEs
+		// all run, atomically, whatever the outer query reads.
+		StartRunOne: r.Replace(`WITH j AS (
+	UPDATE {jobs} SET next_run_at = $4, attempt = $5, locked_at = clock_timestamp(), last_modified_at = clock_timestamp()
+	WHERE id = $1 AND locked_by = $2 AND lock_epoch = $3
+	RETURNING id
+), a AS (
+	UPDATE {runs} SET outcome = 'abandoned', finished_at = clock_timestamp(),
+		error = 'the executing instance stopped heartbeating its lock'
+	WHERE job_id = $1 AND outcome = 'running' AND EXISTS (SELECT 1 FROM j)
+), i AS (
+	INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
+	SELECT $1, $6, $4, $5, $2, $7, clock_timestamp(), 'running' FROM j
+)
+SELECT count(*) FROM j`),
+		FinishRunOne: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now), j AS (
+	UPDATE {jobs} SET locked_by = NULL, locked_at = NULL, lock_lease_epoch = 0,
+		next_run_at = $4, attempt = $5, not_before = n.now + $6::bigint {ms},
+		last_run_at = n.now, last_modified_at = n.now
+	FROM n WHERE id = $1 AND locked_by = $2 AND lock_epoch = $3
+	RETURNING id
+), r AS (
+	UPDATE {runs} SET outcome = $7, error = $8, finished_at = (SELECT now FROM n)
+	WHERE job_id = $1 AND scheduled_for = $9 AND attempt = $10 AND outcome = 'running' AND EXISTS (SELECT 1 FROM j)
+)
+SELECT count(*) FROM j`),
 		Heartbeat: r.Replace(`UPDATE {jobs} SET locked_at = clock_timestamp() WHERE id = $1 AND locked_by = $2 AND lock_epoch = $3`),
 		FinishRun: r.Replace(`UPDATE {runs} SET outcome = $1, error = $2, finished_at = clock_timestamp()
 WHERE job_id = $3 AND scheduled_for = $4 AND attempt = $5 AND outcome = 'running'`),

@@ -79,6 +79,17 @@ type JobQueries struct {
 	// InsertRun: (job_id, job_name, scheduled_for, attempt, holder, epoch).
 	// Unique on (job_id, scheduled_for, attempt).
 	InsertRun string
+	// StartRunOne, optional, does StartRun's three writes in one statement
+	// (one round trip instead of five): (job_id, holder, lock_epoch,
+	// scheduled_for, attempt, job_name, run_epoch). Returns one row: the
+	// number of jobs updated (0: the lock is lost, nothing written).
+	StartRunOne string
+	// FinishRunOne, optional, does FinishRun's two writes in one statement:
+	// (job_id, holder, lock_epoch, next_run_at|NULL, attempt,
+	// backoff_ms|NULL, outcome, error|NULL, scheduled_for, run_attempt).
+	// Returns one row: the number of jobs updated (0: the lock is lost,
+	// nothing written).
+	FinishRunOne string
 	// Heartbeat: (id, holder, lock_epoch). Extends locked_at; rows affected.
 	Heartbeat string
 	// FinishRun: (outcome, error|NULL, job_id, scheduled_for, attempt).
@@ -411,6 +422,18 @@ func (s *Store) claimJob(id int64, holder string, leaseEpoch int64) returning {
 // already started. Pass tx to run inside an existing (fenced) transaction.
 func (s *Store) StartRun(ctx context.Context, tx *sql.Tx, l Lock, job string, scheduledFor time.Time, attempt int, runEpoch int64) (sqlease.Run, error) {
 	run := sqlease.Run{JobID: l.JobID, Job: job, ScheduledFor: scheduledFor, Attempt: attempt, Holder: l.Holder, Epoch: runEpoch, Outcome: sqlease.OutcomeRunning}
+	conflict := func(err error) error {
+		if s.d.IsUniqueViolation != nil && s.d.IsUniqueViolation(err) {
+			return fmt.Errorf("%w: attempt %d of %s already started", sqlease.ErrConflict, attempt, run.IdempotencyKey())
+		}
+		return s.classify(err)
+	}
+	if q := s.q().StartRunOne; q != "" {
+		if err := s.one(ctx, tx, q, conflict, l.JobID, l.Holder, l.Epoch, s.timeArg(scheduledFor), attempt, job, runEpoch); err != nil {
+			return sqlease.Run{}, fmt.Errorf("start run %s attempt %d: %w", run.IdempotencyKey(), attempt, err)
+		}
+		return run, nil
+	}
 	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s.q().AbandonRunning, l.JobID); err != nil {
 			return s.classify(err)
@@ -419,10 +442,7 @@ func (s *Store) StartRun(ctx context.Context, tx *sql.Tx, l Lock, job string, sc
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, s.q().InsertRun, l.JobID, job, s.timeArg(scheduledFor), attempt, l.Holder, runEpoch); err != nil {
-			if s.d.IsUniqueViolation != nil && s.d.IsUniqueViolation(err) {
-				return fmt.Errorf("%w: attempt %d of %s already started", sqlease.ErrConflict, attempt, run.IdempotencyKey())
-			}
-			return s.classify(err)
+			return conflict(err)
 		}
 		return nil
 	})
@@ -484,6 +504,14 @@ func (s *Store) FinishRun(ctx context.Context, tx *sql.Tx, l Lock, run sqlease.R
 	}
 	if f.Backoff > 0 {
 		backoff = f.Backoff.Milliseconds()
+	}
+	if q := s.q().FinishRunOne; q != "" {
+		err := s.one(ctx, tx, q, s.classify, l.JobID, l.Holder, l.Epoch, s.timeArg(f.Next), f.Attempt, backoff,
+			string(f.Outcome), errText, s.timeArg(run.ScheduledFor), run.Attempt)
+		if err != nil {
+			return fmt.Errorf("finish run %s attempt %d as %s: %w", run.IdempotencyKey(), run.Attempt, f.Outcome, err)
+		}
+		return nil
 	}
 	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
 		if err := s.lockedExec(ctx, tx, s.q().ReleaseJob, l, s.timeArg(f.Next), f.Attempt, backoff); err != nil {
@@ -613,6 +641,24 @@ func (s *Store) Changed(ctx context.Context, t time.Time, id int64, limit int) (
 		return nil, fmt.Errorf("refresh schedule: %w", s.classify(err))
 	}
 	return out, nil
+}
+
+// one runs a single-statement form of a run write (StartRunOne,
+// FinishRunOne) on tx, or on the pool as its own transaction: its one row
+// counts the jobs it updated, and 0 means the lock is lost.
+func (s *Store) one(ctx context.Context, tx *sql.Tx, query string, classify func(error) error, args ...any) error {
+	var q Querier = s.db
+	if tx != nil {
+		q = tx
+	}
+	var n int
+	if err := q.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
+		return classify(err)
+	}
+	if n == 0 {
+		return fmt.Errorf("job lock %d/%v@%v: %w", args[0], args[1], args[2], sqlease.ErrLeaseLost)
+	}
+	return nil
 }
 
 // inTx runs fn in tx when given, else in a new transaction.
