@@ -198,7 +198,7 @@ func Open(rawURL string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open mysql: %w", err)
 	}
-	return db, nil
+	return sqlstore.TunePool(db, sqlstore.DefaultMaxIdleConns), nil
 }
 
 // New returns a lease store on db whose tables are named with prefix. db

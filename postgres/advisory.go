@@ -144,6 +144,14 @@ func openSession(ctx context.Context, cfg *pgx.ConnConfig, keepalive time.Durati
 // the lock: through a transaction-mode pooler the check runs on another
 // backend and fails.
 func (s *session) Lock(ctx context.Context) error {
+	// Prepare what follows the lock now, while waiting costs nothing: the
+	// takeover then needs one round trip per statement and no planning on
+	// a cold backend.
+	for _, q := range []string{s.q.holds, s.q.takeover, s.q.renew} {
+		if _, err := s.conn.Prepare(ctx, q, q); err != nil {
+			return fmt.Errorf("advisory lock %d: prepare: %w", s.key, Classify(err))
+		}
+	}
 	if _, err := s.conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, s.key); err != nil {
 		return fmt.Errorf("advisory lock %d: %w", s.key, Classify(err))
 	}
@@ -171,7 +179,10 @@ func (s *session) watch() {
 		s.mu.Lock()
 		s.interrupt = cancel
 		s.mu.Unlock()
-		err := s.conn.PgConn().WaitForNotification(ctx)
+		var err error
+		if len(s.reqs) == 0 { // else a request queued before s.interrupt was set would wait for do's ticker
+			err = s.conn.PgConn().WaitForNotification(ctx)
+		}
 		interrupted := ctx.Err() != nil
 		cancel()
 		select {
@@ -213,6 +224,9 @@ func (s *session) do(ctx context.Context, fn func(*pgx.Conn) error) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	s.mu.Lock()
+	interrupt = s.interrupt // the watcher's current read, now that the request is queued
+	s.mu.Unlock()
 	if interrupt != nil {
 		interrupt()
 	}

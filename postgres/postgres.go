@@ -37,7 +37,7 @@ func Open(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
-	return db, nil
+	return sqlstore.TunePool(db, sqlstore.DefaultMaxIdleConns), nil
 }
 
 // New returns a lease store on db whose tables are named with prefix.

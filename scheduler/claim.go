@@ -34,20 +34,21 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			return nil
 		case <-timer.C:
 		}
-		n := s.claimOnce(ctx, runCtx, &wg)
+		claimed, asked := s.claimOnce(ctx, runCtx, &wg)
 		wait := s.cfg.PollInterval
-		if n == s.cfg.BatchSize {
-			wait = 0 // more may be due
+		if asked > 0 && claimed == asked {
+			wait = 0 // as many were due as there was room for: more may be
 		}
 		timer.Reset(wait)
 	}
 }
 
 // claimOnce claims as many due jobs as there are free execution slots (at
-// most BatchSize) and starts them; it returns how many it claimed.
-func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup) int {
+// most BatchSize) and starts them; it returns how many it claimed and how
+// many it asked for.
+func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup) (int, int) {
 	if !s.begin() {
-		return 0
+		return 0, 0
 	}
 	defer s.inflight.Done()
 	// Take the slots first so a claimed job never waits for one.
@@ -59,7 +60,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup) i
 				slots++
 				continue
 			case <-ctx.Done():
-				return 0
+				return 0, 0
 			}
 		}
 		select {
@@ -78,7 +79,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup) i
 		if !errors.Is(err, context.Canceled) {
 			s.log.Warn("claim_failed", slog.String("error", err.Error()))
 		}
-		return 0
+		return 0, slots
 	}
 	for _, c := range claimed {
 		wg.Add(1)
@@ -90,7 +91,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup) i
 			s.execute(runCtx, c, c.Lock.Epoch, unfenced, nil, true)
 		}()
 	}
-	return len(claimed)
+	return len(claimed), slots
 }
 
 // drain waits for in-flight runs, cancelling them after ShutdownTimeout.

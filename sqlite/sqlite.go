@@ -60,7 +60,8 @@ func Open(path string) (*sql.DB, error) {
 	for {
 		err := db.Ping()
 		if err == nil {
-			return db, nil
+			// Keep connections (and their pragmas) rather than reopen.
+			return sqlstore.TunePool(db, 8), nil
 		}
 		if !errors.Is(Classify(err), sqlease.ErrTransient) || time.Now().After(deadline) {
 			db.Close()

@@ -61,7 +61,7 @@ func Open(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: sqlserver connection string %s: %v", sqlease.ErrInvalidConfig, Redact(dsn), err)
 	}
-	return sql.OpenDB(c), nil
+	return sqlstore.TunePool(sql.OpenDB(c), sqlstore.DefaultMaxIdleConns), nil
 }
 
 // DriverName returns the database/sql driver name that opens dsn the way
