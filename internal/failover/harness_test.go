@@ -1,0 +1,660 @@
+package failover
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// bin is the sqlease binary every node runs, built once in TestMain.
+var bin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if b := os.Getenv("SQLEASE_FAILOVER_BIN"); b != "" {
+		bin = b
+		return m.Run()
+	}
+	if !wantsProcesses() {
+		return m.Run() // -short: every test skips; do not build
+	}
+	dir, err := os.MkdirTemp("", "sqlease-failover-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "failover:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin = filepath.Join(dir, "sqlease")
+	// The test runs in the package directory, inside the module.
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "github.com/sqlease/sqlease/cmd/sqlease")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "failover: building sqlease: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// wantsProcesses is false under -short, where the tests skip. flag.Parse has
+// not run yet in TestMain's caller, so look at the arguments.
+func wantsProcesses() bool {
+	for _, a := range os.Args[1:] {
+		if a == "-test.short" || a == "-test.short=true" {
+			return false
+		}
+	}
+	return true
+}
+
+// --- the action recorder ---
+
+// hit is one action request received from a node.
+type hit struct {
+	At           time.Time // arrival, local clock
+	Epoch        int64
+	Holder       string
+	Job          string
+	ScheduledFor time.Time // the occurrence (database time)
+	Attempt      int
+}
+
+// recorder is the HTTP server the jobs' actions call.
+type recorder struct {
+	srv *http.Server
+	url string
+
+	mu     sync.Mutex
+	hits   []hit
+	notify chan struct{}
+}
+
+func newRecorder(t testing.TB) *recorder {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{url: "http://" + l.Addr().String() + "/hit", notify: make(chan struct{})}
+	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = r.srv.Serve(l) }()
+	t.Cleanup(func() { _ = r.srv.Close() })
+	return r
+}
+
+func (r *recorder) serve(w http.ResponseWriter, req *http.Request) {
+	h := hit{At: time.Now(), Holder: req.Header.Get("Sqlease-Holder"), Job: req.Header.Get("Sqlease-Job")}
+	h.Epoch, _ = strconv.ParseInt(req.Header.Get("Sqlease-Epoch"), 10, 64)
+	h.Attempt, _ = strconv.Atoi(req.Header.Get("Sqlease-Attempt"))
+	h.ScheduledFor, _ = time.Parse(time.RFC3339Nano, req.Header.Get("Sqlease-Scheduled-For"))
+	_, _ = io.Copy(io.Discard, req.Body)
+	r.mu.Lock()
+	r.hits = append(r.hits, h)
+	close(r.notify)
+	r.notify = make(chan struct{})
+	r.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (r *recorder) mark() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.hits)
+}
+
+func (r *recorder) all() []hit {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.hits)
+}
+
+// wait returns the first hit at position from or later matching pred.
+func (r *recorder) wait(from int, timeout time.Duration, pred func(hit) bool) (hit, int, bool) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		for ; from < len(r.hits); from++ {
+			if pred(r.hits[from]) {
+				h := r.hits[from]
+				r.mu.Unlock()
+				return h, from, true
+			}
+		}
+		ch := r.notify
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return hit{}, 0, false
+		}
+	}
+}
+
+// --- node processes ---
+
+// logLine is one JSON log line of a node, with its local arrival time.
+type logLine struct {
+	Time         time.Time `json:"time"`
+	Level        string    `json:"level"`
+	Msg          string    `json:"msg"`
+	Epoch        int64     `json:"lease_epoch"`
+	Holder       string    `json:"holder_id"`
+	LeaderHolder string    `json:"leader_holder_id"`
+	HTTP         string    `json:"http"`
+	Reason       string    `json:"reason"`
+	Recv         time.Time `json:"-"`
+	Raw          string    `json:"-"`
+}
+
+// node is one `sqlease serve` process.
+type node struct {
+	id      string
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{} // closed once the process exited and stderr is read
+	exitErr error
+
+	mu     sync.Mutex
+	lines  []logLine
+	notify chan struct{}
+	killed bool
+}
+
+// routine log lines not kept in memory (the stderr file has them all).
+var routine = map[string]bool{"run_started": true, "run_finished": true, "leader_renewed": true}
+
+func (n *node) read(stderr io.Reader, file *os.File) {
+	defer file.Close()
+	sc := bufio.NewScanner(stderr)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		b := sc.Bytes()
+		_, _ = file.Write(append(b, '\n'))
+		var l logLine
+		if err := json.Unmarshal(b, &l); err != nil {
+			l = logLine{Msg: "(not json)", Time: time.Now()}
+		}
+		if routine[l.Msg] {
+			continue
+		}
+		l.Recv, l.Raw = time.Now(), string(b)
+		n.mu.Lock()
+		n.lines = append(n.lines, l)
+		close(n.notify)
+		n.notify = make(chan struct{})
+		n.mu.Unlock()
+	}
+	n.exitErr = n.cmd.Wait()
+	close(n.done)
+	n.mu.Lock()
+	close(n.notify)
+	n.notify = make(chan struct{})
+	n.mu.Unlock()
+}
+
+// waitLog returns the first log line matching pred, from the start of the
+// node's log.
+func (n *node) waitLog(timeout time.Duration, what string, pred func(logLine) bool) (logLine, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	from := 0
+	for {
+		n.mu.Lock()
+		for ; from < len(n.lines); from++ {
+			if pred(n.lines[from]) {
+				l := n.lines[from]
+				n.mu.Unlock()
+				return l, nil
+			}
+		}
+		ch := n.notify
+		n.mu.Unlock()
+		select {
+		case <-ch:
+			if n.exited() {
+				// one more scan happens above on the next turn; then fail
+				n.mu.Lock()
+				left := from < len(n.lines)
+				n.mu.Unlock()
+				if !left {
+					return logLine{}, fmt.Errorf("node %s exited (%v) before %s", n.id, n.exitErr, what)
+				}
+			}
+		case <-deadline.C:
+			return logLine{}, fmt.Errorf("node %s: no %s within %v", n.id, what, timeout)
+		}
+	}
+}
+
+func (n *node) exited() bool {
+	select {
+	case <-n.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (n *node) signal(sig syscall.Signal) {
+	if sig == syscall.SIGKILL {
+		n.mu.Lock()
+		n.killed = true
+		n.mu.Unlock()
+	}
+	_ = n.cmd.Process.Signal(sig)
+}
+
+func (n *node) waitExit(timeout time.Duration) bool {
+	select {
+	case <-n.done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+func (n *node) stderrTail() string {
+	b, _ := os.ReadFile(n.logPath)
+	if len(b) > 6<<10 {
+		b = b[len(b)-6<<10:]
+	}
+	return string(b)
+}
+
+// --- clusters ---
+
+// cluster is a fleet of nodes on one database, all with the same flags.
+type cluster struct {
+	t    testing.TB
+	db   string
+	mode string   // --election
+	args []string // extra serve flags
+	rec  *recorder
+	dir  string
+
+	mu    sync.Mutex
+	nodes []*node
+	seq   int
+}
+
+func newCluster(t testing.TB, db, mode string, args ...string) *cluster {
+	c := &cluster{t: t, db: db, mode: mode, args: args, rec: newRecorder(t), dir: t.TempDir()}
+	t.Cleanup(func() {
+		for _, n := range c.all() {
+			if !n.exited() {
+				n.signal(syscall.SIGKILL)
+				n.waitExit(10 * time.Second)
+			}
+		}
+		for _, n := range c.all() {
+			if b, _ := os.ReadFile(n.logPath); bytes.Contains(b, []byte("DATA RACE")) || bytes.Contains(b, []byte("panic:")) {
+				t.Errorf("node %s: stderr reports a data race or a panic", n.id)
+			}
+		}
+		if t.Failed() {
+			for _, n := range c.all() {
+				t.Logf("node %s stderr tail:\n%s", n.id, n.stderrTail())
+			}
+		}
+	})
+	return c
+}
+
+func (c *cluster) all() []*node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.nodes)
+}
+
+func (c *cluster) node(id string) *node {
+	for _, n := range c.all() {
+		if n.id == id {
+			return n
+		}
+	}
+	return nil
+}
+
+func (c *cluster) running() []*node {
+	var out []*node
+	for _, n := range c.all() {
+		if !n.exited() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// launch starts one node and waits until it serves HTTP and has seen the
+// lease (as follower or leader).
+func (c *cluster) launch() *node {
+	c.t.Helper()
+	c.mu.Lock()
+	c.seq++
+	id := fmt.Sprintf("n%d", c.seq)
+	c.mu.Unlock()
+	args := append([]string{"serve", "--db", c.db, "--holder-id", id, "--http", "127.0.0.1:0",
+		"--election", c.mode, "--log-format", "json"}, c.args...)
+	cmd := exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SQLEASE_") { // flags decide, not the caller's environment
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	// The node dies with the test process, whatever kills it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	logPath := filepath.Join(c.dir, id+".stderr")
+	file, err := os.Create(logPath)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n := &node{id: id, cmd: cmd, logPath: logPath, done: make(chan struct{}), notify: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("starting %s: %v", bin, err)
+	}
+	c.mu.Lock()
+	c.nodes = append(c.nodes, n)
+	c.mu.Unlock()
+	go n.read(stderr, file)
+	if _, err := n.waitLog(30*time.Second, "node_started", func(l logLine) bool { return l.Msg == "node_started" }); err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := n.waitLog(30*time.Second, "a view of the lease", func(l logLine) bool {
+		return l.Msg == "leader_observed" || l.Msg == "leader_acquired"
+	}); err != nil {
+		c.t.Fatal(err)
+	}
+	return n
+}
+
+func (c *cluster) addr(n *node) string {
+	l, err := n.waitLog(time.Second, "node_started", func(l logLine) bool { return l.Msg == "node_started" })
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return l.HTTP
+}
+
+// addJobs creates k every-100ms jobs calling the recorder, k phases spread
+// over the interval, through n's HTTP API.
+func (c *cluster) addJobs(n *node, k int) {
+	c.t.Helper()
+	const every = 100 * time.Millisecond
+	for i := range k {
+		body := fmt.Sprintf(`{"name":"tick-%d","schedule":{"every":"%s"},"missed_runs":"skip",`+
+			`"action":{"http":{"url":%q,"timeout":"5s"}}}`, i, every, c.rec.url)
+		start := time.Now()
+		resp, err := http.Post("http://"+c.addr(n)+"/v1/jobs", "application/json", strings.NewReader(body))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			c.t.Fatalf("creating job: %s: %s", resp.Status, b)
+		}
+		time.Sleep(every/time.Duration(k) - time.Since(start))
+	}
+}
+
+// leaderNow waits for a fresh action and returns its holder's node and
+// epoch: the node acting now.
+func (c *cluster) leaderNow(timeout time.Duration) (*node, int64) {
+	c.t.Helper()
+	from := c.rec.mark()
+	h, _, ok := c.rec.wait(from, timeout, func(hit) bool { return true })
+	if !ok {
+		c.t.Fatalf("no action within %v", timeout)
+	}
+	n := c.node(h.Holder)
+	if n == nil || n.exited() {
+		c.t.Fatalf("action from %q, which is not a running node of this cluster", h.Holder)
+	}
+	return n, h.Epoch
+}
+
+// --- failover samples ---
+
+// sample is one measured handoff. Durations are from the signal.
+type sample struct {
+	Total    time.Duration // first action of a higher epoch
+	Acquired time.Duration // the new leader's leader_acquired log line
+	Rebuilt  time.Duration // its schedule_rebuilt log line
+	DueWait  time.Duration // of Total-Rebuilt: waiting for the next occurrence to fall due
+	Released time.Duration // graceful only: the old leader's leader_released line
+	Stopping time.Duration // graceful only: the old leader's node_stopping line
+	From, To string
+}
+
+// handoff signals the acting leader and measures until another node acts,
+// then starts a replacement node so the fleet size stays the same.
+func (c *cluster) handoff(sig syscall.Signal, timeout time.Duration) sample {
+	c.t.Helper()
+	old, oldEpoch := c.leaderNow(10 * time.Second)
+	from := c.rec.mark()
+	t0 := time.Now()
+	old.signal(sig)
+	h, _, ok := c.rec.wait(from, timeout, func(h hit) bool { return h.Epoch > oldEpoch })
+	if !ok {
+		c.t.Fatalf("%s after %v: no action with an epoch above %d (%s's) within %v", sig, "signal", oldEpoch, old.id, timeout)
+	}
+	s := sample{Total: h.At.Sub(t0), From: old.id, To: h.Holder}
+	nw := c.node(h.Holder)
+	if nw == nil {
+		c.t.Fatalf("action from unknown holder %q", h.Holder)
+	}
+	acq, err := nw.waitLog(5*time.Second, "leader_acquired", func(l logLine) bool { return l.Msg == "leader_acquired" && l.Epoch == h.Epoch })
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	reb, err := nw.waitLog(5*time.Second, "schedule_rebuilt", func(l logLine) bool { return l.Msg == "schedule_rebuilt" && l.Epoch == h.Epoch })
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	s.Acquired, s.Rebuilt = acq.Time.Sub(t0), reb.Time.Sub(t0)
+	if d := h.ScheduledFor.Sub(reb.Time); d > 0 {
+		s.DueWait = d
+	}
+	if !old.waitExit(30 * time.Second) {
+		c.t.Fatalf("%s did not exit within 30s of %s", old.id, sig)
+	}
+	if sig == syscall.SIGTERM {
+		if old.exitErr != nil {
+			c.t.Errorf("%s exited with %v after SIGTERM, want status 0", old.id, old.exitErr)
+		}
+		if l, err := old.waitLog(time.Second, "leader_released", func(l logLine) bool { return l.Msg == "leader_released" && l.Epoch == oldEpoch }); err == nil {
+			s.Released = l.Time.Sub(t0)
+		} else {
+			c.t.Errorf("graceful stop of %s: %v", old.id, err)
+		}
+		if l, err := old.waitLog(time.Second, "node_stopping", func(l logLine) bool { return l.Msg == "node_stopping" }); err == nil {
+			s.Stopping = l.Time.Sub(t0)
+		}
+	}
+	c.launch()
+	// Let the newcomer settle into following (queued on the lock, or
+	// polling) and the new leader act a few times.
+	time.Sleep(300 * time.Millisecond)
+	return s
+}
+
+// electionHandoff is handoff for a fleet without jobs: it signals the node
+// that acquired the highest epoch and measures until another node logs
+// leader_acquired — the election alone, with no executor load on the
+// machine. It returns that duration.
+func (c *cluster) electionHandoff(sig syscall.Signal, timeout time.Duration) time.Duration {
+	c.t.Helper()
+	var old *node
+	var oldEpoch int64
+	for _, n := range c.running() {
+		n.mu.Lock()
+		for _, l := range n.lines {
+			if l.Msg == "leader_acquired" && l.Epoch > oldEpoch {
+				old, oldEpoch = n, l.Epoch
+			}
+		}
+		n.mu.Unlock()
+	}
+	if old == nil {
+		c.t.Fatal("no running node has acquired the lease")
+	}
+	t0 := time.Now()
+	old.signal(sig)
+	type res struct {
+		l   logLine
+		err error
+	}
+	ch := make(chan res, len(c.running()))
+	var waiting int
+	for _, n := range c.running() {
+		if n == old {
+			continue
+		}
+		waiting++
+		go func() {
+			l, err := n.waitLog(timeout, "leader_acquired", func(l logLine) bool { return l.Msg == "leader_acquired" && l.Epoch > oldEpoch })
+			ch <- res{l, err}
+		}()
+	}
+	var got *logLine
+	for range waiting {
+		r := <-ch
+		if r.err == nil {
+			got = &r.l
+			break
+		}
+	}
+	if got == nil {
+		c.t.Fatalf("%s of %s: no other node acquired the lease within %v", sig, old.id, timeout)
+	}
+	if !old.waitExit(30 * time.Second) {
+		c.t.Fatalf("%s did not exit within 30s of %s", old.id, sig)
+	}
+	c.launch()
+	time.Sleep(300 * time.Millisecond)
+	return got.Time.Sub(t0)
+}
+
+// checkSingleActor fails the test if an action with a lower epoch arrived
+// after one with a higher epoch: two leaders acting over each other.
+func (c *cluster) checkSingleActor() {
+	c.t.Helper()
+	var maxEpoch int64
+	var maxAt time.Time
+	bad := 0
+	for _, h := range c.rec.all() {
+		switch {
+		case h.Epoch > maxEpoch:
+			maxEpoch, maxAt = h.Epoch, h.At
+		case h.Epoch < maxEpoch:
+			bad++
+			if bad <= 5 {
+				c.t.Errorf("action of epoch %d by %s at %s arrived after epoch %d's first (%s)", h.Epoch, h.Holder,
+					h.At.Format("15:04:05.000000"), maxEpoch, maxAt.Format("15:04:05.000000"))
+			}
+		}
+	}
+}
+
+// gaps returns the intervals between consecutive actions of one epoch: the
+// schedule's granularity as the fleet delivers it.
+func gaps(hits []hit) []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(hits); i++ {
+		if hits[i].Epoch == hits[i-1].Epoch {
+			out = append(out, hits[i].At.Sub(hits[i-1].At))
+		}
+	}
+	return out
+}
+
+// --- statistics and tables ---
+
+type spread struct {
+	N                int
+	Median, Min, Max time.Duration
+}
+
+func summarize(ds []time.Duration) spread {
+	if len(ds) == 0 {
+		return spread{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return spread{N: len(s), Median: med, Min: s[0], Max: s[len(s)-1]}
+}
+
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64)
+}
+
+func (s spread) String() string {
+	if s.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s (%s–%s)", ms(s.Median), ms(s.Min), ms(s.Max))
+}
+
+// table renders rows as an aligned text table.
+func table(header []string, rows [][]string) string {
+	w := make([]int, len(header))
+	for _, r := range append([][]string{header}, rows...) {
+		for i, c := range r {
+			w[i] = max(w[i], len([]rune(c)))
+		}
+	}
+	var b bytes.Buffer
+	line := func(r []string) {
+		for i, c := range r {
+			pad := w[i] - len([]rune(c))
+			if i > 0 {
+				b.WriteString(" | ")
+			}
+			b.WriteString(c + strings.Repeat(" ", pad))
+		}
+		b.WriteString("\n")
+	}
+	line(header)
+	sep := make([]string, len(header))
+	for i := range sep {
+		sep[i] = strings.Repeat("-", w[i])
+	}
+	line(sep)
+	for _, r := range rows {
+		line(r)
+	}
+	return b.String()
+}
+
+func ctxT(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
