@@ -79,6 +79,8 @@ var documented = map[string]stmt{
 var empty = map[string]string{
 	"Queries.FenceLimit":      "SQL Server has no setting that ends a transaction left idle (doc.go)",
 	"Queries.FenceLimitReset": "no FenceLimit, nothing to reset",
+	"Jobs.StartRunOne":        "StartRun's transaction of three statements is used",
+	"Jobs.FinishRunOne":       "FinishRun's transaction of two statements is used",
 	"Jobs.ClaimDueIDs":        "ClaimDue is one UPDATE … OUTPUT statement",
 }
 
