@@ -154,7 +154,7 @@ FROM {jobs} j, (SELECT clock_timestamp() AS now) n
 WHERE NOT j.paused AND j.next_run_at IS NOT NULL AND j.next_run_at < n.now + $1::bigint {ms}
 ORDER BY j.next_run_at, j.id LIMIT $2`),
 		Changed: r.Replace(`SELECT id, paused, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
-WHERE last_modified_at > $1 OR (last_modified_at = $2 AND id > $3)
+WHERE last_modified_at >= $1 AND (last_modified_at, id) > ($2, $3)
 ORDER BY last_modified_at, id LIMIT $4`),
 	}
 }

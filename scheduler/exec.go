@@ -150,7 +150,15 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 	// (and lease): a run that lost its lock writes nothing.
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer wcancel()
-	err = fenced(wctx, func(tx *sql.Tx) error { return s.store.FinishRun(wctx, tx, c.Lock, r, f) })
+	// A transient failure here would leave the lock to time out and the
+	// finished occurrence to run again: retry it a few times first.
+	for try, wait := 0, 50*time.Millisecond; ; try, wait = try+1, wait*2 {
+		err = fenced(wctx, func(tx *sql.Tx) error { return s.store.FinishRun(wctx, tx, c.Lock, r, f) })
+		if err == nil || try == 4 || !errors.Is(err, sqlease.ErrTransient) || wctx.Err() != nil {
+			break
+		}
+		time.Sleep(wait)
+	}
 	s.cfg.Observer.RunFinished(c.Name, f.Outcome, took)
 	if err != nil {
 		log.Warn("run_finish_failed", slog.String("outcome", string(f.Outcome)), slog.String("error", err.Error()))

@@ -105,8 +105,10 @@ type leader struct {
 	loadedUntil time.Time
 	// hw is the highest last_modified_at seen; refreshes re-read from
 	// hw - RefreshOverlap.
-	hw     time.Time
-	failed map[int64]int // claims that found a job not yet due, per job
+	hw time.Time
+	// lastRefresh is the (estimated) database time the last refresh began.
+	lastRefresh time.Time
+	failed      map[int64]int // claims that found a job not yet due, per job
 
 	mu       sync.Mutex
 	running  map[int64]bool // jobs executing now: refreshes leave them out
@@ -145,7 +147,10 @@ func (l *leader) reload(ctx context.Context) error {
 	}
 	l.sched.reset()
 	for _, e := range entries {
-		if e.NextRunAt.Before(l.loadedUntil) && !l.isRunning(e.ID) {
+		// Entries at the boundary are scheduled too: when more jobs than
+		// fit share one instant, the loaded ones must run (the rest load
+		// once these are done), not wait forever.
+		if !e.NextRunAt.After(l.loadedUntil) && !l.isRunning(e.ID) {
 			l.sched.set(e.ID, e.NextRunAt)
 		}
 		if e.LastModifiedAt.After(l.hw) {
@@ -163,7 +168,15 @@ func (l *leader) reload(ctx context.Context) error {
 // and catches a row stamped before hw whose transaction committed after the
 // previous refresh read past it.
 func (l *leader) refresh(ctx context.Context) error {
-	t, id := l.hw.Add(-l.s.cfg.RefreshOverlap), int64(0)
+	// Re-read from the previous refresh's start (or the newest stamp seen,
+	// if earlier) minus the overlap: not from the newest stamp alone, which
+	// would re-read a large burst of writes on every refresh forever.
+	from := l.hw
+	if !l.lastRefresh.IsZero() && l.lastRefresh.Before(from) {
+		from = l.lastRefresh
+	}
+	l.lastRefresh = l.estNow()
+	t, id := from.Add(-l.s.cfg.RefreshOverlap), int64(0)
 	for {
 		rows, err := l.s.store.Changed(ctx, t, id, refreshPage)
 		if err != nil {

@@ -109,7 +109,9 @@ type JobQueries struct {
 	// unpaused jobs due before now + horizon, ordered by next_run_at, id;
 	// plus now.
 	DueWindow string
-	// Changed: (t, t, id, limit). (id, paused, effective next run|NULL,
+	// Changed: (t, t, id, limit): rows with (last_modified_at, id) > (t, id),
+	// best written so that an index on (last_modified_at, id) starts at the
+	// cursor (a row-value comparison, with last_modified_at >= t). (id, paused, effective next run|NULL,
 	// last_modified_at) of rows with (last_modified_at, id) > (t, id),
 	// ordered by last_modified_at, id.
 	Changed string
