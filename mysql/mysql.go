@@ -214,20 +214,11 @@ func New(db *sql.DB, prefix string) (*sqlstore.Store, error) {
 // OpenStore opens a pool for a mysql:// URL, applies the migrations and
 // returns the store.
 func OpenStore(ctx context.Context, rawURL, prefix string) (*sqlstore.Store, error) {
-	db, err := Open(rawURL)
+	d, err := Dialect(prefix)
 	if err != nil {
 		return nil, err
 	}
-	s, err := New(db, prefix)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	if err := s.Migrate(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return s, nil
+	return sqlstore.OpenMigrated(ctx, func() (*sql.DB, error) { return Open(rawURL) }, d)
 }
 
 // now is the database clock.

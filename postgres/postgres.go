@@ -51,20 +51,11 @@ func New(db *sql.DB, prefix string) (*sqlstore.Store, error) {
 
 // OpenStore opens a pool for dsn, applies the migrations and returns the store.
 func OpenStore(ctx context.Context, dsn, prefix string) (*sqlstore.Store, error) {
-	db, err := Open(dsn)
+	d, err := Dialect(prefix)
 	if err != nil {
 		return nil, err
 	}
-	s, err := New(db, prefix)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	if err := s.Migrate(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return s, nil
+	return sqlstore.OpenMigrated(ctx, func() (*sql.DB, error) { return Open(dsn) }, d)
 }
 
 // Dialect returns the PostgreSQL dialect for the table prefix.

@@ -84,20 +84,11 @@ func New(db *sql.DB, prefix string) (*sqlstore.Store, error) {
 // OpenStore opens the database file at path, applies the migrations and
 // returns the store.
 func OpenStore(ctx context.Context, path, prefix string) (*sqlstore.Store, error) {
-	db, err := Open(path)
+	d, err := Dialect(prefix)
 	if err != nil {
 		return nil, err
 	}
-	s, err := New(db, prefix)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	if err := s.Migrate(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return s, nil
+	return sqlstore.OpenMigrated(ctx, func() (*sql.DB, error) { return Open(path) }, d)
 }
 
 const now = `strftime('%Y-%m-%d %H:%M:%f','now')`

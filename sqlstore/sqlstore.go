@@ -386,3 +386,19 @@ func TunePool(db *sql.DB, n int) *sql.DB {
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	return db
 }
+
+// OpenMigrated opens a pool with open, builds the store for dialect d on it
+// and applies the migrations, closing the pool if that fails. It is every
+// dialect's OpenStore.
+func OpenMigrated(ctx context.Context, open func() (*sql.DB, error), d Dialect) (*Store, error) {
+	db, err := open()
+	if err != nil {
+		return nil, err
+	}
+	s := New(db, d)
+	if err := s.Migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
