@@ -10,8 +10,18 @@ import (
 
 // jobQueries returns the scheduler's statements for the table prefix.
 func jobQueries(prefix string) sqlstore.JobQueries {
-	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", sqlstore.JobColumns,
-		"{jcols}", "j."+strings.ReplaceAll(sqlstore.JobColumns, ", ", ", j."), "{runcols}", sqlstore.RunColumns,
+	// StartRuns counts a started attempt in the ledger only, so every read
+	// of a job takes its attempt count from both (one probe of the ledger's
+	// unique index).
+	attempt := func(t string) string {
+		return `GREATEST(` + t + `.attempt, COALESCE((SELECT max(r.attempt) FROM ` + prefix + `_runs r
+	WHERE r.job_id = ` + t + `.id AND r.scheduled_for = ` + t + `.next_run_at), 0))`
+	}
+	cols := strings.Replace(sqlstore.JobColumns, "attempt,", attempt(prefix+"_jobs")+",", 1)
+	jcols := "j." + strings.ReplaceAll(sqlstore.JobColumns, ", ", ", j.")
+	jcols = strings.Replace(jcols, "j.attempt,", attempt("j")+",", 1)
+	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", cols,
+		"{jcols}", jcols, "{runcols}", sqlstore.RunColumns,
 		"{ms}", "* interval '1 millisecond'")
 	return sqlstore.JobQueries{
 		Migrations: []string{
@@ -58,13 +68,17 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 			r.Replace(`CREATE INDEX IF NOT EXISTS {runs}_running ON {runs} (job_id) WHERE outcome = 'running'`),
 			r.Replace(`CREATE INDEX IF NOT EXISTS {runs}_finished ON {runs} (finished_at)`),
 			// One notification per writing transaction (PostgreSQL folds
-			// duplicates), for the leader's change feed (ListenJobs).
+			// duplicates), for the leader's change feed (ListenJobs): only
+			// the API's writes (create, delete, pause/resume and trigger,
+			// which all name paused) notify. The dispatcher's own claims,
+			// starts and finishes do not: the leader already knows them, and
+			// a notification costs about a third of a claim-mode run.
 			r.Replace(`CREATE OR REPLACE FUNCTION {jobs}_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	PERFORM pg_notify('{jobs}', '');
 	RETURN NULL;
 END $$`),
-			r.Replace(`CREATE OR REPLACE TRIGGER {jobs}_notify AFTER INSERT OR UPDATE OR DELETE ON {jobs}
+			r.Replace(`CREATE OR REPLACE TRIGGER {jobs}_notify AFTER INSERT OR UPDATE OF paused OR DELETE ON {jobs}
 FOR EACH STATEMENT EXECUTE FUNCTION {jobs}_notify()`),
 		},
 		Now: `SELECT clock_timestamp()`,
@@ -79,11 +93,12 @@ RETURNING {cols}`),
 		ListJobs:  r.Replace(`SELECT {cols} FROM {jobs} WHERE name > $1 ORDER BY name LIMIT $2`),
 		DeleteJob: r.Replace(`DELETE FROM {jobs} WHERE name = $1`),
 		SetPaused: r.Replace(`UPDATE {jobs} SET paused = $2, last_modified_at = clock_timestamp() WHERE name = $1 RETURNING {cols}`),
-		Trigger: r.Replace(`UPDATE {jobs} SET next_run_at = clock_timestamp(), not_before = NULL, attempt = 0, last_modified_at = clock_timestamp()
+		// paused = paused fires the change notification (see above).
+		Trigger: r.Replace(`UPDATE {jobs} SET next_run_at = clock_timestamp(), not_before = NULL, attempt = 0, paused = paused, last_modified_at = clock_timestamp()
 WHERE name = $1 RETURNING {cols}`),
 		ClaimDue: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now),
 c AS (
-	SELECT j.id FROM {jobs} j, n
+	SELECT j.id, j.locked_by AS prev FROM {jobs} j, n
 	WHERE NOT j.paused AND j.next_run_at <= n.now
 	  AND (j.not_before IS NULL OR j.not_before <= n.now)
 	  AND (j.locked_by IS NULL OR j.locked_at + j.lock_timeout_ms {ms} < n.now)
@@ -94,7 +109,8 @@ c AS (
 UPDATE {jobs} j SET locked_by = $1, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
 	lock_lease_epoch = 0, last_modified_at = n.now
 FROM c, n WHERE j.id = c.id
-RETURNING {jcols}, n.now`),
+RETURNING {jcols}, n.now, c.prev IS NOT NULL`),
+		ClaimDueReclaimed: true,
 		ClaimJob: r.Replace(`UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
 	lock_lease_epoch = $3, last_modified_at = n.now
 FROM (SELECT clock_timestamp() AS now) n
@@ -135,6 +151,38 @@ SELECT count(*) FROM j`),
 	WHERE job_id = $1 AND scheduled_for = $9 AND attempt = $10 AND outcome = 'running' AND EXISTS (SELECT 1 FROM j)
 )
 SELECT count(*) FROM j`),
+		// FOR SHARE holds each job row until the insert commits, so that a
+		// reclaim (which bumps lock_epoch) cannot slip between the lock
+		// check and the start.
+		StartRuns: r.Replace(`WITH v AS (
+	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[], $6::text[])
+		AS v(id, epoch, sf, attempt, name, holder)
+), l AS (
+	SELECT j.id FROM {jobs} j JOIN v ON j.id = v.id
+	WHERE j.locked_by = v.holder AND j.lock_epoch = v.epoch
+	FOR SHARE OF j
+)
+INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
+SELECT v.id, v.name, v.sf, v.attempt, v.holder, v.epoch, clock_timestamp(), 'running' FROM v JOIN l ON l.id = v.id
+ON CONFLICT DO NOTHING
+RETURNING job_id`),
+		FinishRuns: r.Replace(`WITH v AS (
+	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::timestamptz[], $5::int[], $6::bigint[],
+		$7::text[], $8::text[], $9::timestamptz[], $10::int[])
+		AS v(id, epoch, holder, next, next_attempt, backoff_ms, outcome, err, sf, run_attempt)
+), n AS (SELECT clock_timestamp() AS now),
+j AS (
+	UPDATE {jobs} j SET locked_by = NULL, locked_at = NULL, lock_lease_epoch = 0,
+		next_run_at = v.next, attempt = v.next_attempt, not_before = n.now + v.backoff_ms {ms},
+		last_run_at = n.now, last_modified_at = n.now
+	FROM v, n WHERE j.id = v.id AND j.locked_by = v.holder AND j.lock_epoch = v.epoch
+	RETURNING j.id
+), r AS (
+	UPDATE {runs} r SET outcome = v.outcome, error = v.err, finished_at = (SELECT now FROM n)
+	FROM v JOIN j ON j.id = v.id
+	WHERE r.job_id = v.id AND r.scheduled_for = v.sf AND r.attempt = v.run_attempt AND r.outcome = 'running'
+)
+SELECT id FROM j`),
 		Heartbeat: r.Replace(`UPDATE {jobs} SET locked_at = clock_timestamp() WHERE id = $1 AND locked_by = $2 AND lock_epoch = $3`),
 		FinishRun: r.Replace(`UPDATE {runs} SET outcome = $1, error = $2, finished_at = clock_timestamp()
 WHERE job_id = $3 AND scheduled_for = $4 AND attempt = $5 AND outcome = 'running'`),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // Run is claim-mode dispatch: until ctx ends, it claims due jobs for
@@ -21,6 +22,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	var fin *finisher
+	if s.store.Batched() {
+		fin = startFinisher(s.store, 2)
+		defer fin.stop() // after drain: every run has finished by then
+	}
 	var wg sync.WaitGroup
 	defer s.drain(ctx, cancel, &wg)
 	wg.Add(1)
@@ -34,7 +40,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			return nil
 		case <-timer.C:
 		}
-		claimed, asked := s.claimOnce(ctx, runCtx, &wg)
+		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin)
 		wait := s.cfg.PollInterval
 		if asked > 0 && claimed == asked {
 			wait = 0 // as many were due as there was room for: more may be
@@ -45,8 +51,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 // claimOnce claims as many due jobs as there are free execution slots (at
 // most BatchSize) and starts them; it returns how many it claimed and how
-// many it asked for.
-func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup) (int, int) {
+// many it asked for. With a finisher (Store.Batched) the jobs whose due
+// occurrence simply runs are started by one statement; the rest, and any
+// that statement did not start, take the per-job path.
+func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher) (int, int) {
 	if !s.begin() {
 		return 0, 0
 	}
@@ -81,17 +89,58 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup) (
 		}
 		return 0, slots
 	}
-	for _, c := range claimed {
+	started := s.startBatch(runCtx, claimed, fin != nil)
+	for i, c := range claimed {
+		d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, heartbeat: true, batch: fin}
 		wg.Add(1)
 		s.inflight.Add(1)
 		go func() {
 			defer wg.Done()
 			defer s.inflight.Done()
 			defer func() { <-s.sem }()
-			s.execute(runCtx, c, c.Lock.Epoch, unfenced, nil, true)
+			if r := started[i]; r != nil {
+				s.runStarted(runCtx, c, *r, d, s.runLogger(c))
+				return
+			}
+			s.execute(runCtx, c, d)
 		}()
 	}
 	return len(claimed), slots
+}
+
+// startBatch starts, with one statement, the claimed jobs fastStart allows
+// when batch is set; started[i] is claimed[i]'s run, or nil for the jobs
+// left to execute's per-job start.
+func (s *Scheduler) startBatch(ctx context.Context, claimed []sqlstore.Claimed, batch bool) []*sqlease.Run {
+	started := make([]*sqlease.Run, len(claimed))
+	if !batch {
+		return started
+	}
+	var reqs []sqlstore.StartReq
+	var at []int
+	for i, c := range claimed {
+		if req, ok := fastStart(c); ok {
+			reqs = append(reqs, req)
+			at = append(at, i)
+		}
+	}
+	if len(reqs) == 0 {
+		return started
+	}
+	ok, err := s.store.StartRuns(ctx, reqs)
+	if err != nil {
+		// execute retries each start alone and reports why it fails.
+		s.log.Warn("run_batch_start_failed", slog.Int("runs", len(reqs)), slog.String("error", err.Error()))
+		return started
+	}
+	for k, i := range at {
+		if ok[k] {
+			q := reqs[k]
+			started[i] = &sqlease.Run{JobID: q.Lock.JobID, Job: q.Job, ScheduledFor: q.ScheduledFor, Attempt: q.Attempt,
+				Holder: q.Lock.Holder, Epoch: q.Lock.Epoch, Outcome: sqlease.OutcomeRunning}
+		}
+	}
+	return started
 }
 
 // drain waits for in-flight runs, cancelling them after ShutdownTimeout.

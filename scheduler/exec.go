@@ -39,13 +39,26 @@ func Ensure(ctx context.Context) error {
 // errLockLost is the cancellation cause of a run whose lock was lost.
 var errLockLost = fmt.Errorf("run lock lost: %w", sqlease.ErrLeaseLost)
 
-// execute plans, starts, runs and finishes one claimed job. epoch is the
-// run's fencing epoch: the lease epoch in leader mode, the lock epoch in
-// claim mode. ensure, if not nil, is the leader's gate check. It returns the
+// dispatch is how a run is fenced and finished: by the lease in leader
+// mode, by the job lock alone in claim mode.
+type dispatch struct {
+	// epoch is the run's fencing epoch: the lease epoch in leader mode, the
+	// lock epoch in claim mode.
+	epoch  int64
+	fenced fence
+	// ensure, if not nil, is the leader's gate check.
+	ensure func() error
+	// heartbeat extends the job lock while the run executes (claim mode).
+	heartbeat bool
+	// batch, if not nil, groups finish writes (claim mode, Store.Batched).
+	batch *finisher
+}
+
+// execute plans, starts, runs and finishes one claimed job. It returns the
 // job's next_run_at as this run left it (zero: none, or unknown because a
 // write failed), so that the leader can reschedule without a refresh.
-func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64, fenced fence, ensure func() error, heartbeat bool) (next time.Time) {
-	log := s.log.With(slog.String("job", c.Name), slog.Int64("job_id", c.ID), slog.String("holder_id", c.Lock.Holder), slog.Int64("lock_epoch", c.Lock.Epoch))
+func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, d dispatch) (next time.Time) {
+	log := s.runLogger(c)
 	run, ok, planned, hasNext := Plan(c.Schedule, c.MissedRuns, c.SkipIfOlderThan, c.NextRunAt, c.Now)
 	if !hasNext {
 		planned = time.Time{}
@@ -65,7 +78,7 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 		if !hasNext {
 			planned = time.Time{}
 		}
-		err := fenced(ctx, func(tx *sql.Tx) error { return s.store.ReleaseUnrun(ctx, tx, c.Lock, planned, 0) })
+		err := d.fenced(ctx, func(tx *sql.Tx) error { return s.store.ReleaseUnrun(ctx, tx, c.Lock, planned, 0) })
 		if err != nil {
 			log.Warn("run_skip_failed", slog.String("error", err.Error()))
 			return time.Time{}
@@ -75,9 +88,9 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 	}
 
 	var r sqlease.Run
-	err := fenced(ctx, func(tx *sql.Tx) error {
+	err := d.fenced(ctx, func(tx *sql.Tx) error {
 		var err error
-		r, err = s.store.StartRun(ctx, tx, c.Lock, c.Name, run, attempt, epoch)
+		r, err = s.store.StartRun(ctx, tx, c.Lock, c.Name, run, attempt, d.epoch)
 		return err
 	})
 	if err != nil {
@@ -87,7 +100,7 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 			// retried at once rather than after the lock times out.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			if rerr := fenced(rctx, func(tx *sql.Tx) error {
+			if rerr := d.fenced(rctx, func(tx *sql.Tx) error {
 				return s.store.ReleaseUnrun(rctx, tx, c.Lock, c.NextRunAt, c.Attempt)
 			}); rerr != nil {
 				log.Warn("run_release_failed", slog.String("error", rerr.Error()))
@@ -95,6 +108,31 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 		}
 		return time.Time{}
 	}
+	return s.runStarted(ctx, c, r, d, log)
+}
+
+// fastStart reports whether a claimed job can be started by a batch start
+// (Store.StartRuns), and with which request: its due occurrence runs as it
+// is (the missed-runs policy does not move on), it has attempts left and it
+// is not a stale lock taken over, whose crashed run execute marks abandoned.
+func fastStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
+	if c.Reclaimed || c.Attempt+1 > c.Retry.MaxAttempts {
+		return sqlstore.StartReq{}, false
+	}
+	run, ok, _, _ := Plan(c.Schedule, c.MissedRuns, c.SkipIfOlderThan, c.NextRunAt, c.Now)
+	if !ok || !run.Equal(c.NextRunAt) {
+		return sqlstore.StartReq{}, false
+	}
+	return sqlstore.StartReq{Lock: c.Lock, Job: c.Name, ScheduledFor: run, Attempt: c.Attempt + 1}, true
+}
+
+func (s *Scheduler) runLogger(c sqlstore.Claimed) *slog.Logger {
+	return s.log.With(slog.String("job", c.Name), slog.Int64("job_id", c.ID), slog.String("holder_id", c.Lock.Holder), slog.Int64("lock_epoch", c.Lock.Epoch))
+}
+
+// runStarted runs a started run's handler and records its outcome.
+func (s *Scheduler) runStarted(ctx context.Context, c sqlstore.Claimed, r sqlease.Run, d dispatch, log *slog.Logger) time.Time {
+	run, attempt, epoch, ensure := r.ScheduledFor, r.Attempt, d.epoch, d.ensure
 	r.Action = c.Action
 	log = log.With(slog.Time("scheduled_for", run), slog.Int("attempt", attempt), slog.Int64("epoch", epoch))
 	log.Info("run_started")
@@ -114,7 +152,7 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 	}
 	runCtx = context.WithValue(runCtx, ensureKey{}, check)
 	hbDone := make(chan struct{})
-	if heartbeat {
+	if d.heartbeat {
 		go s.heartbeat(runCtx, cancel, c, log, hbDone)
 	} else {
 		close(hbDone)
@@ -150,14 +188,13 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 	// (and lease): a run that lost its lock writes nothing.
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer wcancel()
-	// A transient failure here would leave the lock to time out and the
-	// finished occurrence to run again: retry it a few times first.
-	for try, wait := 0, 50*time.Millisecond; ; try, wait = try+1, wait*2 {
-		err = fenced(wctx, func(tx *sql.Tx) error { return s.store.FinishRun(wctx, tx, c.Lock, r, f) })
-		if err == nil || try == 4 || !errors.Is(err, sqlease.ErrTransient) || wctx.Err() != nil {
-			break
-		}
-		time.Sleep(wait)
+	var err error
+	if d.batch != nil {
+		err = d.batch.finish(sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f})
+	} else {
+		err = retryTransient(wctx, func() error {
+			return d.fenced(wctx, func(tx *sql.Tx) error { return s.store.FinishRun(wctx, tx, c.Lock, r, f) })
+		})
 	}
 	s.cfg.Observer.RunFinished(c.Name, f.Outcome, took)
 	if err != nil {
@@ -170,9 +207,30 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, epoch int64
 	}
 	log.Info("run_finished", attrs...)
 	if f.Backoff > 0 {
-		return time.Time{} // the retry waits for not_before: let a refresh tell
+		// The retry waits for not_before = the database's now at the finish
+		// + backoff; estimate it on the database clock from the claim, a
+		// little late rather than early (the leader's own writes send no
+		// change notification).
+		return c.Now.Add(time.Since(started) + f.Backoff + 50*time.Millisecond)
 	}
 	return f.Next
+}
+
+// retryTransient runs a finish write, retrying a transient failure a few
+// times: giving up would leave the lock to time out and the finished
+// occurrence to run again.
+func retryTransient(ctx context.Context, write func() error) error {
+	for try, wait := 0, 50*time.Millisecond; ; try, wait = try+1, wait*2 {
+		err := write()
+		if err == nil || try == 4 || !errors.Is(err, sqlease.ErrTransient) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return err
+		}
+	}
 }
 
 // callHandler runs the handler, turning a panic into an error so that one

@@ -267,7 +267,7 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 			defer l.s.inflight.Done()
 			defer func() { <-l.s.sem }()
 			fenced := func(ctx context.Context, fn func(*sql.Tx) error) error { return l.gate.Fenced(ctx, l.tok, fn) }
-			next := l.s.execute(ctx, claimed, l.tok.Epoch, fenced, func() error { return l.gate.Ensure(l.tok) }, false)
+			next := l.s.execute(ctx, claimed, dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) }})
 			if next.IsZero() {
 				l.setRunning(e.id, false)
 				return

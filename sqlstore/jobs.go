@@ -54,8 +54,14 @@ type JobQueries struct {
 	// lock_epoch + 1, lock_lease_epoch = 0. The attempt count is not touched:
 	// StartRun counts an attempt only when one really starts, so a claim that
 	// never started (a crash, a failed start) burns none. Returns JobColumns,
-	// now.
+	// now. Where the dialect has StartRuns, which does not write the job,
+	// ClaimDue and ClaimJob must return as attempt the greater of the job's
+	// and the ledger's highest attempt at (job, next_run_at).
 	ClaimDue string
+	// ClaimDueReclaimed says that ClaimDue returns one more column after
+	// now: whether the job was locked before the claim (a stale lock taken
+	// over). Without it every claim counts as a possible reclaim.
+	ClaimDueReclaimed bool
 	// ClaimDueIDs replaces ClaimDue where there is no RETURNING: (limit).
 	// Returns the ids of the jobs ClaimDue would claim, in its order, and
 	// locks them skipping rows other transactions hold (FOR UPDATE SKIP
@@ -90,6 +96,22 @@ type JobQueries struct {
 	// Returns one row: the number of jobs updated (0: the lock is lost,
 	// nothing written).
 	FinishRunOne string
+	// StartRuns, optional (with FinishRuns; see Store.Batched), starts many
+	// runs in one statement. Arguments are arrays of equal length, one
+	// element per run: (job_id, lock_epoch, scheduled_for, attempt, job_name,
+	// holder). For each run whose job is locked by (holder, lock_epoch) it
+	// appends the run (epoch = lock_epoch, outcome running) unless that
+	// attempt exists, holding the job row against a concurrent reclaim until
+	// the statement commits, and returns its job_id. It writes nothing to
+	// the job: the attempt count of a run in flight is the ledger's (see
+	// ClaimDue's attempt), so a start is one insert.
+	StartRuns string
+	// FinishRuns, optional: FinishRunOne for many runs, with arrays of equal
+	// length ordered by job_id: (job_id, lock_epoch, holder,
+	// next_run_at|NULL, attempt, backoff_ms|NULL, outcome, error|NULL,
+	// scheduled_for, run_attempt). Returns the job_id of each run finished;
+	// a run whose lock is lost changes nothing.
+	FinishRuns string
 	// Heartbeat: (id, holder, lock_epoch). Extends locked_at; rows affected.
 	Heartbeat string
 	// FinishRun: (outcome, error|NULL, job_id, scheduled_for, attempt).
@@ -337,17 +359,26 @@ type Claimed struct {
 	StoredJob
 	Lock Lock
 	Now  time.Time
+	// Reclaimed is true when the claim took over a stale lock, or when the
+	// dialect cannot tell (see JobQueries.ClaimDueReclaimed).
+	Reclaimed bool
 }
 
-// scanClaim appends each claimed row to out.
-func scanClaim(out *[]Claimed) func(scanner) error {
+// scanClaim appends each claimed row to out; reclaimed says whether the
+// rows carry ClaimDueReclaimed's column.
+func scanClaim(out *[]Claimed, reclaimed bool) func(scanner) error {
 	return func(sc scanner) error {
 		var now dbTime
-		j, err := scanJob(sc, &now)
+		extra := []any{&now}
+		re := true
+		if reclaimed {
+			extra = append(extra, &re)
+		}
+		j, err := scanJob(sc, extra...)
 		if err != nil {
 			return err
 		}
-		*out = append(*out, Claimed{StoredJob: j, Lock: Lock{JobID: j.ID, Holder: j.LockedBy, Epoch: j.LockEpoch}, Now: now.T})
+		*out = append(*out, Claimed{StoredJob: j, Lock: Lock{JobID: j.ID, Holder: j.LockedBy, Epoch: j.LockEpoch}, Now: now.T, Reclaimed: re})
 		return nil
 	}
 }
@@ -358,7 +389,7 @@ func (s *Store) ClaimDue(ctx context.Context, holder string, limit int) ([]Claim
 	var c []Claimed
 	var err error
 	if s.q().ClaimDueIDs == "" {
-		_, err = s.query(ctx, nil, returning{query: s.q().ClaimDue, args: []any{holder, limit}}, scanClaim(&c))
+		_, err = s.query(ctx, nil, returning{query: s.q().ClaimDue, args: []any{holder, limit}}, scanClaim(&c, s.q().ClaimDueReclaimed))
 	} else {
 		c, err = s.claimDueByID(ctx, holder, limit)
 	}
@@ -385,7 +416,7 @@ func (s *Store) claimDueByID(ctx context.Context, holder string, limit int) ([]C
 			return s.classify(err)
 		}
 		for _, id := range ids {
-			if _, err := s.query(ctx, tx, s.claimJob(id, holder, 0), scanClaim(&c)); err != nil {
+			if _, err := s.query(ctx, tx, s.claimJob(id, holder, 0), scanClaim(&c, false)); err != nil {
 				return err
 			}
 		}
@@ -401,7 +432,7 @@ func (s *Store) claimDueByID(ctx context.Context, holder string, limit int) ([]C
 // tx. It returns ok=false when the job is not due, paused, gone or locked.
 func (s *Store) ClaimJob(ctx context.Context, tx *sql.Tx, id int64, tok sqlease.Token) (Claimed, bool, error) {
 	var c []Claimed
-	if _, err := s.query(ctx, tx, s.claimJob(id, tok.Holder, tok.Epoch), scanClaim(&c)); err != nil {
+	if _, err := s.query(ctx, tx, s.claimJob(id, tok.Holder, tok.Epoch), scanClaim(&c, false)); err != nil {
 		return Claimed{}, false, fmt.Errorf("claim job %d: %w", id, err)
 	}
 	if len(c) == 0 {

@@ -1,0 +1,98 @@
+package scheduler_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// TestBatchStartFinishFenced checks the batch statements claim mode uses
+// where the dialect has them (Store.Batched): every start and finish is
+// conditional on its own job lock, an attempt starts once, the attempt count
+// of a run in flight is the ledger's, and a run that was batch-started and
+// then orphaned is reclaimed as a reclaim (its run abandoned, attempt 2).
+func TestBatchStartFinishFenced(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		if !st.Batched() {
+			t.Skip("this dialect starts and finishes runs one by one")
+		}
+		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+		for _, name := range []string{"a", "b", "c"} {
+			if _, _, err := admin.Create(ctx, sqlease.Job{Name: name, LockTimeout: time.Second}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		claimed, err := st.ClaimDue(ctx, "w", 10)
+		if err != nil || len(claimed) != 3 {
+			t.Fatalf("claim: %v, %d jobs", err, len(claimed))
+		}
+		reqs := make([]sqlstore.StartReq, len(claimed))
+		for i, c := range claimed {
+			if c.Reclaimed || c.Attempt != 0 {
+				t.Fatalf("fresh claim of %s: reclaimed=%v attempt=%d", c.Name, c.Reclaimed, c.Attempt)
+			}
+			reqs[i] = sqlstore.StartReq{Lock: c.Lock, Job: c.Name, ScheduledFor: c.NextRunAt, Attempt: 1}
+		}
+		stale := reqs[1]
+		stale.Lock.Epoch-- // a start under a lock that is no longer held
+		started, err := st.StartRuns(ctx, []sqlstore.StartReq{reqs[0], stale, reqs[2]})
+		if err != nil || !started[0] || started[1] || !started[2] {
+			t.Fatalf("StartRuns with one stale lock: %v %v, want [true false true]", started, err)
+		}
+		if again, err := st.StartRuns(ctx, reqs[:1]); err != nil || again[0] {
+			t.Fatalf("starting attempt 1 twice: %v %v, want not started", again, err)
+		}
+		if j, err := st.Job(ctx, reqs[0].Job); err != nil || j.Attempt != 1 {
+			t.Fatalf("attempt count of the run in flight: %d %v, want 1 (from the ledger)", j.Attempt, err)
+		}
+		if runs, _ := st.Runs(ctx, reqs[1].Job, 10); len(runs) != 0 {
+			t.Fatalf("the stale start wrote %+v", runs)
+		}
+
+		run := func(q sqlstore.StartReq) sqlease.Run {
+			return sqlease.Run{JobID: q.Lock.JobID, Job: q.Job, ScheduledFor: q.ScheduledFor, Attempt: q.Attempt}
+		}
+		staleFin := sqlstore.FinishReq{Lock: reqs[0].Lock, Run: run(reqs[0]), Finish: sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}}
+		staleFin.Lock.Holder = "someone-else"
+		done, err := st.FinishRuns(ctx, []sqlstore.FinishReq{staleFin,
+			{Lock: reqs[2].Lock, Run: run(reqs[2]), Finish: sqlstore.Finish{Outcome: sqlease.OutcomeFailed, Error: "boom", Next: reqs[2].ScheduledFor, Attempt: 1, Backoff: time.Hour}}})
+		if err != nil || done[0] || !done[1] {
+			t.Fatalf("FinishRuns with one foreign lock: %v %v, want [false true]", done, err)
+		}
+		if runs, _ := st.Runs(ctx, reqs[0].Job, 10); len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeRunning {
+			t.Fatalf("a finish under a foreign lock changed the run: %+v", runs)
+		}
+		runs, _ := st.Runs(ctx, reqs[2].Job, 10)
+		if len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeFailed || runs[0].Error != "boom" {
+			t.Fatalf("finished run: %+v", runs)
+		}
+		if j, _ := st.Job(ctx, reqs[2].Job); j.LockedBy != "" || j.Attempt != 1 || !j.NextRunAt.Equal(reqs[2].ScheduledFor) {
+			t.Fatalf("job after a failed attempt to retry: %+v", j)
+		}
+
+		// Job a's worker dies with its batch-started run in flight: the next
+		// claim after the lock timeout is a reclaim, which the scheduler
+		// starts through StartRun (abandoning the orphan) as attempt 2.
+		rec := &recorder{}
+		runClaim(t, newSched(t, scheduler.Config{Store: newStore(t), Holder: "live", Handler: rec.handle}))
+		waitFor(t, 20*time.Second, "the orphaned run to be reclaimed", func() bool {
+			runs, _ := st.Runs(ctx, reqs[0].Job, 10)
+			return len(runs) == 2 && runs[0].Outcome == sqlease.OutcomeSucceeded
+		})
+		runs, _ = st.Runs(ctx, reqs[0].Job, 10)
+		if runs[0].Attempt != 2 || runs[1].Outcome != sqlease.OutcomeAbandoned || runs[1].Attempt != 1 {
+			t.Fatalf("ledger of the reclaimed job: %+v", runs)
+		}
+		// The dead worker's late finish is fenced off.
+		done, err = st.FinishRuns(ctx, []sqlstore.FinishReq{{Lock: reqs[0].Lock, Run: run(reqs[0]), Finish: sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}}})
+		if err != nil || done[0] {
+			t.Fatalf("late finish of the orphan: %v %v, want not done", done, err)
+		}
+	})
+}

@@ -1,0 +1,101 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// maxFinishGroup bounds the runs one finish statement writes.
+const maxFinishGroup = 512
+
+// finisher writes the outcomes of claim-mode runs in groups (group commit):
+// whatever finished while the previous statement was in flight goes into
+// the next one, so a busy worker pays one statement for many runs while a
+// lone run still writes at once. Each run's write stays conditional on its
+// own lock (Store.FinishRuns).
+type finisher struct {
+	store *sqlstore.Store
+	items chan finishItem
+	wg    sync.WaitGroup
+}
+
+type finishItem struct {
+	req  sqlstore.FinishReq
+	done chan error
+}
+
+// startFinisher starts writers goroutines; at most that many statements are
+// in flight.
+func startFinisher(store *sqlstore.Store, writers int) *finisher {
+	f := &finisher{store: store, items: make(chan finishItem)}
+	for range writers {
+		f.wg.Add(1)
+		go f.loop()
+	}
+	return f
+}
+
+// stop ends the writers; every finish must have returned.
+func (f *finisher) stop() {
+	close(f.items)
+	f.wg.Wait()
+}
+
+// finish writes one run's outcome and waits for it. It returns an error
+// wrapping sqlease.ErrLeaseLost when the lock was lost (nothing written).
+func (f *finisher) finish(req sqlstore.FinishReq) error {
+	done := make(chan error, 1)
+	f.items <- finishItem{req: req, done: done}
+	return <-done
+}
+
+func (f *finisher) loop() {
+	defer f.wg.Done()
+	for it := range f.items {
+		group := []finishItem{it}
+	more:
+		for len(group) < maxFinishGroup {
+			select {
+			case it, ok := <-f.items:
+				if !ok {
+					break more
+				}
+				group = append(group, it)
+			default:
+				break more
+			}
+		}
+		f.write(group)
+	}
+}
+
+func (f *finisher) write(group []finishItem) {
+	reqs := make([]sqlstore.FinishReq, len(group))
+	for i, it := range group {
+		reqs[i] = it.req
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var done []bool
+	err := retryTransient(ctx, func() (err error) {
+		done, err = f.store.FinishRuns(ctx, reqs)
+		return err
+	})
+	for i, it := range group {
+		r := it.req
+		switch {
+		case err != nil:
+			it.done <- err
+		case !done[i]:
+			it.done <- fmt.Errorf("finish run %s attempt %d as %s: job lock %d/%s@%d: %w", r.Run.IdempotencyKey(), r.Run.Attempt,
+				r.Finish.Outcome, r.Lock.JobID, r.Lock.Holder, r.Lock.Epoch, sqlease.ErrLeaseLost)
+		default:
+			it.done <- nil
+		}
+	}
+}

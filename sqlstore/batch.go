@@ -1,0 +1,128 @@
+package sqlstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sqlease/sqlease"
+)
+
+// Batched reports whether the dialect can start and finish many runs in one
+// statement (JobQueries.StartRuns and FinishRuns). Claim mode then costs a
+// few statements per claimed batch instead of two transactions per run.
+func (s *Store) Batched() bool { return s.q().StartRuns != "" && s.q().FinishRuns != "" }
+
+// StartReq is one run of a batch start: attempt Attempt of the occurrence
+// the claimed job's next_run_at points at.
+type StartReq struct {
+	Lock         Lock
+	Job          string
+	ScheduledFor time.Time
+	Attempt      int
+}
+
+// StartRuns appends a run for each request whose lock is still held and
+// whose attempt is not already in the ledger, in one statement; the run's
+// epoch is its lock epoch (claim mode). It is StartRun for the common case
+// only: the occurrence must be the job's next_run_at (the missed-runs policy
+// did not move on) and the job must not be a reclaimed stale lock (whose
+// crashed run StartRun marks abandoned). started[i] tells whether reqs[i]
+// started; a request that did not gets no run and leaves the job untouched,
+// and the caller may retry it through StartRun to learn why.
+func (s *Store) StartRuns(ctx context.Context, reqs []StartReq) (started []bool, err error) {
+	n := len(reqs)
+	started = make([]bool, n)
+	if n == 0 {
+		return started, nil
+	}
+	ids, epochs, sfs := make([]int64, n), make([]int64, n), make([]time.Time, n)
+	attempts, names, holders := make([]int32, n), make([]string, n), make([]string, n)
+	at := make(map[int64]int, n)
+	for i, r := range reqs {
+		ids[i], epochs[i], sfs[i] = r.Lock.JobID, r.Lock.Epoch, r.ScheduledFor.UTC()
+		attempts[i], names[i], holders[i] = int32(r.Attempt), r.Job, r.Lock.Holder
+		at[r.Lock.JobID] = i
+	}
+	rows, err := s.db.QueryContext(ctx, s.q().StartRuns, ids, epochs, sfs, attempts, names, holders)
+	if _, err := scanRows(rows, err, func(sc scanner) error {
+		var id int64
+		if err := sc.Scan(&id); err != nil {
+			return err
+		}
+		if i, ok := at[id]; ok {
+			started[i] = true
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("start %d runs: %w", n, s.classify(err))
+	}
+	return started, nil
+}
+
+// FinishReq is one run of a batch finish.
+type FinishReq struct {
+	Lock   Lock
+	Run    sqlease.Run
+	Finish Finish
+}
+
+// FinishRuns is FinishRun for many runs in one statement: each request
+// records its run's outcome and releases its job, atomically and only while
+// its lock is held. done[i] is false when reqs[i]'s lock was lost; nothing
+// of it was written then.
+func (s *Store) FinishRuns(ctx context.Context, reqs []FinishReq) (done []bool, err error) {
+	n := len(reqs)
+	done = make([]bool, n)
+	if n == 0 {
+		return done, nil
+	}
+	// One lock order for every statement that updates several jobs: two
+	// concurrent batches then wait for each other instead of deadlocking.
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(reqs[a].Lock.JobID, reqs[b].Lock.JobID) })
+	ids, epochs, holders := make([]int64, n), make([]int64, n), make([]string, n)
+	nexts, nextAttempts, backoffs := make([]*time.Time, n), make([]int32, n), make([]*int64, n)
+	outcomes, errs, sfs, runAttempts := make([]string, n), make([]*string, n), make([]time.Time, n), make([]int32, n)
+	at := make(map[int64]int, n)
+	for k, i := range order {
+		r := reqs[i]
+		ids[k], epochs[k], holders[k] = r.Lock.JobID, r.Lock.Epoch, r.Lock.Holder
+		if !r.Finish.Next.IsZero() {
+			t := r.Finish.Next.UTC()
+			nexts[k] = &t
+		}
+		nextAttempts[k] = int32(r.Finish.Attempt)
+		if r.Finish.Backoff > 0 {
+			ms := r.Finish.Backoff.Milliseconds()
+			backoffs[k] = &ms
+		}
+		outcomes[k] = string(r.Finish.Outcome)
+		if r.Finish.Error != "" {
+			e := r.Finish.Error
+			errs[k] = &e
+		}
+		sfs[k], runAttempts[k] = r.Run.ScheduledFor.UTC(), int32(r.Run.Attempt)
+		at[r.Lock.JobID] = i
+	}
+	rows, err := s.db.QueryContext(ctx, s.q().FinishRuns, ids, epochs, holders, nexts, nextAttempts, backoffs,
+		outcomes, errs, sfs, runAttempts)
+	if _, err := scanRows(rows, err, func(sc scanner) error {
+		var id int64
+		if err := sc.Scan(&id); err != nil {
+			return err
+		}
+		if i, ok := at[id]; ok {
+			done[i] = true
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("finish %d runs: %w", n, s.classify(err))
+	}
+	return done, nil
+}
