@@ -268,8 +268,8 @@ func readConfigFile(path string) (map[string]string, error) {
 // packages that own them.
 func (c Config) validate() error {
 	if c.Election == "advisory" {
-		if d, _, err := dialectOf(c.DB); err == nil && d != "postgres" {
-			return usagef("election: advisory mode needs a database with session locks (postgres in this build), not %s", d)
+		if d, _, err := dialectOf(c.DB); err == nil && d == "sqlite" {
+			return usagef("election: advisory mode needs a database with session locks (postgres, mysql or sqlserver), not %s", d)
 		}
 	}
 	ec := election.Config{LeaseName: c.LeaseName, HolderID: c.HolderID, LeaseDuration: c.LeaseDuration,

@@ -21,10 +21,12 @@ import (
 	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/mysql"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/prom"
 	"github.com/sqlease/sqlease/resilient"
 	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlserver"
 )
 
 // newLogger builds the node's logger from the log settings.
@@ -122,8 +124,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		}
 	}
 	if cfg.Election == "advisory" {
-		_, dsn, _ := dialectOf(cfg.DB)
-		ecfg.SessionLocker, err = postgres.NewLocker(postgres.AdvisoryConfig{DSN: dsn, Prefix: cfg.TablePrefix})
+		ecfg.SessionLocker, err = sessionLocker(cfg)
 		if err != nil {
 			n.close()
 			return nil, usageError{err}
@@ -217,4 +218,23 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// sessionLocker returns advisory mode's session lock for the database:
+// pg_advisory_lock, GET_LOCK or sp_getapplock, each on a dedicated
+// connection of its own.
+func sessionLocker(cfg Config) (sqlease.SessionLocker, error) {
+	d, dsn, err := dialectOf(cfg.DB)
+	if err != nil {
+		return nil, err
+	}
+	switch d {
+	case "postgres":
+		return postgres.NewLocker(postgres.AdvisoryConfig{DSN: dsn, Prefix: cfg.TablePrefix})
+	case "mysql":
+		return mysql.NewLocker(mysql.AdvisoryConfig{DSN: dsn, Prefix: cfg.TablePrefix})
+	case "sqlserver":
+		return sqlserver.NewLocker(sqlserver.AdvisoryConfig{DSN: dsn, Prefix: cfg.TablePrefix})
+	}
+	return nil, usagef("election: advisory mode needs a database with session locks (postgres, mysql or sqlserver), not %s", d)
 }

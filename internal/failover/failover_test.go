@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
 )
 
@@ -53,6 +54,34 @@ func TestAdvisoryFailover(t *testing.T) {
 	}
 	const bound = 2 * time.Second // the lease lasts 6 s: a lease-expiry takeover cannot pass
 	c := actingCluster(t, serverURL(t), "advisory")
+
+	kill := c.handoff(syscall.SIGKILL, 15*time.Second)
+	t.Logf("kill -9 %s → %s acts after %v (leader_acquired %v, schedule_rebuilt %v)", kill.From, kill.To, kill.Total, kill.Acquired, kill.Rebuilt)
+	if kill.Total > bound {
+		t.Errorf("advisory failover after kill -9 took %v, want < %v", kill.Total, bound)
+	}
+	term := c.handoff(syscall.SIGTERM, 15*time.Second)
+	t.Logf("SIGTERM %s → %s acts after %v (released %v, leader_acquired %v, schedule_rebuilt %v)", term.From, term.To, term.Total, term.Released, term.Acquired, term.Rebuilt)
+	if term.Total > bound {
+		t.Errorf("advisory graceful handoff took %v, want < %v", term.Total, bound)
+	}
+	c.checkSingleActor()
+}
+
+// TestAdvisoryFailoverMySQL is TestAdvisoryFailover on MariaDB/MySQL, where
+// the session lock is GET_LOCK.
+func TestAdvisoryFailoverMySQL(t *testing.T) {
+	url := os.Getenv(mysqltest.URLEnv)
+	if url == "" {
+		t.Skip(mysqltest.URLEnv + " is not set: scripts/test.sh starts a MariaDB and sets it")
+	}
+	const bound = 2 * time.Second // the lease lasts 6 s: a lease-expiry takeover cannot pass
+	c := newCluster(t, mysqltest.CreateDatabase(t, url), "advisory")
+	first := c.launch()
+	c.launch()
+	c.launch()
+	c.addJobs(first, jobCount)
+	c.leaderNow(15 * time.Second)
 
 	kill := c.handoff(syscall.SIGKILL, 15*time.Second)
 	t.Logf("kill -9 %s → %s acts after %v (leader_acquired %v, schedule_rebuilt %v)", kill.From, kill.To, kill.Total, kill.Acquired, kill.Rebuilt)
