@@ -24,7 +24,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer cancel()
 	var fin *finisher
 	if s.store.Batched() {
-		fin = startFinisher(s.store, 2)
+		// One writer: finishes that arrive while it writes form the next
+		// group, and groups are largest with one statement in flight.
+		fin = startFinisher(s.store, 1, s.cfg.MaxConcurrent)
 		defer fin.stop() // after drain: every run has finished by then
 	}
 	var wg sync.WaitGroup
@@ -79,7 +81,11 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		}
 		break
 	}
-	claimed, err := s.store.ClaimDue(ctx, s.cfg.Holder, slots)
+	claim := s.store.ClaimDue
+	if fin != nil {
+		claim = s.store.ClaimAndStart
+	}
+	claimed, err := claim(ctx, s.cfg.Holder, slots)
 	for i := len(claimed); i < slots; i++ {
 		<-s.sem
 	}
@@ -91,13 +97,15 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 	}
 	started := s.startBatch(runCtx, claimed, fin != nil)
 	for i, c := range claimed {
-		d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, heartbeat: true, batch: fin}
 		wg.Add(1)
 		s.inflight.Add(1)
 		go func() {
 			defer wg.Done()
 			defer s.inflight.Done()
-			defer func() { <-s.sem }()
+			var once sync.Once
+			release := func() { once.Do(func() { <-s.sem }) }
+			defer release()
+			d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, heartbeat: true, batch: fin, release: release}
 			if r := started[i]; r != nil {
 				s.runStarted(runCtx, c, *r, d, s.runLogger(c))
 				return
@@ -109,8 +117,9 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 }
 
 // startBatch starts, with one statement, the claimed jobs fastStart allows
-// when batch is set; started[i] is claimed[i]'s run, or nil for the jobs
-// left to execute's per-job start.
+// when batch is set (the claim itself started most one-off jobs);
+// started[i] is claimed[i]'s run, or nil for the jobs left to execute's
+// per-job start.
 func (s *Scheduler) startBatch(ctx context.Context, claimed []sqlstore.Claimed, batch bool) []*sqlease.Run {
 	started := make([]*sqlease.Run, len(claimed))
 	if !batch {
@@ -119,6 +128,10 @@ func (s *Scheduler) startBatch(ctx context.Context, claimed []sqlstore.Claimed, 
 	var reqs []sqlstore.StartReq
 	var at []int
 	for i, c := range claimed {
+		if c.Started != nil {
+			started[i] = c.Started
+			continue
+		}
 		if req, ok := fastStart(c); ok {
 			reqs = append(reqs, req)
 			at = append(at, i)

@@ -52,6 +52,9 @@ type dispatch struct {
 	heartbeat bool
 	// batch, if not nil, groups finish writes (claim mode, Store.Batched).
 	batch *finisher
+	// release, if not nil, frees the run's execution slot once its handler
+	// has returned and its finish is queued (with batch).
+	release func()
 }
 
 // execute plans, starts, runs and finishes one claimed job. It returns the
@@ -190,7 +193,7 @@ func (s *Scheduler) runStarted(ctx context.Context, c sqlstore.Claimed, r sqleas
 	defer wcancel()
 	var err error
 	if d.batch != nil {
-		err = d.batch.finish(sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f})
+		err = d.batch.finish(sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, d.release)
 	} else {
 		err = retryTransient(wctx, func() error {
 			return d.fenced(wctx, func(tx *sql.Tx) error { return s.store.FinishRun(wctx, tx, c.Lock, r, f) })

@@ -19,9 +19,10 @@ const maxFinishGroup = 512
 // lone run still writes at once. Each run's write stays conditional on its
 // own lock (Store.FinishRuns).
 type finisher struct {
-	store *sqlstore.Store
-	items chan finishItem
-	wg    sync.WaitGroup
+	store   *sqlstore.Store
+	items   chan finishItem
+	pending chan struct{} // bounds the runs waiting for their finish write
+	wg      sync.WaitGroup
 }
 
 type finishItem struct {
@@ -29,10 +30,11 @@ type finishItem struct {
 	done chan error
 }
 
-// startFinisher starts writers goroutines; at most that many statements are
-// in flight.
-func startFinisher(store *sqlstore.Store, writers int) *finisher {
-	f := &finisher{store: store, items: make(chan finishItem)}
+// startFinisher starts writers goroutines, so that at most that many
+// statements are in flight, for at most maxPending runs waiting to be
+// written.
+func startFinisher(store *sqlstore.Store, writers, maxPending int) *finisher {
+	f := &finisher{store: store, items: make(chan finishItem), pending: make(chan struct{}, maxPending)}
 	for range writers {
 		f.wg.Add(1)
 		go f.loop()
@@ -48,7 +50,16 @@ func (f *finisher) stop() {
 
 // finish writes one run's outcome and waits for it. It returns an error
 // wrapping sqlease.ErrLeaseLost when the lock was lost (nothing written).
-func (f *finisher) finish(req sqlstore.FinishReq) error {
+// Once the run has a place among the pending writes, handOff is called: the
+// run gives its execution slot to the next claim while its outcome waits
+// for the next group, so that the database round trips of finishing do not
+// hold back execution (the job stays locked until the write).
+func (f *finisher) finish(req sqlstore.FinishReq, handOff func()) error {
+	f.pending <- struct{}{}
+	defer func() { <-f.pending }()
+	if handOff != nil {
+		handOff()
+	}
 	done := make(chan error, 1)
 	f.items <- finishItem{req: req, done: done}
 	return <-done

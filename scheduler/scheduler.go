@@ -66,18 +66,23 @@ type Gate interface {
 
 // Defaults.
 const (
-	DefaultPollInterval      = time.Second
-	DefaultBatchSize         = 32
-	DefaultMaxConcurrent     = 64
-	DefaultLockTimeout       = 2 * time.Minute
-	DefaultHeartbeatFailures = 3
-	DefaultRefreshInterval   = time.Second
-	DefaultRefreshOverlap    = 5 * time.Second
-	DefaultScheduleHorizon   = time.Minute
-	DefaultMaxScheduled      = 10_000
-	DefaultShutdownTimeout   = 10 * time.Second
-	DefaultRunRetention      = 30 * 24 * time.Hour
-	DefaultFallbackRefresh   = 30 * time.Second
+	DefaultPollInterval  = time.Second
+	DefaultBatchSize     = 32
+	DefaultMaxConcurrent = 64
+	// On a store that starts and finishes runs in batches (PostgreSQL), a
+	// run holds no connection of its own, and larger claims amortize the
+	// statements: about 2.5× the throughput of no-op jobs of 32/64.
+	DefaultBatchedBatchSize     = 256
+	DefaultBatchedMaxConcurrent = 512
+	DefaultLockTimeout          = 2 * time.Minute
+	DefaultHeartbeatFailures    = 3
+	DefaultRefreshInterval      = time.Second
+	DefaultRefreshOverlap       = 5 * time.Second
+	DefaultScheduleHorizon      = time.Minute
+	DefaultMaxScheduled         = 10_000
+	DefaultShutdownTimeout      = 10 * time.Second
+	DefaultRunRetention         = 30 * 24 * time.Hour
+	DefaultFallbackRefresh      = 30 * time.Second
 )
 
 // Config configures a Scheduler. Zero fields take the documented defaults.
@@ -94,9 +99,15 @@ type Config struct {
 
 	// PollInterval is how often a claim-mode worker looks for due jobs.
 	PollInterval time.Duration
-	// BatchSize is how many due jobs one claim statement may lock.
+	// BatchSize is how many due jobs one claim statement may lock. Default
+	// DefaultBatchedBatchSize on a store that batches (Store.Batched), else
+	// DefaultBatchSize.
 	BatchSize int
-	// MaxConcurrent bounds the runs executing at once in this instance.
+	// MaxConcurrent bounds the handlers executing at once in this instance
+	// (and, separately, the finished runs waiting for their outcome to be
+	// written). Default DefaultBatchedMaxConcurrent on a store that batches,
+	// else DefaultMaxConcurrent, where every run uses a connection of its
+	// own to start and finish.
 	MaxConcurrent int
 	// HeartbeatInterval is how often a running job's lock is extended in
 	// claim mode. Default: the job's lock_timeout / 4.
@@ -155,11 +166,18 @@ func (c Config) withDefaults() Config {
 	def(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	def(&c.RunRetention, DefaultRunRetention)
 	def(&c.FallbackRefresh, DefaultFallbackRefresh)
+	batched := c.Store != nil && c.Store.Batched()
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
+		if batched {
+			c.BatchSize = DefaultBatchedBatchSize
+		}
 	}
 	if c.MaxConcurrent == 0 {
 		c.MaxConcurrent = DefaultMaxConcurrent
+		if batched {
+			c.MaxConcurrent = DefaultBatchedMaxConcurrent
+		}
 	}
 	if c.HeartbeatFailures == 0 {
 		c.HeartbeatFailures = DefaultHeartbeatFailures

@@ -15,6 +15,37 @@ import (
 // few statements per claimed batch instead of two transactions per run.
 func (s *Store) Batched() bool { return s.q().StartRuns != "" && s.q().FinishRuns != "" }
 
+// ClaimAndStart is ClaimDue that also starts, in the same statement, the
+// runs of one-off jobs that need no decision of the missed-runs policy (see
+// JobQueries.ClaimStart); their Claimed.Started is set. Without ClaimStart
+// it is ClaimDue.
+func (s *Store) ClaimAndStart(ctx context.Context, holder string, limit int) ([]Claimed, error) {
+	if s.q().ClaimStart == "" {
+		return s.ClaimDue(ctx, holder, limit)
+	}
+	var out []Claimed
+	rows, err := s.db.QueryContext(ctx, s.q().ClaimStart, holder, limit)
+	if _, err := scanRows(rows, err, func(sc scanner) error {
+		var now dbTime
+		var reclaimed, oneOffDue, started bool
+		var attempt int
+		j, err := scanJob(sc, &now, &reclaimed, &attempt, &oneOffDue, &started)
+		if err != nil {
+			return err
+		}
+		c := Claimed{StoredJob: j, Lock: Lock{JobID: j.ID, Holder: j.LockedBy, Epoch: j.LockEpoch}, Now: now.T, Reclaimed: reclaimed}
+		if started {
+			c.Started = &sqlease.Run{JobID: j.ID, Job: j.Name, ScheduledFor: j.NextRunAt, Attempt: attempt,
+				Holder: j.LockedBy, Epoch: j.LockEpoch, Outcome: sqlease.OutcomeRunning, StartedAt: now.T}
+		}
+		out = append(out, c)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("claim due jobs: %w", s.classify(err))
+	}
+	return out, nil
+}
+
 // StartReq is one run of a batch start: attempt Attempt of the occurrence
 // the claimed job's next_run_at points at.
 type StartReq struct {

@@ -96,6 +96,15 @@ type JobQueries struct {
 	// Returns one row: the number of jobs updated (0: the lock is lost,
 	// nothing written).
 	FinishRunOne string
+	// ClaimStart, optional (with StartRuns and FinishRuns): (holder, limit).
+	// ClaimDue that also starts, in the same statement, the runs that need
+	// no decision in Go: one-off jobs (no every, no cron) whose lock was not
+	// stale, with attempts left and not too old for skip_if_older_than. It
+	// returns JobColumns, now, reclaimed (as ClaimDueReclaimed), the attempt
+	// a run of the due occurrence would have, whether the job qualified, and
+	// whether this statement started its run (epoch = the new lock epoch,
+	// started_at = now).
+	ClaimStart string
 	// StartRuns, optional (with FinishRuns; see Store.Batched), starts many
 	// runs in one statement. Arguments are arrays of equal length, one
 	// element per run: (job_id, lock_epoch, scheduled_for, attempt, job_name,
@@ -362,6 +371,8 @@ type Claimed struct {
 	// Reclaimed is true when the claim took over a stale lock, or when the
 	// dialect cannot tell (see JobQueries.ClaimDueReclaimed).
 	Reclaimed bool
+	// Started is the run the claim itself started (ClaimAndStart), if any.
+	Started *sqlease.Run
 }
 
 // scanClaim appends each claimed row to out; reclaimed says whether the

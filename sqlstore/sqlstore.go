@@ -377,7 +377,7 @@ func (s *Store) fence(ctx context.Context, tx *sql.Tx, query string, tok sqlease
 // connections is left unlimited: a cap would make the leader's renew queue
 // behind its own runs. Cap it with db.SetMaxOpenConns where a fleet must
 // stay within the server's connection limit.
-const DefaultMaxIdleConns = 64 // scheduler.DefaultMaxConcurrent runs, each holding one at a time
+const DefaultMaxIdleConns = 64 // scheduler.DefaultMaxConcurrent runs of an unbatched store, each holding one at a time
 
 // TunePool keeps up to n idle connections, each closed after five idle
 // minutes.

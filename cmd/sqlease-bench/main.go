@@ -59,13 +59,6 @@ SCENARIOS (-bench, comma-separated; default claim,submit,leader,memory)
           of a refresh page with its cursor in the middle of the table. Each
           run is a child process of its own, so VmHWM is its alone.
 
-  proto   PostgreSQL only, not run by default: a PROTOTYPE of the statements
-          the benchmark's report proposes (see proto.go), driven by the same
-          harness as claim: "proto-perjob" starts and finishes each run with
-          one autocommit statement; "proto-batch" starts a claimed batch with
-          one statement and groups finishes (group commit). It measures how
-          far the proposed SQL goes, not the library.
-
 WHAT ELSE IS REPORTED
   cpu     machine utilization over the run (/proc/stat, all cores), the
           CPU of this process (the Go client: scheduler, database/sql, the
@@ -154,7 +147,7 @@ func main() {
 		fs.PrintDefaults()
 	}
 	var (
-		benches    = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, proto (comma-separated; all = the first four)")
+		benches    = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory (comma-separated; all = every one)")
 		dialects   = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite (comma-separated)")
 		dbURL      = fs.String("db", "", "PostgreSQL URL of a role that may CREATE DATABASE (default $SQLEASE_TEST_POSTGRES_URL, else a private server)")
 		runs       = fs.Int("runs", 5, "repetitions of each measurement (medians are reported)")
@@ -164,8 +157,8 @@ func main() {
 		submits    = fs.Int("submits", 2000, "submit: creates per run")
 		submitters = intList{1, 8}
 		poll       = fs.Duration("poll", 0, "scheduler PollInterval (0: the default, 1s)")
-		batch      = fs.Int("batch", 0, "scheduler BatchSize (0: the default, 32)")
-		maxConc    = fs.Int("max-concurrent", 0, "scheduler MaxConcurrent (0: the default, 64)")
+		batch      = fs.Int("batch", 0, "scheduler BatchSize (0: the default: 256 on PostgreSQL, whose store batches, else 32)")
+		maxConc    = fs.Int("max-concurrent", 0, "scheduler MaxConcurrent (0: the default: 512 on PostgreSQL, else 64)")
 		maxIdle    = fs.Int("max-idle", -1, "sql.DB SetMaxIdleConns for every pool (-1: database/sql's default, 2)")
 		maxOpen    = fs.Int("max-open", 0, "sql.DB SetMaxOpenConns for every pool (0: unlimited, the default)")
 		trace      = fs.Bool("trace", false, "count statements, rows, transactions and connections client-side (wraps the driver)")
@@ -219,7 +212,7 @@ func main() {
 	for _, b := range strings.Split(*benches, ",") {
 		b = strings.TrimSpace(b)
 		switch b {
-		case "claim", "submit", "leader", "memory", "proto":
+		case "claim", "submit", "leader", "memory":
 			want[b] = true
 		case "all":
 			want["claim"], want["submit"], want["leader"], want["memory"] = true, true, true, true
@@ -280,17 +273,6 @@ func main() {
 				title := fmt.Sprintf("claim throughput — %s, %d worker scheduler(s), %d due no-op jobs", d, w, *jobs)
 				if !throughputScenario(ctx, e, title, o, *runs) {
 					return
-				}
-			}
-		}
-		if want["proto"] && d == "postgres" {
-			for _, mode := range []string{"proto-perjob", "proto-batch"} {
-				for _, w := range workers {
-					o := throughputOpts{dialect: d, mode: mode, workers: w, jobs: *jobs, tuning: tuning, timeout: *timeout}
-					title := fmt.Sprintf("PROTOTYPE %s (not the library; see proto.go) — %s, %d worker(s), %d due no-op jobs", mode, d, w, *jobs)
-					if !throughputScenario(ctx, e, title, o, *runs) {
-						return
-					}
 				}
 			}
 		}

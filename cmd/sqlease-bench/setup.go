@@ -387,7 +387,6 @@ func statementLabels(d sqlstore.Dialect) func(string) string {
 	}
 	add(reflect.ValueOf(d.Jobs), "")
 	add(reflect.ValueOf(d.Queries), "lease.")
-	m[normalizeSQL(protoStart)], m[normalizeSQL(protoFinish)] = "proto.StartBatch", "proto.FinishBatch"
 	for _, s := range []string{"BEGIN", "COMMIT", "ROLLBACK", "begin", "commit", "rollback",
 		"begin isolation level read committed", "begin read write"} {
 		m[normalizeSQL(s)] = strings.ToUpper(strings.Fields(s)[0])

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -295,22 +294,6 @@ func runThroughput(ctx context.Context, e *env, o throughputOpts) (throughputRes
 		for _, s := range scheds {
 			wg.Add(1)
 			go func() { defer wg.Done(); _ = s.Run(runCtx) }()
-		}
-	case "proto-perjob", "proto-batch":
-		if o.dialect != "postgres" {
-			return res, fmt.Errorf("the prototype statements are PostgreSQL only")
-		}
-		t := o.tuning
-		workersP := make([]*protoWorker, n)
-		for i := range workersP {
-			workersP[i] = &protoWorker{st: stores[i], db: stores[i].DB(), holder: fmt.Sprintf("worker-%d", i+1),
-				batch: cmp.Or(t.BatchSize, scheduler.DefaultBatchSize), maxConc: cmp.Or(t.MaxConcurrent, scheduler.DefaultMaxConcurrent),
-				poll: cmp.Or(t.PollInterval, scheduler.DefaultPollInterval), perJob: o.mode == "proto-perjob", counter: counter, logs: logs}
-		}
-		start = time.Now()
-		for _, w := range workersP {
-			wg.Add(1)
-			go func() { defer wg.Done(); w.run(runCtx) }()
 		}
 	case "leader":
 		cfg := scheduler.Config{Store: stores[0], Handler: counter.handle, Observer: counter, Logger: logger}

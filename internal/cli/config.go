@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,7 @@ type Config struct {
 	RefreshInterval time.Duration
 	ShutdownTimeout time.Duration
 	RunRetention    time.Duration
+	MaxConcurrent   int
 }
 
 // DefaultDB is the embedded SQLite file a node uses when no --db is given.
@@ -144,6 +146,16 @@ var settings = []setting{
 	dur("schedule-refresh-interval", "leader dispatch: how often the leader refreshes its schedule", func(c *Config) *time.Duration { return &c.RefreshInterval }),
 	dur("shutdown-timeout", "how long in-flight runs may finish on shutdown", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
 	dur("run-retention", "how long finished runs are kept (negative: forever)", func(c *Config) *time.Duration { return &c.RunRetention }),
+	{name: "max-concurrent", usage: "runs executing at once on this node (0: 512 on postgres, 64 elsewhere)", serve: true,
+		get: func(c *Config) string { return strconv.Itoa(c.MaxConcurrent) },
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("must be a whole number ≥ 0, got %q", v)
+			}
+			c.MaxConcurrent = n
+			return nil
+		}},
 }
 
 // usageError is a configuration or command-line error: exit status 2.

@@ -101,7 +101,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	}
 	n.sched, err = scheduler.New(scheduler.Config{
 		Store: store, Holder: holder, Handler: action.Handle, ValidateAction: action.ValidateJSON,
-		PollInterval: cfg.PollInterval, RefreshInterval: cfg.RefreshInterval, Changes: changes,
+		PollInterval: cfg.PollInterval, RefreshInterval: cfg.RefreshInterval, Changes: changes, MaxConcurrent: cfg.MaxConcurrent,
 		ShutdownTimeout: cfg.ShutdownTimeout, RunRetention: cfg.RunRetention,
 		Logger: log, Observer: obs,
 	})
