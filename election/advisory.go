@@ -17,10 +17,15 @@ import (
 // the locked session; it stops leading the moment that session is lost.
 func (e *Elector) runAdvisory(ctx context.Context, callbacks *sync.WaitGroup) {
 	// Followers blocked in Lock do not read the lease row; refresh the
-	// observed leader now and then for status and OnNewLeader.
+	// observed leader now and then for status and OnNewLeader, and at once
+	// when a change feed signals.
 	obsCtx, stopObs := context.WithCancel(ctx)
 	defer stopObs()
-	go e.observeLoop(obsCtx, 10*e.cfg.AcquireInterval)
+	every := 10 * e.cfg.AcquireInterval
+	if e.cfg.Changes != nil {
+		every = 60 * e.cfg.AcquireInterval
+	}
+	go e.observeLoop(obsCtx, every)
 
 	backoff := e.cfg.AcquireInterval
 	for ctx.Err() == nil {
@@ -89,6 +94,8 @@ func (e *Elector) observeLoop(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-e.wake:
+			t.Stop() // Go ≥ 1.23: no stale tick after Stop, Reset below
 		}
 		if !e.IsLeader() {
 			if l, err := e.cfg.Store.Lease(ctx, e.cfg.LeaseName); err == nil {

@@ -36,6 +36,12 @@ type Config struct {
 	// gate closes when heartbeats are two RenewIntervals late (re-opening if
 	// they resume). Nil means lease mode.
 	SessionLocker sqlease.SessionLocker
+	// Changes, when set, signals that a lease changed holder or was
+	// released (PostgreSQL: postgres.ListenLeases). A follower then looks at
+	// once: in lease mode it acquires a released lease without waiting for
+	// its next poll; in advisory mode it refreshes the observed leader, which
+	// it otherwise re-reads only every 60 AcquireIntervals instead of 10.
+	Changes <-chan struct{}
 	// LeaseName names the lease; instances with the same name compete.
 	// Default DefaultLeaseName.
 	LeaseName string

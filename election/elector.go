@@ -93,6 +93,21 @@ func (e *Elector) Run(ctx context.Context) error {
 		return errors.New("sqlease: elector is already running")
 	}
 	defer e.running.Store(false)
+	if e.cfg.Changes != nil {
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case _, ok := <-e.cfg.Changes:
+					if !ok {
+						return
+					}
+					e.Wake()
+				}
+			}
+		}()
+	}
 	var callbacks sync.WaitGroup
 	if e.cfg.SessionLocker != nil {
 		e.runAdvisory(ctx, &callbacks)

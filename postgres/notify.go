@@ -17,6 +17,18 @@ import (
 // connection breaks it reconnects with backoff and signals once, since
 // notifications may have been missed meanwhile.
 func ListenJobs(ctx context.Context, dsn, prefix string, log *slog.Logger) (<-chan struct{}, error) {
+	return listenTable(ctx, dsn, prefix, "_jobs", log)
+}
+
+// ListenLeases is the change feed of the leases table under prefix, for
+// election.Config.Changes: a signal whenever a lease changes holder or epoch
+// or is released — not on renewals — so that followers look at once instead
+// of at their next poll. Like ListenJobs, it signals once after reconnecting.
+func ListenLeases(ctx context.Context, dsn, prefix string, log *slog.Logger) (<-chan struct{}, error) {
+	return listenTable(ctx, dsn, prefix, "_leases", log)
+}
+
+func listenTable(ctx context.Context, dsn, prefix, table string, log *slog.Logger) (<-chan struct{}, error) {
 	if err := sqlease.ValidateTablePrefix(prefix); err != nil {
 		return nil, err
 	}
@@ -38,11 +50,11 @@ func ListenJobs(ctx context.Context, dsn, prefix string, log *slog.Logger) (<-ch
 	go func() {
 		backoff := 100 * time.Millisecond
 		for ctx.Err() == nil {
-			err := listen(ctx, cfg, prefix+"_jobs", signal)
+			err := listen(ctx, cfg, prefix+table, signal)
 			if ctx.Err() != nil {
 				return
 			}
-			log.Warn("jobs_listen_failed", slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
+			log.Warn("listen_failed", slog.String("channel", prefix+table), slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
 			select {
 			case <-ctx.Done():
 				return
@@ -60,7 +72,8 @@ func listen(ctx context.Context, cfg *pgx.ConnConfig, channel string, signal fun
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	// The identifier is a validated prefix plus "_jobs": safe to quote as is.
+	// The identifier is a validated prefix plus a fixed suffix: safe to
+	// quote as is.
 	if _, err := conn.Exec(ctx, `LISTEN "`+channel+`"`); err != nil {
 		return err
 	}

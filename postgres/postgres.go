@@ -72,7 +72,21 @@ func Dialect(prefix string) (sqlstore.Dialect, error) {
 	acquired_at timestamptz  NOT NULL,
 	renewed_at  timestamptz  NOT NULL,
 	expires_at  timestamptz  NOT NULL
-)`)},
+)`),
+			// A notification with the lease name whenever a lease changes
+			// hands or is released (never on a renew), for followers'
+			// wake-ups (ListenLeases).
+			r.Replace(`CREATE OR REPLACE FUNCTION {leases}_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_notify('{leases}', NEW.lease_name);
+	RETURN NULL;
+END $$`),
+			r.Replace(`CREATE OR REPLACE TRIGGER {leases}_notify_insert AFTER INSERT ON {leases} FOR EACH ROW
+EXECUTE FUNCTION {leases}_notify()`),
+			r.Replace(`CREATE OR REPLACE TRIGGER {leases}_notify_update AFTER UPDATE ON {leases} FOR EACH ROW
+WHEN (OLD.lease_epoch <> NEW.lease_epoch OR OLD.holder_id <> NEW.holder_id OR NEW.expires_at < OLD.expires_at)
+EXECUTE FUNCTION {leases}_notify()`),
+		},
 		// One clock reading per statement, taken in the CTE.
 		Acquire: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now)
 INSERT INTO {leases} AS l (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at)

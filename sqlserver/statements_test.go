@@ -82,6 +82,7 @@ var empty = map[string]string{
 	"Jobs.StartRunOne":        "StartRun's transaction of three statements is used",
 	"Jobs.FinishRunOne":       "FinishRun's transaction of two statements is used",
 	"Jobs.ClaimDueIDs":        "ClaimDue is one UPDATE … OUTPUT statement",
+	"Jobs.ClaimStart":         "claims start no runs: they start one by one",
 	"Jobs.StartRuns":          "batch starts take array parameters (PostgreSQL); runs start one by one",
 	"Jobs.FinishRuns":         "batch finishes take array parameters (PostgreSQL); runs finish one by one",
 }

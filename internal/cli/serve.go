@@ -81,11 +81,18 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 			ln.Close()
 		}
 	}()
-	var changes <-chan struct{}
-	if dialect, dsn, _ := dialectOf(cfg.DB); dialect == "postgres" && cfg.Dispatch == "leader" {
+	var changes, leaseChanges <-chan struct{}
+	if dialect, dsn, _ := dialectOf(cfg.DB); dialect == "postgres" {
 		// The leader refreshes its schedule when jobs change instead of
 		// polling every refresh interval.
-		if changes, err = postgres.ListenJobs(bg, dsn, cfg.TablePrefix, log); err != nil {
+		if cfg.Dispatch == "leader" {
+			if changes, err = postgres.ListenJobs(bg, dsn, cfg.TablePrefix, log); err != nil {
+				n.close()
+				return nil, err
+			}
+		}
+		// Followers look as soon as the leader releases or loses the lease.
+		if leaseChanges, err = postgres.ListenLeases(bg, dsn, cfg.TablePrefix, log); err != nil {
 			n.close()
 			return nil, err
 		}
@@ -114,7 +121,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		// a circuit breaker; the scheduler's loops retry on their next tick.
 		Store: resilient.Wrap(store, resilient.Config{Logger: log}), LeaseName: cfg.LeaseName, HolderID: holder,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, AcquireInterval: cfg.AcquireInterval,
-		Logger: log, Observer: obs,
+		Logger: log, Observer: obs, Changes: leaseChanges,
 	}
 	if cfg.Dispatch == "leader" {
 		ecfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) {
