@@ -33,8 +33,9 @@ type SessionLock interface {
 	// same round trip that the session still holds the lock. It returns
 	// ErrLeaseLost or ErrSessionLost.
 	Renew(ctx context.Context, tok Token, ttl time.Duration) (Lease, error)
-	// Lost is closed as soon as the client sees the session end: the
-	// connection is watched by a blocked read, not polled.
+	// Lost is closed as soon as the client sees the session end, at the
+	// latest from a successful Takeover on: the connection is watched by a
+	// blocked read where the driver allows, else by a frequent check.
 	Lost() <-chan struct{}
 	// Close releases the lock, if held, and ends the session.
 	Close(ctx context.Context) error

@@ -52,10 +52,15 @@ func (e *Elector) runAdvisory(ctx context.Context, callbacks *sync.WaitGroup) {
 			renew: lock.Renew,
 			lost:  lock.Lost(),
 			release: func(ctx context.Context, tok sqlease.Token) error {
-				// Expire the row for readers, then free the lock: a
-				// follower blocked in Lock takes over at once.
+				// Free the lock first — the gate is already closed — so
+				// that a follower blocked in Lock takes over at once, then
+				// expire the row for readers unless it has done so.
+				cerr := lock.Close(ctx)
 				err := e.cfg.Store.Release(ctx, tok)
-				if cerr := lock.Close(ctx); err == nil {
+				if errors.Is(err, sqlease.ErrLeaseLost) {
+					err = nil // taken over already: the handoff worked
+				}
+				if err == nil {
 					err = cerr
 				}
 				return err
