@@ -96,3 +96,62 @@ func TestBatchStartFinishFenced(t *testing.T) {
 		}
 	})
 }
+
+// TestLeaderStartConflictFallsBack covers leader dispatch's combined
+// claim-and-start transaction when the start fails: an attempt of the due
+// occurrence already in the ledger (as a crash between a start and its
+// bookkeeping could leave) makes the start conflict, which rolls the claim
+// back with it. The leader must then claim alone and leave the job locked
+// for the stale-lock path, never run the attempt twice and never loop on it.
+func TestLeaderStartConflictFallsBack(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+		j, _, err := admin.Create(ctx, sqlease.Job{Name: "conflicted", LockTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Attempt 1 of the due occurrence exists, but the job says none
+		// started: claim it, start attempt 1, and give the claim back with
+		// the attempt count reset — the ledger keeps the run.
+		claimed, err := st.ClaimDue(ctx, "ghost", 1)
+		if err != nil || len(claimed) != 1 {
+			t.Fatalf("claim: %v %d", err, len(claimed))
+		}
+		c := claimed[0]
+		if _, err := st.StartRun(ctx, nil, c.Lock, c.Name, c.NextRunAt, 1, c.Lock.Epoch); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.FinishRun(ctx, nil, c.Lock, sqlease.Run{JobID: c.ID, Job: c.Name, ScheduledFor: c.NextRunAt, Attempt: 1},
+			sqlstore.Finish{Outcome: sqlease.OutcomeFailed, Error: "ghost", Next: c.NextRunAt, Attempt: 0}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := st.Job(ctx, j.Name); got.Attempt > 1 {
+			t.Fatalf("setup: attempt %d", got.Attempt)
+		}
+
+		rec := &recorder{}
+		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
+		e := lead(t, st, &s, "leader")
+		waitFor(t, 10*time.Second, "leadership", e.IsLeader)
+		waitFor(t, 10*time.Second, "the leader to run attempt 2 or to hold the job", func() bool {
+			got, _ := st.Job(ctx, j.Name)
+			return rec.count() > 0 || got.LockedBy == "leader"
+		})
+		time.Sleep(300 * time.Millisecond)
+		for _, r := range rec.snapshot() {
+			if r.Attempt == 1 {
+				t.Fatalf("attempt 1 ran again: %+v", r)
+			}
+		}
+		runs, _ := st.Runs(ctx, j.Name, 10)
+		seen := map[int]bool{}
+		for _, r := range runs {
+			if seen[r.Attempt] {
+				t.Fatalf("attempt %d twice in the ledger: %+v", r.Attempt, runs)
+			}
+			seen[r.Attempt] = true
+		}
+	})
+}
