@@ -155,3 +155,37 @@ func TestLeaderStartConflictFallsBack(t *testing.T) {
 		}
 	})
 }
+
+// TestWarmChangesNothing checks that a follower's warm-up (Store.Warm)
+// leaves jobs, runs and leases exactly as they were.
+func TestWarmChangesNothing(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+		if _, _, err := admin.Create(ctx, sqlease.Job{Name: "still"}); err != nil {
+			t.Fatal(err)
+		}
+		lease, err := st.Acquire(ctx, "lead", "someone", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, _ := st.Job(ctx, "still")
+		for range 2 {
+			if err := st.Warm(ctx); err != nil {
+				t.Fatalf("Warm: %v", err)
+			}
+		}
+		after, _ := st.Job(ctx, "still")
+		if after.LastModifiedAt != before.LastModifiedAt || after.LockEpoch != before.LockEpoch || after.LockedBy != "" || after.Attempt != 0 {
+			t.Fatalf("Warm changed the job: %+v -> %+v", before, after)
+		}
+		if runs, _ := st.Runs(ctx, "still", 10); len(runs) != 0 {
+			t.Fatalf("Warm wrote runs: %+v", runs)
+		}
+		leases, err := st.Leases(ctx)
+		if err != nil || len(leases) != 1 || leases[0].Epoch != lease.Epoch || leases[0].Holder != "someone" {
+			t.Fatalf("leases after Warm: %+v %v", leases, err)
+		}
+	})
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/sqlease/sqlease/resilient"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlserver"
+	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // newLogger builds the node's logger from the log settings.
@@ -47,6 +48,7 @@ type Node struct {
 	log      *slog.Logger
 	elector  *election.Elector
 	sched    *scheduler.Scheduler
+	store    *sqlstore.Store
 	server   *http.Server
 	listener net.Listener
 	stopping atomic.Bool
@@ -73,7 +75,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	// Background work owned by the node (the job change feed) lives until
 	// the node closes.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	n := &Node{cfg: cfg, log: log, close: func() { stopBG(); store.DB().Close() }}
+	n := &Node{cfg: cfg, log: log, store: store, close: func() { stopBG(); store.DB().Close() }}
 	// Until Run owns it, a failed construction must free the port too.
 	built := false
 	defer func() {
@@ -186,6 +188,9 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.cfg.Dispatch == "claim" {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = n.sched.Run(workCtx) }()
+	} else {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.standby(workCtx) }()
 	}
 
 	var err error
@@ -244,4 +249,30 @@ func sessionLocker(cfg Config) (sqlease.SessionLocker, error) {
 		return sqlserver.NewLocker(sqlserver.AdvisoryConfig{DSN: dsn, Prefix: cfg.TablePrefix})
 	}
 	return nil, usagef("election: advisory mode needs a database with session locks (postgres, mysql or sqlserver), not %s", d)
+}
+
+// standbyEvery is how often a follower warms its connection: within the
+// pool's idle limit (sqlstore.TunePool), so that the connection lives on.
+const standbyEvery = 4 * time.Minute
+
+// standby keeps a follower ready to lead: it warms the statements a new
+// leader runs first (sqlstore.Store.Warm), at start and every standbyEvery
+// — 8 statements per follower, about 0.03/s — so that a takeover does not
+// pay for a cold database session.
+func (n *Node) standby(ctx context.Context) {
+	t := time.NewTimer(time.Second) // after start-up traffic
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !n.elector.IsLeader() {
+			if err := n.store.Warm(ctx); err != nil && ctx.Err() == nil {
+				n.log.Debug("standby_warm_failed", slog.String("error", err.Error()))
+			}
+		}
+		t.Reset(standbyEvery)
+	}
 }
