@@ -84,7 +84,10 @@ func (a *Analysis) Of(job string) []*OccInfo {
 			out = append(out, info)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Occ.SF < out[j].Occ.SF })
+	// By time, not by string: RFC 3339 drops a zero fraction, so "…:09Z"
+	// would sort after "…:09.2Z".
+	at := func(o *OccInfo) time.Time { t, _ := time.Parse(time.RFC3339Nano, o.Occ.SF); return t }
+	sort.Slice(out, func(i, j int) bool { return at(out[i]).Before(at(out[j])) })
 	return out
 }
 
