@@ -61,7 +61,7 @@ func (c *runCounter) handle(ctx context.Context, r sqlease.Run) error {
 func (c *runCounter) RunFinished(job string, outcome sqlease.Outcome, took time.Duration) {
 	n := c.finished.Add(1)
 	if n <= int64(len(c.finishAt)) {
-		c.finishAt[n-1] = time.Now().UnixNano()
+		atomic.StoreInt64(&c.finishAt[n-1], time.Now().UnixNano())
 	}
 	if n >= c.want {
 		c.once.Do(func() { close(c.done) })
@@ -84,7 +84,14 @@ func (c *runCounter) dupsAndMissing() (dups, missing int) {
 // stall shows here).
 func (c *runCounter) longestGap(start time.Time) time.Duration {
 	n := min(int(c.finished.Load()), len(c.finishAt))
-	ts := append([]int64{start.UnixNano()}, c.finishAt[:n]...)
+	ts := []int64{start.UnixNano()}
+	for i := range n {
+		// A slot is written just after its count is taken: a finish still
+		// between the two (one racing the last) is not in yet.
+		if t := atomic.LoadInt64(&c.finishAt[i]); t != 0 {
+			ts = append(ts, t)
+		}
+	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
 	var g int64
 	for i := 1; i < len(ts); i++ {
