@@ -97,13 +97,12 @@ func TestBatchStartFinishFenced(t *testing.T) {
 	})
 }
 
-// TestLeaderStartConflictFallsBack covers leader dispatch's combined
-// claim-and-start transaction when the start fails: an attempt of the due
-// occurrence already in the ledger (as a crash between a start and its
-// bookkeeping could leave) makes the start conflict, which rolls the claim
-// back with it. The leader must then claim alone and leave the job locked
-// for the stale-lock path, never run the attempt twice and never loop on it.
-func TestLeaderStartConflictFallsBack(t *testing.T) {
+// TestLeaderStartConflict covers leader dispatch when a start conflicts: an
+// attempt of the due occurrence already in the ledger (as a crash between a
+// start and its bookkeeping could leave) while the job row says none
+// started. The leader must hold the job (for the stale-lock path) or run a
+// later attempt — never run the recorded attempt twice, never loop on it.
+func TestLeaderStartConflict(t *testing.T) {
 	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
 		ctx := context.Background()
 		st := newStore(t)

@@ -239,7 +239,7 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 			return // all slots busy; try again on the next tick
 		}
 		e := l.sched.pop()
-		claimed, started, ok, err := l.claim(ctx, e.id)
+		claimed, ok, err := l.claim(ctx, e.id)
 		if err != nil || !ok {
 			<-l.s.sem
 			l.s.inflight.Done()
@@ -267,13 +267,7 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 			defer l.s.inflight.Done()
 			defer func() { <-l.s.sem }()
 			fenced := func(ctx context.Context, fn func(*sql.Tx) error) error { return l.gate.Fenced(ctx, l.tok, fn) }
-			d := dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) }}
-			var next time.Time
-			if started != nil {
-				next = l.s.runStarted(ctx, claimed, *started, d, l.s.runLogger(claimed))
-			} else {
-				next = l.s.execute(ctx, claimed, d)
-			}
+			next := l.s.execute(ctx, claimed, dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) }})
 			if next.IsZero() {
 				l.setRunning(e.id, false)
 				return
@@ -287,47 +281,16 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// startInClaimError is a start that failed inside the claim's transaction,
-// rolling the claim back with it.
-type startInClaimError struct{ err error }
-
-func (e startInClaimError) Error() string { return e.err.Error() }
-func (e startInClaimError) Unwrap() error { return e.err }
-
-// claim locks one job inside a lease-fenced transaction and, when its due
-// occurrence simply runs (onTimeStart), starts that run in the same
-// transaction: a fenced transaction less between a due time and the action.
-// started is nil when the run is left to execute. A start that fails there
-// (a conflict after a crash, say) takes the claim down with it; the claim is
-// then made alone, and execute starts the run and handles the failure.
-func (l *leader) claim(ctx context.Context, id int64) (c sqlstore.Claimed, started *sqlease.Run, ok bool, err error) {
-	err = l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
+// claim locks one job inside a lease-fenced transaction.
+func (l *leader) claim(ctx context.Context, id int64) (sqlstore.Claimed, bool, error) {
+	var c sqlstore.Claimed
+	var ok bool
+	err := l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
 		var err error
-		if c, ok, err = l.s.store.ClaimJob(ctx, tx, id, l.tok); err != nil || !ok {
-			return err
-		}
-		if req, on := onTimeStart(c); on {
-			r, err := l.s.store.StartRun(ctx, tx, c.Lock, c.Name, req.ScheduledFor, req.Attempt, l.tok.Epoch)
-			if err != nil {
-				return startInClaimError{err}
-			}
-			started = &r
-		}
-		return nil
+		c, ok, err = l.s.store.ClaimJob(ctx, tx, id, l.tok)
+		return err
 	})
-	var se startInClaimError
-	if errors.As(err, &se) && !errors.Is(err, sqlease.ErrLeaseLost) && !errors.Is(err, sqlease.ErrNotLeader) {
-		started = nil
-		err = l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
-			var err error
-			c, ok, err = l.s.store.ClaimJob(ctx, tx, id, l.tok)
-			return err
-		})
-	}
-	if err != nil {
-		return sqlstore.Claimed{}, nil, false, err
-	}
-	return c, started, ok, nil
+	return c, ok, err
 }
 
 // schedule is a min-heap of (next, id) with an index by id.
