@@ -104,8 +104,10 @@ type leader struct {
 	// loadedUntil: every unpaused job due before it is in sched (or running).
 	loadedUntil time.Time
 	// hw is the highest last_modified_at seen; refreshes re-read from
-	// hw - RefreshOverlap.
-	hw time.Time
+	// hw - RefreshOverlap. hwID is the id of the row at hw when a refresh
+	// read it (the cursor's position), 0 when hw comes from a reload.
+	hw   time.Time
+	hwID int64
 	// lastRefresh is the (estimated) database time the last refresh began.
 	lastRefresh time.Time
 	failed      map[int64]int // claims that found a job not yet due, per job
@@ -154,11 +156,11 @@ func (l *leader) reload(ctx context.Context) error {
 			l.sched.set(e.ID, e.NextRunAt)
 		}
 		if e.LastModifiedAt.After(l.hw) {
-			l.hw = e.LastModifiedAt
+			l.hw, l.hwID = e.LastModifiedAt, 0
 		}
 	}
 	if l.hw.IsZero() || now.Before(l.hw) {
-		l.hw = now
+		l.hw, l.hwID = now, 0
 	}
 	return nil
 }
@@ -171,12 +173,21 @@ func (l *leader) refresh(ctx context.Context) error {
 	// Re-read from the previous refresh's start (or the newest stamp seen,
 	// if earlier) minus the overlap: not from the newest stamp alone, which
 	// would re-read a large burst of writes on every refresh forever.
+	overlap := l.s.cfg.RefreshOverlap
 	from := l.hw
 	if !l.lastRefresh.IsZero() && l.lastRefresh.Before(from) {
 		from = l.lastRefresh
 	}
+	t, id := from.Add(-overlap), int64(0)
+	if l.hwID != 0 && !l.lastRefresh.IsZero() && l.lastRefresh.Add(-2*overlap).After(l.hw) {
+		// The previous refresh began well past the newest stamp: every
+		// transaction stamped before it had committed by then (overlap
+		// bounds them; twice, as a margin for the estimated clock) and was
+		// read. Only rows past the cursor can be new — after a burst of
+		// writes, an idle leader then reads nothing instead of the burst.
+		t, id = l.hw, l.hwID
+	}
 	l.lastRefresh = l.estNow()
-	t, id := from.Add(-l.s.cfg.RefreshOverlap), int64(0)
 	for {
 		rows, err := l.s.store.Changed(ctx, t, id, refreshPage)
 		if err != nil {
@@ -185,8 +196,8 @@ func (l *leader) refresh(ctx context.Context) error {
 		for _, e := range rows {
 			l.apply(e)
 			t, id = e.LastModifiedAt, e.ID
-			if t.After(l.hw) {
-				l.hw = t
+			if t.After(l.hw) || t.Equal(l.hw) && id > l.hwID {
+				l.hw, l.hwID = t, id
 			}
 		}
 		if len(rows) < refreshPage {
