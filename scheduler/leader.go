@@ -244,7 +244,7 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 			return // draining
 		}
 		select {
-		case l.s.sem <- struct{}{}:
+		case l.s.leaderSem <- struct{}{}:
 		default:
 			l.s.inflight.Done()
 			return // all slots busy; try again on the next tick
@@ -252,7 +252,7 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 		e := l.sched.pop()
 		claimed, ok, err := l.claim(ctx, e.id)
 		if err != nil || !ok {
-			<-l.s.sem
+			<-l.s.leaderSem
 			l.s.inflight.Done()
 			if err != nil {
 				if ctx.Err() == nil {
@@ -276,7 +276,7 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 		go func() { // holds the count begin() took
 			defer wg.Done()
 			defer l.s.inflight.Done()
-			defer func() { <-l.s.sem }()
+			defer func() { <-l.s.leaderSem }()
 			fenced := func(ctx context.Context, fn func(*sql.Tx) error) error { return l.gate.Fenced(ctx, l.tok, fn) }
 			next := l.s.execute(ctx, claimed, dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) }})
 			if next.IsZero() {

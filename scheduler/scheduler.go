@@ -105,9 +105,9 @@ type Config struct {
 	BatchSize int
 	// MaxConcurrent bounds the handlers executing at once in this instance
 	// (and, separately, the finished runs waiting for their outcome to be
-	// written). Default DefaultBatchedMaxConcurrent on a store that batches,
-	// else DefaultMaxConcurrent, where every run uses a connection of its
-	// own to start and finish.
+	// written). Default DefaultBatchedMaxConcurrent in claim mode on a store
+	// that batches, else DefaultMaxConcurrent: there every run uses a
+	// connection of its own to start and finish.
 	MaxConcurrent int
 	// HeartbeatInterval is how often a running job's lock is extended in
 	// claim mode. Default: the job's lock_timeout / 4.
@@ -235,10 +235,11 @@ func (c Config) Validate() error {
 
 // Scheduler stores jobs and dispatches their runs.
 type Scheduler struct {
-	cfg   Config
-	store *sqlstore.Store
-	log   *slog.Logger
-	sem   chan struct{} // bounds concurrent runs
+	cfg       Config
+	store     *sqlstore.Store
+	log       *slog.Logger
+	sem       chan struct{} // bounds concurrent runs in claim mode
+	leaderSem chan struct{} // … and in leader mode
 
 	drainMu  sync.Mutex
 	draining bool           // Drain was called: start no new runs
@@ -282,8 +283,16 @@ func New(cfg Config) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	leaderSlots := cfg.MaxConcurrent
+	if leaderSlots == 0 {
+		// Leader dispatch starts and finishes each run in a fenced
+		// transaction of its own: the batched default would let it hold
+		// hundreds of connections.
+		leaderSlots = DefaultMaxConcurrent
+	}
 	cfg = cfg.withDefaults()
-	return &Scheduler{cfg: cfg, store: cfg.Store, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxConcurrent)}, nil
+	return &Scheduler{cfg: cfg, store: cfg.Store, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxConcurrent),
+		leaderSem: make(chan struct{}, leaderSlots)}, nil
 }
 
 // Create stores a new job, validated, with its first occurrence computed from
