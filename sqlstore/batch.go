@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"time"
@@ -78,16 +79,7 @@ func (s *Store) StartRuns(ctx context.Context, reqs []StartReq) (started []bool,
 		at[r.Lock.JobID] = i
 	}
 	rows, err := s.db.QueryContext(ctx, s.q().StartRuns, ids, epochs, sfs, attempts, names, holders)
-	if _, err := scanRows(rows, err, func(sc scanner) error {
-		var id int64
-		if err := sc.Scan(&id); err != nil {
-			return err
-		}
-		if i, ok := at[id]; ok {
-			started[i] = true
-		}
-		return nil
-	}); err != nil {
+	if err := markIDs(rows, err, at, started); err != nil {
 		return nil, fmt.Errorf("start %d runs: %w", n, s.classify(err))
 	}
 	return started, nil
@@ -143,17 +135,23 @@ func (s *Store) FinishRuns(ctx context.Context, reqs []FinishReq) (done []bool, 
 	}
 	rows, err := s.db.QueryContext(ctx, s.q().FinishRuns, ids, epochs, holders, nexts, nextAttempts, backoffs,
 		outcomes, errs, sfs, runAttempts)
-	if _, err := scanRows(rows, err, func(sc scanner) error {
+	if err := markIDs(rows, err, at, done); err != nil {
+		return nil, fmt.Errorf("finish %d runs: %w", n, s.classify(err))
+	}
+	return done, nil
+}
+
+// markIDs sets out[at[id]] for every job id a batch statement returns.
+func markIDs(rows *sql.Rows, err error, at map[int64]int, out []bool) error {
+	_, err = scanRows(rows, err, func(sc scanner) error {
 		var id int64
 		if err := sc.Scan(&id); err != nil {
 			return err
 		}
 		if i, ok := at[id]; ok {
-			done[i] = true
+			out[i] = true
 		}
 		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("finish %d runs: %w", n, s.classify(err))
-	}
-	return done, nil
+	})
+	return err
 }
