@@ -119,7 +119,17 @@ func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, d dispatch)
 // is (the missed-runs policy does not move on), it has attempts left and it
 // is not a stale lock taken over, whose crashed run execute marks abandoned.
 func fastStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
-	if c.Reclaimed || c.Attempt+1 > c.Retry.MaxAttempts {
+	if c.Reclaimed {
+		return sqlstore.StartReq{}, false
+	}
+	return onTimeStart(c)
+}
+
+// onTimeStart reports whether a claimed job's due occurrence runs as it is
+// (the missed-runs policy does not move on) with attempts left — the start
+// execute would make, without its other cases — and with which request.
+func onTimeStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
+	if c.Attempt+1 > c.Retry.MaxAttempts {
 		return sqlstore.StartReq{}, false
 	}
 	run, ok, _, _ := Plan(c.Schedule, c.MissedRuns, c.SkipIfOlderThan, c.NextRunAt, c.Now)

@@ -29,7 +29,8 @@ const refreshPage = 1000
 // once they have all returned.
 func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) error {
 	l := &leader{s: s, gate: gate, tok: tok, sched: newSchedule(), failed: map[int64]int{}, running: map[int64]bool{},
-		finished: make(chan sqlstore.ScheduleEntry, s.cfg.MaxConcurrent)}
+		finished: make(chan sqlstore.ScheduleEntry, s.cfg.MaxConcurrent), claims: make(chan claimResult, cap(s.leaderSem)),
+		claiming: make(chan struct{}, maxClaiming)}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if err := l.reload(ctx); err != nil {
@@ -64,6 +65,8 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) erro
 		select {
 		case <-ctx.Done():
 			return nil
+		case r := <-l.claims:
+			l.claimed(ctx, r)
 		case f := <-l.finished:
 			// A run finished: schedule its job's next occurrence now rather
 			// than at the next refresh (which re-reads it anyway).
@@ -115,6 +118,8 @@ type leader struct {
 	mu       sync.Mutex
 	running  map[int64]bool // jobs executing now: refreshes leave them out
 	finished chan sqlstore.ScheduleEntry
+	claims   chan claimResult // the outcome of each claim dispatchDue started
+	claiming chan struct{}    // bounds the claims in flight
 }
 
 func (l *leader) isRunning(id int64) bool {
@@ -237,6 +242,9 @@ func (l *leader) untilNext() time.Duration {
 }
 
 // dispatchDue starts every entry whose time has come, while slots are free.
+// Each is claimed in a goroutine of its own, so that claims (one fenced
+// transaction each) overlap; the outcome of the claim comes back through
+// l.claims.
 func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 	now := l.estNow()
 	for l.sched.Len() > 0 && !l.sched.items[0].next.After(now) {
@@ -249,36 +257,37 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 			l.s.inflight.Done()
 			return // all slots busy; try again on the next tick
 		}
-		e := l.sched.pop()
-		claimed, ok, err := l.claim(ctx, e.id)
-		if err != nil || !ok {
+		select {
+		case l.claiming <- struct{}{}:
+		default:
 			<-l.s.leaderSem
 			l.s.inflight.Done()
-			if err != nil {
-				if ctx.Err() == nil {
-					l.s.log.Warn("claim_failed", slog.Int64("job_id", e.id), slog.String("error", err.Error()))
-				}
-				if errors.Is(err, sqlease.ErrLeaseLost) || errors.Is(err, sqlease.ErrNotLeader) {
-					return
-				}
-			}
-			// Not due in database time yet (clock estimate), locked, paused,
-			// gone, or a transient error: look again shortly, a few times;
-			// the next refresh or reload catches anything else.
-			if l.failed[e.id]++; l.failed[e.id] <= 5 {
-				l.sched.set(e.id, now.Add(time.Duration(l.failed[e.id])*20*time.Millisecond))
-			}
-			continue
+			return // enough claims in flight: the next result brings us back
 		}
-		delete(l.failed, e.id)
+		e := l.sched.pop()
 		l.setRunning(e.id, true)
 		wg.Add(1)
 		go func() { // holds the count begin() took
 			defer wg.Done()
 			defer l.s.inflight.Done()
 			defer func() { <-l.s.leaderSem }()
+			claimed, started, ok, err := l.claim(ctx, e.id)
+			<-l.claiming
+			select {
+			case l.claims <- claimResult{id: e.id, ok: ok, err: err}:
+			case <-ctx.Done():
+			}
+			if err != nil || !ok {
+				return
+			}
 			fenced := func(ctx context.Context, fn func(*sql.Tx) error) error { return l.gate.Fenced(ctx, l.tok, fn) }
-			next := l.s.execute(ctx, claimed, dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) }})
+			d := dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) }}
+			var next time.Time
+			if started != nil {
+				next = l.s.runStarted(ctx, claimed, *started, d, l.s.runLogger(claimed))
+			} else {
+				next = l.s.execute(ctx, claimed, d)
+			}
 			if next.IsZero() {
 				l.setRunning(e.id, false)
 				return
@@ -292,16 +301,77 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// claim locks one job inside a lease-fenced transaction.
-func (l *leader) claim(ctx context.Context, id int64) (sqlstore.Claimed, bool, error) {
-	var c sqlstore.Claimed
-	var ok bool
-	err := l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
+// maxClaiming bounds the leader's claims in flight: enough to overlap their
+// round trips, few enough not to open a connection per due job at once
+// when a backlog falls due.
+const maxClaiming = 8
+
+// claimResult is how a claim made by dispatchDue ended.
+type claimResult struct {
+	id  int64
+	ok  bool
+	err error
+}
+
+// claimed books a claim's outcome. One that failed or found nothing to claim
+// — not due in database time yet (the clock is an estimate), locked,
+// paused, gone, or a transient error — is looked at again shortly, a few
+// times; the next refresh or reload catches anything else.
+func (l *leader) claimed(ctx context.Context, r claimResult) {
+	if r.err == nil && r.ok {
+		delete(l.failed, r.id)
+		return
+	}
+	l.setRunning(r.id, false)
+	if r.err != nil && ctx.Err() == nil {
+		l.s.log.Warn("claim_failed", slog.Int64("job_id", r.id), slog.String("error", r.err.Error()))
+	}
+	if l.failed[r.id]++; l.failed[r.id] <= 5 {
+		l.sched.set(r.id, l.estNow().Add(time.Duration(l.failed[r.id])*20*time.Millisecond))
+	}
+}
+
+// startInClaimError is a start that failed inside the claim's transaction,
+// rolling the claim back with it.
+type startInClaimError struct{ err error }
+
+func (e startInClaimError) Error() string { return e.err.Error() }
+func (e startInClaimError) Unwrap() error { return e.err }
+
+// claim locks one job inside a lease-fenced transaction and, when its due
+// occurrence simply runs (onTimeStart), starts that run in the same
+// transaction: a fenced transaction less between a due time and the action.
+// started is nil when the run is left to execute. A start that fails there
+// (a conflict after a crash, say) takes the claim down with it; the claim is
+// then made alone, and execute starts the run and handles the failure.
+func (l *leader) claim(ctx context.Context, id int64) (c sqlstore.Claimed, started *sqlease.Run, ok bool, err error) {
+	err = l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
 		var err error
-		c, ok, err = l.s.store.ClaimJob(ctx, tx, id, l.tok)
-		return err
+		if c, ok, err = l.s.store.ClaimJob(ctx, tx, id, l.tok); err != nil || !ok {
+			return err
+		}
+		if req, on := onTimeStart(c); on {
+			r, err := l.s.store.StartRun(ctx, tx, c.Lock, c.Name, req.ScheduledFor, req.Attempt, l.tok.Epoch)
+			if err != nil {
+				return startInClaimError{err}
+			}
+			started = &r
+		}
+		return nil
 	})
-	return c, ok, err
+	var se startInClaimError
+	if errors.As(err, &se) && !errors.Is(err, sqlease.ErrLeaseLost) && !errors.Is(err, sqlease.ErrNotLeader) {
+		started = nil
+		err = l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
+			var err error
+			c, ok, err = l.s.store.ClaimJob(ctx, tx, id, l.tok)
+			return err
+		})
+	}
+	if err != nil {
+		return sqlstore.Claimed{}, nil, false, err
+	}
+	return c, started, ok, nil
 }
 
 // schedule is a min-heap of (next, id) with an index by id.
