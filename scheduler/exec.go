@@ -165,8 +165,11 @@ func (s *Scheduler) runStarted(ctx context.Context, c sqlstore.Claimed, r sqleas
 	}
 	runCtx = context.WithValue(runCtx, ensureKey{}, check)
 	hbDone := make(chan struct{})
+	var hb *time.Timer
 	if d.heartbeat {
-		go s.heartbeat(runCtx, cancel, c, log, hbDone)
+		// The heartbeat loop starts only when the first beat is due, so a
+		// short run costs no goroutine and no ticker for it.
+		hb = time.AfterFunc(s.heartbeatEvery(c), func() { s.heartbeat(runCtx, cancel, c, log, hbDone) })
 	} else {
 		close(hbDone)
 	}
@@ -174,6 +177,9 @@ func (s *Scheduler) runStarted(ctx context.Context, c sqlstore.Claimed, r sqleas
 	started := time.Now()
 	herr := s.callHandler(runCtx, r)
 	cancel(nil)
+	if hb != nil && hb.Stop() {
+		close(hbDone) // it never started
+	}
 	<-hbDone
 	took := time.Since(started)
 
@@ -260,22 +266,32 @@ func (s *Scheduler) callHandler(ctx context.Context, r sqlease.Run) (err error) 
 	return s.cfg.Handler(ctx, r)
 }
 
+// heartbeatEvery is the heartbeat interval of a run of c.
+func (s *Scheduler) heartbeatEvery(c sqlstore.Claimed) time.Duration {
+	if s.cfg.HeartbeatInterval != 0 {
+		return s.cfg.HeartbeatInterval
+	}
+	return c.LockTimeout / 4
+}
+
 // heartbeat extends the run's lock until ctx ends; it cancels the run at once
 // when the lock is lost and after HeartbeatFailures consecutive failures.
 func (s *Scheduler) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, c sqlstore.Claimed, log *slog.Logger, done chan<- struct{}) {
 	defer close(done)
-	every := s.cfg.HeartbeatInterval
-	if every == 0 {
-		every = c.LockTimeout / 4
-	}
+	every := s.heartbeatEvery(c)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	failures := 0
-	for {
-		select {
-		case <-ctx.Done():
+	for first := true; ; first = false {
+		if !first { // the first beat is due when the loop starts
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		if ctx.Err() != nil {
 			return
-		case <-t.C:
 		}
 		hctx, hcancel := context.WithTimeout(ctx, every)
 		err := s.store.Heartbeat(hctx, c.Lock)
