@@ -93,7 +93,7 @@ WHERE name = ?`),
 		TriggerWR: sqlstore.WriteRead{
 			Write: r.Replace(`UPDATE {jobs} SET next_run_at = {now}, not_before = NULL, attempt = 0,
 	last_modified_at = GREATEST({now}, last_modified_at + INTERVAL 1 MICROSECOND)
-WHERE name = ?`),
+WHERE name = ? AND locked_by IS NULL`),
 			Read: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = ?`),
 		},
 		// SKIP LOCKED passes over the jobs other workers are claiming; the

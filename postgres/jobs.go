@@ -101,7 +101,7 @@ RETURNING {cols}`),
 		SetPaused: r.Replace(`UPDATE {jobs} SET paused = $2, last_modified_at = clock_timestamp() WHERE name = $1 RETURNING {cols}`),
 		// paused = paused fires the change notification (see above).
 		Trigger: r.Replace(`UPDATE {jobs} SET next_run_at = clock_timestamp(), not_before = NULL, attempt = 0, paused = paused, last_modified_at = clock_timestamp()
-WHERE name = $1 RETURNING {cols}`),
+WHERE name = $1 AND locked_by IS NULL RETURNING {cols}`),
 		ClaimDue: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now),
 c AS (
 	SELECT j.id, j.locked_by AS prev FROM {jobs} j, n

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -185,6 +186,52 @@ func TestWarmChangesNothing(t *testing.T) {
 		leases, err := st.Leases(ctx)
 		if err != nil || len(leases) != 1 || leases[0].Epoch != lease.Epoch || leases[0].Holder != "someone" {
 			t.Fatalf("leases after Warm: %+v %v", leases, err)
+		}
+	})
+}
+
+// TestTriggerWhileRunningConflicts: a trigger of a job that is running
+// would be overwritten by the run's finish — lost without a word. It is
+// refused with ErrConflict and changes nothing; once the run has finished,
+// the trigger works and the job runs again.
+func TestTriggerWhileRunningConflicts(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		release := make(chan struct{})
+		rec := &recorder{fn: func(ctx context.Context, r sqlease.Run) error {
+			if r.Attempt == 1 && r.Job == "busy" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return nil
+		}}
+		s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle})
+		if _, _, err := s.Create(ctx, sqlease.Job{Name: "busy"}); err != nil {
+			t.Fatal(err)
+		}
+		runClaim(t, s)
+		waitFor(t, 10*time.Second, "the run to start", func() bool { return rec.count() == 1 })
+		before, _ := st.Job(ctx, "busy")
+		if _, err := s.Trigger(ctx, "busy"); !errors.Is(err, sqlease.ErrConflict) {
+			t.Fatalf("trigger while running: want ErrConflict, got %v", err)
+		}
+		if after, _ := st.Job(ctx, "busy"); after.LastModifiedAt != before.LastModifiedAt || !after.NextRunAt.Equal(before.NextRunAt) {
+			t.Fatalf("a refused trigger changed the job: %+v -> %+v", before, after)
+		}
+		close(release)
+		waitFor(t, 10*time.Second, "the run to finish", func() bool {
+			j, _ := st.Job(ctx, "busy")
+			return j.LockedBy == "" && j.NextRunAt.IsZero()
+		})
+		if _, err := s.Trigger(ctx, "busy"); err != nil {
+			t.Fatalf("trigger after the run: %v", err)
+		}
+		waitFor(t, 10*time.Second, "the triggered run", func() bool { return rec.count() == 2 })
+		if _, err := s.Trigger(ctx, "missing"); !errors.Is(err, sqlease.ErrNoJob) {
+			t.Fatalf("trigger of a missing job: want ErrNoJob, got %v", err)
 		}
 	})
 }

@@ -78,7 +78,7 @@ RETURNING {cols}`),
 		DeleteJob: r.Replace(`DELETE FROM {jobs} WHERE name = ?1`),
 		SetPaused: r.Replace(`UPDATE {jobs} SET paused = ?2, last_modified_at = {now} WHERE name = ?1 RETURNING {cols}`),
 		Trigger: r.Replace(`UPDATE {jobs} SET next_run_at = {now}, not_before = NULL, attempt = 0, last_modified_at = {now}
-WHERE name = ?1 RETURNING {cols}`),
+WHERE name = ?1 AND locked_by IS NULL RETURNING {cols}`),
 		ClaimDue: r.Replace(`UPDATE {jobs} SET locked_by = ?1, locked_at = {now}, lock_epoch = lock_epoch + 1,
 	lock_lease_epoch = 0, last_modified_at = {now}
 WHERE id IN (

@@ -109,7 +109,7 @@ WHERE name = @p1`),
 		Trigger: r.Replace(`UPDATE j SET next_run_at = n.now, not_before = NULL, attempt = 0, last_modified_at = n.now
 OUTPUT {icols}
 FROM {jobs} AS j CROSS JOIN {n} AS n
-WHERE j.name = @p1`),
+WHERE j.name = @p1 AND j.locked_by IS NULL`),
 		// The queue idiom: candidates read with update locks, skipping rows
 		// another claimer has locked (READPAST), the oldest first; the
 		// update locks hold them until this statement writes them, so each

@@ -42,10 +42,12 @@ type JobQueries struct {
 	// that value. Read: (name).
 	SetPausedWR WriteRead
 	// Trigger: (name). Sets next_run_at = now (re-arming a finished one-off
-	// job) and clears any retry backoff; returns JobColumns.
+	// job) and clears any retry backoff, only while the job is not locked
+	// (locked_by IS NULL); returns JobColumns, no row when locked or absent.
 	Trigger string
 	// TriggerWR replaces Trigger where there is no RETURNING. Write: (name);
-	// it must change the row whatever its values. Read: (name).
+	// it must change the row whatever its values, unless it is locked.
+	// Read: (name).
 	TriggerWR WriteRead
 
 	// ClaimDue: (holder, limit). Locks up to limit due, unpaused jobs that
@@ -346,10 +348,18 @@ func (s *Store) SetPaused(ctx context.Context, name string, paused bool) (Stored
 	return j, nil
 }
 
-// Trigger makes a job due now.
+// Trigger makes a job due now. A job that is running — locked, even by an
+// instance that died and whose lock has not been reclaimed yet — is not
+// changed: its run's finish would overwrite the trigger. That is
+// sqlease.ErrConflict; trigger it again once the run has finished.
 func (s *Store) Trigger(ctx context.Context, name string) (StoredJob, error) {
 	j, err := s.job(ctx, returning{query: s.q().Trigger, args: []any{name},
 		wr: s.q().TriggerWR, write: []any{name}, read: []any{name}})
+	if errors.Is(err, sqlease.ErrNoJob) {
+		if cur, cerr := s.job(ctx, returning{query: s.q().JobByName, args: []any{name}}); cerr == nil && cur.LockedBy != "" {
+			err = fmt.Errorf("%w: it is running (locked by %s): trigger it again once the run has finished", sqlease.ErrConflict, cur.LockedBy)
+		}
+	}
 	if err != nil {
 		return StoredJob{}, fmt.Errorf("trigger job %q: %w", name, err)
 	}
