@@ -20,8 +20,10 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	cols := strings.Replace(sqlstore.JobColumns, "attempt,", attempt(prefix+"_jobs")+",", 1)
 	jcols := "j." + strings.ReplaceAll(sqlstore.JobColumns, ", ", ", j.")
 	jcols = strings.Replace(jcols, "j.attempt,", attempt("j")+",", 1)
+	// ClaimStart has read the count once already, before its update.
+	startCols := strings.Replace(jcols, attempt("j")+",", "c.run_attempt - 1,", 1)
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", cols,
-		"{jcols}", jcols, "{runcols}", sqlstore.RunColumns,
+		"{jcols}", jcols, "{startcols}", startCols, "{runcols}", sqlstore.RunColumns,
 		"{ms}", "* interval '1 millisecond'")
 	return sqlstore.JobQueries{
 		Migrations: []string{
@@ -158,7 +160,10 @@ SELECT count(*) FROM j`),
 )
 SELECT count(*) FROM j`),
 		// The claim holds its rows locked until it commits, so the runs it
-		// inserts need no further lock check. The attempt a run would have
+		// inserts need no further lock check. A one-off job is one whose
+		// schedule (encoding/json of sqlease.Schedule) has no "every" or
+		// "cron" key: a quote inside a value is escaped, so the keys cannot
+		// appear by accident, and a text search is cheaper than jsonb. The attempt a run would have
 		// is computed before the update: the ledger read sees no run this
 		// statement inserts.
 		ClaimStart: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now),
@@ -176,8 +181,9 @@ c AS (
 	UPDATE {jobs} j SET locked_by = $1, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
 		lock_lease_epoch = 0, last_modified_at = n.now
 	FROM c, n WHERE j.id = c.id
-	RETURNING {jcols}, n.now AS claim_now, c.prev IS NOT NULL AS reclaimed, c.run_attempt,
-		c.prev IS NULL AND c.run_attempt <= j.max_attempts AND NOT (j.schedule::jsonb ?| array['every', 'cron'])
+	RETURNING {startcols}, n.now AS claim_now, c.prev IS NOT NULL AS reclaimed, c.run_attempt,
+		c.prev IS NULL AND c.run_attempt <= j.max_attempts
+		AND strpos(j.schedule, '"every"') = 0 AND strpos(j.schedule, '"cron"') = 0
 		AND (j.skip_if_older_than_ms = 0 OR j.next_run_at >= n.now - j.skip_if_older_than_ms {ms}) AS one_off_due
 ), i AS (
 	INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)

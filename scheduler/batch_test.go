@@ -235,3 +235,42 @@ func TestTriggerWhileRunningConflicts(t *testing.T) {
 		}
 	})
 }
+
+// TestClaimStartsOnlyOneOffs: the claim starts one-off jobs itself, but a
+// recurring job's occurrence is for the missed-runs policy to decide (here
+// run_once must move past the missed occurrences), so it is left unstarted.
+func TestClaimStartsOnlyOneOffs(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		if !st.Batched() {
+			t.Skip("this dialect starts runs one by one")
+		}
+		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+		past := time.Now().Add(-time.Hour)
+		for _, j := range []sqlease.Job{
+			{Name: "once"},
+			{Name: "at", Schedule: sqlease.Schedule{At: past}},
+			{Name: "every", Schedule: sqlease.Schedule{Every: time.Minute}},
+			{Name: "cron", Schedule: sqlease.Schedule{Cron: "* * * * *", Timezone: "Europe/Berlin"}},
+		} {
+			if _, _, err := admin.Create(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Make the recurring ones an hour overdue: several occurrences missed.
+		if _, err := st.DB().ExecContext(ctx, `UPDATE sqlease_jobs SET next_run_at = $1 WHERE name IN ('every', 'cron')`, past.Truncate(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		claimed, err := st.ClaimAndStart(ctx, "w", 10)
+		if err != nil || len(claimed) != 4 {
+			t.Fatalf("claim: %v, %d jobs", err, len(claimed))
+		}
+		for _, c := range claimed {
+			oneOff := c.Name == "once" || c.Name == "at"
+			if (c.Started != nil) != oneOff {
+				t.Errorf("%s: started by the claim = %v, want %v", c.Name, c.Started != nil, oneOff)
+			}
+		}
+	})
+}
