@@ -13,6 +13,7 @@ import (
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/mysql"
 	"github.com/sqlease/sqlease/sqlstore"
+	"github.com/sqlease/sqlease/storetest"
 )
 
 // newAdvisoryStore opens a store under a fresh prefix, which also gives the
@@ -326,18 +327,9 @@ func TestAdvisoryElectorFailover(t *testing.T) {
 	locker := newLocker(t, prefix)
 	var leaders atomic.Int32
 	start := func(holder string) (*election.Elector, func()) {
-		e, err := election.New(election.Config{Store: s, SessionLocker: locker, LeaseName: "adv", HolderID: holder,
+		return storetest.RunElector(t, election.Config{Store: s, SessionLocker: locker, LeaseName: "adv", HolderID: holder,
 			LeaseDuration: time.Minute, RenewInterval: 200 * time.Millisecond, AcquireInterval: 100 * time.Millisecond,
 			OnStartedLeading: func(ctx context.Context, tok sqlease.Token) { leaders.Add(1); <-ctx.Done(); leaders.Add(-1) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = e.Run(ctx) }()
-		stop := func() { cancel(); <-done }
-		t.Cleanup(stop)
-		return e, stop
 	}
 	a, stopA := start("a")
 	waitUntil(t, 5*time.Second, a.IsLeader)

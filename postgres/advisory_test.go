@@ -11,6 +11,7 @@ import (
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/postgres"
+	"github.com/sqlease/sqlease/storetest"
 )
 
 func newLocker(t *testing.T, prefix string) sqlease.SessionLocker {
@@ -113,22 +114,14 @@ func TestAdvisoryElectorFailover(t *testing.T) {
 	s, prefix := newStoreWithPrefix(t)
 	locker := newLocker(t, prefix)
 	var leaders atomic.Int32
-	start := func(holder string) (*election.Elector, context.CancelFunc, chan struct{}) {
-		e, err := election.New(election.Config{Store: s, SessionLocker: locker, LeaseName: "adv", HolderID: holder,
+	start := func(holder string) (*election.Elector, func()) {
+		return storetest.RunElector(t, election.Config{Store: s, SessionLocker: locker, LeaseName: "adv", HolderID: holder,
 			LeaseDuration: time.Minute, RenewInterval: 200 * time.Millisecond, AcquireInterval: 100 * time.Millisecond,
 			OnStartedLeading: func(ctx context.Context, tok sqlease.Token) { leaders.Add(1); <-ctx.Done(); leaders.Add(-1) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = e.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		return e, cancel, done
 	}
-	a, stopA, doneA := start("a")
+	a, stopA := start("a")
 	waitUntil(t, 5*time.Second, func() bool { return a.IsLeader() })
-	b, _, _ := start("b")
+	b, _ := start("b")
 	time.Sleep(300 * time.Millisecond)
 	if b.IsLeader() || leaders.Load() != 1 {
 		t.Fatalf("leaders: %d", leaders.Load())
@@ -138,7 +131,6 @@ func TestAdvisoryElectorFailover(t *testing.T) {
 	// Graceful handoff: a closes its session; b takes over at once.
 	stopped := time.Now()
 	stopA()
-	<-doneA
 	waitUntil(t, 5*time.Second, func() bool { return b.IsLeader() })
 	t.Logf("graceful handoff in advisory mode: %s", time.Since(stopped))
 	tokB, _ := b.Require(t.Context())

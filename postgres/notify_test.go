@@ -1,12 +1,12 @@
 package postgres_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/postgres"
+	"github.com/sqlease/sqlease/storetest"
 )
 
 // TestLeaseChangesWakeFollower checks the lease change feed: renewals are
@@ -48,29 +48,20 @@ func TestLeaseChangesWakeFollower(t *testing.T) {
 	// Two electors in lease mode polling every 10 s: the follower hears the
 	// leader's release and acquires at once.
 	const poll = 10 * time.Second
-	start := func(holder string, changes <-chan struct{}) (*election.Elector, context.CancelFunc, chan struct{}) {
-		e, err := election.New(election.Config{Store: s, LeaseName: "wake", HolderID: holder, Changes: changes,
+	start := func(holder string, changes <-chan struct{}) (*election.Elector, func()) {
+		return storetest.RunElector(t, election.Config{Store: s, LeaseName: "wake", HolderID: holder, Changes: changes,
 			LeaseDuration: time.Minute, RenewInterval: 5 * time.Second, AcquireInterval: poll})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = e.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		return e, cancel, done
 	}
-	a, stopA, doneA := start("a", nil)
+	a, stopA := start("a", nil)
 	waitUntil(t, 5*time.Second, func() bool { return a.IsLeader() })
 	bFeed, err := postgres.ListenLeases(ctx, databaseURL(t), prefix, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _, _ := start("b", bFeed)
+	b, _ := start("b", bFeed)
 	time.Sleep(200 * time.Millisecond) // b has polled once and waits
 	stopped := time.Now()
 	stopA()
-	<-doneA
 	waitUntil(t, poll/2, func() bool { return b.IsLeader() })
 	t.Logf("lease mode, graceful handoff woken by the feed: %s (poll interval %s)", time.Since(stopped), poll)
 }

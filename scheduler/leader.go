@@ -66,7 +66,7 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) erro
 		case <-ctx.Done():
 			return nil
 		case r := <-l.claims:
-			l.claimed(ctx, r)
+			l.bookClaim(ctx, r)
 		case f := <-l.finished:
 			// A run finished: schedule its job's next occurrence now rather
 			// than at the next refresh (which re-reads it anyway).
@@ -313,11 +313,11 @@ type claimResult struct {
 	err error
 }
 
-// claimed books a claim's outcome. One that failed or found nothing to claim
+// bookClaim books a claim's outcome. One that failed or found nothing to claim
 // — not due in database time yet (the clock is an estimate), locked,
 // paused, gone, or a transient error — is looked at again shortly, a few
 // times; the next refresh or reload catches anything else.
-func (l *leader) claimed(ctx context.Context, r claimResult) {
+func (l *leader) bookClaim(ctx context.Context, r claimResult) {
 	if r.err == nil && r.ok {
 		delete(l.failed, r.id)
 		return

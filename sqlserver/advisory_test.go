@@ -15,6 +15,7 @@ import (
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/sqlserver"
 	"github.com/sqlease/sqlease/sqlstore"
+	"github.com/sqlease/sqlease/storetest"
 )
 
 // These tests run advisory mode on a real server, when SQLEASE_TEST_SQLSERVER_DSN
@@ -256,22 +257,14 @@ func TestAdvisoryLockContext(t *testing.T) {
 func TestAdvisoryElectorFailover(t *testing.T) {
 	s, locker := newAdvisoryStore(t)
 	var leaders atomic.Int32
-	start := func(holder string) (*election.Elector, context.CancelFunc, chan struct{}) {
-		e, err := election.New(election.Config{Store: s, SessionLocker: locker, LeaseName: "adv", HolderID: holder,
+	start := func(holder string) (*election.Elector, func()) {
+		return storetest.RunElector(t, election.Config{Store: s, SessionLocker: locker, LeaseName: "adv", HolderID: holder,
 			LeaseDuration: time.Minute, RenewInterval: 200 * time.Millisecond, AcquireInterval: 100 * time.Millisecond,
 			OnStartedLeading: func(ctx context.Context, tok sqlease.Token) { leaders.Add(1); <-ctx.Done(); leaders.Add(-1) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = e.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		return e, cancel, done
 	}
-	a, stopA, doneA := start("a")
+	a, stopA := start("a")
 	waitFor(t, 10*time.Second, a.IsLeader)
-	b, _, _ := start("b")
+	b, _ := start("b")
 	time.Sleep(500 * time.Millisecond)
 	if b.IsLeader() || leaders.Load() != 1 {
 		t.Fatalf("leaders: %d", leaders.Load())
@@ -282,7 +275,6 @@ func TestAdvisoryElectorFailover(t *testing.T) {
 	}
 	stopped := time.Now()
 	stopA()
-	<-doneA
 	waitFor(t, 5*time.Second, b.IsLeader)
 	t.Logf("graceful handoff in advisory mode: %s", time.Since(stopped))
 	tokB, err := b.Require(t.Context())
