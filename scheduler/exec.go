@@ -139,15 +139,11 @@ func onTimeStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
 	return sqlstore.StartReq{Lock: c.Lock, Job: c.Name, ScheduledFor: run, Attempt: c.Attempt + 1}, true
 }
 
-func (s *Scheduler) runLogger(c sqlstore.Claimed) *slog.Logger {
-	return s.log.With(slog.String("job", c.Name), slog.Int64("job_id", c.ID), slog.String("holder_id", c.Lock.Holder), slog.Int64("lock_epoch", c.Lock.Epoch))
-}
-
 // runStarted runs a started run's handler and records its outcome.
-func (s *Scheduler) runStarted(ctx context.Context, c sqlstore.Claimed, r sqlease.Run, d dispatch, log *slog.Logger) time.Time {
-	run, attempt, epoch, ensure := r.ScheduledFor, r.Attempt, d.epoch, d.ensure
+func (s *Scheduler) runStarted(ctx context.Context, c sqlstore.Claimed, r sqlease.Run, d dispatch, log *runLog) time.Time {
+	run, attempt, ensure := r.ScheduledFor, r.Attempt, d.ensure
 	r.Action = c.Action
-	log = log.With(slog.Time("scheduled_for", run), slog.Int("attempt", attempt), slog.Int64("epoch", epoch))
+	log.start(run, attempt, d.epoch)
 	log.Info("run_started")
 
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -164,23 +160,21 @@ func (s *Scheduler) runStarted(ctx context.Context, c sqlstore.Claimed, r sqleas
 		return nil
 	}
 	runCtx = context.WithValue(runCtx, ensureKey{}, check)
-	hbDone := make(chan struct{})
 	var hb *time.Timer
+	var hbDone chan struct{}
 	if d.heartbeat {
 		// The heartbeat loop starts only when the first beat is due, so a
 		// short run costs no goroutine and no ticker for it.
+		hbDone = make(chan struct{})
 		hb = time.AfterFunc(s.heartbeatEvery(c), func() { s.heartbeat(runCtx, cancel, c, log, hbDone) })
-	} else {
-		close(hbDone)
 	}
 
 	started := time.Now()
 	herr := s.callHandler(runCtx, r)
 	cancel(nil)
-	if hb != nil && hb.Stop() {
-		close(hbDone) // it never started
+	if hb != nil && !hb.Stop() {
+		<-hbDone // it started: wait for its last write
 	}
-	<-hbDone
 	took := time.Since(started)
 
 	f := sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}
@@ -205,26 +199,26 @@ func (s *Scheduler) runStarted(ctx context.Context, c sqlstore.Claimed, r sqleas
 	}
 	// The outcome is written even after cancellation, fenced by the lock
 	// (and lease): a run that lost its lock writes nothing.
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer wcancel()
 	var err error
 	if d.batch != nil {
 		err = d.batch.finish(sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, d.release)
 	} else {
+		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		err = retryTransient(wctx, func() error {
 			return d.fenced(wctx, func(tx *sql.Tx) error { return s.store.FinishRun(wctx, tx, c.Lock, r, f) })
 		})
+		wcancel()
 	}
 	s.cfg.Observer.RunFinished(c.Name, f.Outcome, took)
 	if err != nil {
 		log.Warn("run_finish_failed", slog.String("outcome", string(f.Outcome)), slog.String("error", err.Error()))
 		return time.Time{}
 	}
-	attrs := []any{slog.String("outcome", string(f.Outcome)), slog.Duration("took", took)}
 	if f.Error != "" {
-		attrs = append(attrs, slog.String("error", f.Error))
+		log.Info("run_finished", slog.String("outcome", string(f.Outcome)), slog.Duration("took", took), slog.String("error", f.Error))
+	} else {
+		log.Info("run_finished", slog.String("outcome", string(f.Outcome)), slog.Duration("took", took))
 	}
-	log.Info("run_finished", attrs...)
 	if f.Backoff > 0 {
 		// The retry waits for not_before = the database's now at the finish
 		// + backoff; estimate it on the database clock from the claim, a
@@ -276,7 +270,7 @@ func (s *Scheduler) heartbeatEvery(c sqlstore.Claimed) time.Duration {
 
 // heartbeat extends the run's lock until ctx ends; it cancels the run at once
 // when the lock is lost and after HeartbeatFailures consecutive failures.
-func (s *Scheduler) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, c sqlstore.Claimed, log *slog.Logger, done chan<- struct{}) {
+func (s *Scheduler) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, c sqlstore.Claimed, log *runLog, done chan<- struct{}) {
 	defer close(done)
 	every := s.heartbeatEvery(c)
 	t := time.NewTicker(every)
