@@ -54,7 +54,6 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 			r.Replace(`CREATE INDEX IF NOT EXISTS {jobs}_due ON {jobs} (next_run_at, id) WHERE NOT paused AND next_run_at IS NOT NULL`),
 			r.Replace(`CREATE INDEX IF NOT EXISTS {jobs}_modified ON {jobs} (last_modified_at, id)`),
 			r.Replace(`CREATE TABLE IF NOT EXISTS {runs} (
-	id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	job_id        bigint       NOT NULL,
 	job_name      varchar(128) NOT NULL,
 	scheduled_for timestamptz  NOT NULL,
@@ -65,15 +64,34 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	finished_at   timestamptz,
 	outcome       varchar(16)  NOT NULL,
 	error         text,
-	UNIQUE (job_id, scheduled_for, attempt)
-)`),
-			r.Replace(`CREATE INDEX IF NOT EXISTS {runs}_running ON {runs} (job_id) WHERE outcome = 'running'`),
-			// Partial indexes leave out the rows they never find (no client
-			// key; a run in flight), which every claim and start would
-			// otherwise pay an index entry for. Older schemas had full ones.
+	PRIMARY KEY (job_id, scheduled_for, attempt)
+) WITH (fillfactor = 80)`),
+			// The ledger's key is the attempt's identity, and no index
+			// holds a column a finish writes (outcome, error, finished_at):
+			// with room left on each page (fillfactor) a finish is a HOT
+			// update that touches no index. A run in flight is found by
+			// its key, as its occurrence is the locked job's next_run_at;
+			// retention finds old runs by started_at, which is never later
+			// than finished_at. Older schemas had a surrogate id, a
+			// 'running' index and a finished_at index: see below.
+			r.Replace(`DO $$
+DECLARE u name;
+BEGIN
+	IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{runs}'::regclass AND attname = 'id' AND NOT attisdropped) THEN
+		SELECT conname INTO u FROM pg_constraint WHERE conrelid = '{runs}'::regclass AND contype = 'u';
+		ALTER TABLE {runs} DROP COLUMN id;
+		EXECUTE format('ALTER TABLE {runs} DROP CONSTRAINT %I, ADD PRIMARY KEY (job_id, scheduled_for, attempt)', u);
+		ALTER TABLE {runs} SET (fillfactor = 80);
+	END IF;
+END $$`),
+			r.Replace(`DROP INDEX IF EXISTS {runs}_running`),
+			r.Replace(`DROP INDEX IF EXISTS {runs}_finished_at`),
+			r.Replace(`CREATE INDEX IF NOT EXISTS {runs}_started_at ON {runs} (started_at)`),
+			// A partial index leaves out the rows it never finds (no client
+			// key), which every claim would otherwise pay an index entry
+			// for. Older schemas had a full one.
 			r.Replace(`CREATE UNIQUE INDEX IF NOT EXISTS {jobs}_client_key ON {jobs} (client_key) WHERE client_key IS NOT NULL`),
 			r.Replace(`ALTER TABLE {jobs} DROP CONSTRAINT IF EXISTS {jobs}_client_key_key`),
-			r.Replace(`CREATE INDEX IF NOT EXISTS {runs}_finished_at ON {runs} (finished_at) WHERE finished_at IS NOT NULL`),
 			r.Replace(`DROP INDEX IF EXISTS {runs}_finished`),
 			// One notification per writing transaction (PostgreSQL folds
 			// duplicates), for the leader's change feed (ListenJobs): only
@@ -128,7 +146,7 @@ WHERE j.id = $1 AND NOT j.paused AND j.next_run_at <= n.now
 RETURNING {jcols}, n.now`),
 		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = clock_timestamp(),
 	error = 'the executing instance stopped heartbeating its lock'
-WHERE job_id = $1 AND outcome = 'running'`),
+WHERE job_id = $1 AND scheduled_for = (SELECT next_run_at FROM {jobs} WHERE id = $1) AND outcome = 'running'`),
 		StartJob: r.Replace(`UPDATE {jobs} SET next_run_at = $1, attempt = $2, locked_at = clock_timestamp(), last_modified_at = clock_timestamp()
 WHERE id = $3 AND locked_by = $4 AND lock_epoch = $5`),
 		InsertRun: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
@@ -142,7 +160,8 @@ VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp(), 'running')`),
 ), a AS (
 	UPDATE {runs} SET outcome = 'abandoned', finished_at = clock_timestamp(),
 		error = 'the executing instance stopped heartbeating its lock'
-	WHERE job_id = $1 AND outcome = 'running' AND EXISTS (SELECT 1 FROM j)
+	WHERE job_id = $1 AND scheduled_for = (SELECT next_run_at FROM {jobs} WHERE id = $1) AND outcome = 'running'
+		AND EXISTS (SELECT 1 FROM j)
 ), i AS (
 	INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
 	SELECT $1, $6, $4, $5, $2, $7, clock_timestamp(), 'running' FROM j
@@ -233,11 +252,14 @@ WHERE job_id = $3 AND scheduled_for = $4 AND attempt = $5 AND outcome = 'running
 FROM (SELECT clock_timestamp() AS now) n
 WHERE id = $4 AND locked_by = $5 AND lock_epoch = $6`),
 		Runs: r.Replace(`SELECT {runcols} FROM {runs}
-WHERE job_id = (SELECT id FROM {jobs} WHERE name = $1) ORDER BY id DESC LIMIT $2`),
+WHERE job_id = (SELECT id FROM {jobs} WHERE name = $1) ORDER BY scheduled_for DESC, attempt DESC LIMIT $2`),
 		Stats: r.Replace(`SELECT count(*), count(*) FILTER (WHERE paused),
 	count(*) FILTER (WHERE NOT paused AND next_run_at <= clock_timestamp()),
 	count(*) FILTER (WHERE locked_by IS NOT NULL) FROM {jobs}`),
-		PruneRuns: r.Replace(`DELETE FROM {runs} WHERE finished_at < clock_timestamp() - $1::bigint {ms}`),
+		// A run finished before the cutoff started before it too: the
+		// started_at range is the index scan, finished_at the condition.
+		PruneRuns: r.Replace(`DELETE FROM {runs} r USING (SELECT clock_timestamp() - $1::bigint {ms} AS t) c
+WHERE r.started_at < c.t AND r.finished_at < c.t`),
 		DueWindow: r.Replace(`SELECT j.id, GREATEST(j.next_run_at, COALESCE(j.not_before, j.next_run_at)), j.last_modified_at, n.now
 FROM {jobs} j, (SELECT clock_timestamp() AS now) n
 WHERE NOT j.paused AND j.next_run_at IS NOT NULL AND j.next_run_at < n.now + $1::bigint {ms}

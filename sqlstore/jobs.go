@@ -78,7 +78,9 @@ type JobQueries struct {
 	// (holder, lease_epoch, id, lease_epoch). Read: (id), JobColumns and the
 	// claim's now.
 	ClaimJobWR WriteRead
-	// AbandonRunning: (job_id). Marks runs still 'running' abandoned.
+	// AbandonRunning: (job_id). Marks the job's runs still 'running'
+	// abandoned; it runs while the job is locked, so it may find them by the
+	// job's next_run_at, the occurrence a locked job's run is for.
 	AbandonRunning string
 	// StartJob: (next_run_at, attempt, id, holder, lock_epoch). Also refreshes
 	// locked_at, so a slow start does not eat into the lock timeout. Rows

@@ -1,0 +1,224 @@
+package postgres_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/postgres"
+	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// TestRunFinishIsHOT checks what makes a run's finish cheap: no index of the
+// ledger holds a column the finish writes, so the update is HOT (no index
+// entry written), which pg_stat_get_xact_tuples_hot_updated counts inside
+// the transaction that starts and finishes a run.
+func TestRunFinishIsHOT(t *testing.T) {
+	ctx := context.Background()
+	st, prefix := newStoreWithPrefix(t)
+	runs := prefix + "_runs"
+
+	var indexed []string
+	rows, err := st.DB().QueryContext(ctx, `SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = $1::regclass`, runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var def string
+		if err := rows.Scan(&def); err != nil {
+			t.Fatal(err)
+		}
+		indexed = append(indexed, def)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, def := range indexed {
+		for _, col := range []string{"outcome", "error", "finished_at"} {
+			if containsWord(def, col) {
+				t.Errorf("index %q holds %s, which a finish writes", def, col)
+			}
+		}
+	}
+
+	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := sched.Create(ctx, sqlease.Job{Name: "hot", LockTimeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := st.ClaimDue(ctx, "w", 1)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v, %d jobs", err, len(claimed))
+	}
+	c := claimed[0]
+	tx, err := st.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	run, err := st.StartRun(ctx, tx, c.Lock, c.Name, c.NextRunAt, 1, c.Lock.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.FinishRun(ctx, tx, c.Lock, run, sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	var updated, hot int64
+	if err := tx.QueryRowContext(ctx, `SELECT pg_stat_get_xact_tuples_updated($1::regclass), pg_stat_get_xact_tuples_hot_updated($1::regclass)`, runs).Scan(&updated, &hot); err != nil {
+		t.Fatal(err)
+	}
+	if updated != 1 || hot != 1 {
+		t.Fatalf("the run's finish: %d updates, %d of them HOT; want 1 and 1", updated, hot)
+	}
+}
+
+func containsWord(s, w string) bool {
+	for i := 0; i+len(w) <= len(s); i++ {
+		if s[i:i+len(w)] == w && (i == 0 || !identByte(s[i-1])) && (i+len(w) == len(s) || !identByte(s[i+len(w)])) {
+			return true
+		}
+	}
+	return false
+}
+
+func identByte(b byte) bool { return b == '_' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' }
+
+// TestRunsSchemaUpgrade migrates a run ledger of the earlier schema (a
+// surrogate id as key, a 'running' and a finished_at index): the id goes, the
+// attempt's identity becomes the key, the indexes are replaced, the rows stay
+// and the abandon of a crashed run still finds its row.
+func TestRunsSchemaUpgrade(t *testing.T) {
+	ctx := context.Background()
+	st, prefix := newStoreWithPrefix(t)
+	db := st.DB()
+	runs := prefix + "_runs"
+	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := sched.Create(ctx, sqlease.Job{Name: "old", LockTimeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := st.ClaimDue(ctx, "crashed", 1)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v, %d jobs", err, len(claimed))
+	}
+	c := claimed[0]
+
+	// The earlier ledger, with one finished run and the crashed holder's
+	// run of the job's due occurrence still marked running.
+	for _, q := range []string{
+		`DROP TABLE ` + runs,
+		`CREATE TABLE ` + runs + ` (
+	id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	job_id        bigint       NOT NULL,
+	job_name      varchar(128) NOT NULL,
+	scheduled_for timestamptz  NOT NULL,
+	attempt       integer      NOT NULL,
+	holder_id     varchar(128) NOT NULL,
+	epoch         bigint       NOT NULL,
+	started_at    timestamptz  NOT NULL,
+	finished_at   timestamptz,
+	outcome       varchar(16)  NOT NULL,
+	error         text,
+	UNIQUE (job_id, scheduled_for, attempt)
+)`,
+		`CREATE INDEX ` + runs + `_running ON ` + runs + ` (job_id) WHERE outcome = 'running'`,
+		`CREATE INDEX ` + runs + `_finished_at ON ` + runs + ` (finished_at) WHERE finished_at IS NOT NULL`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO `+runs+` (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome)
+VALUES ($1, 'old', $2::timestamptz - interval '1 hour', 1, 'h', 1, now(), now(), 'succeeded'),
+       ($1, 'old', $2, 1, 'crashed', $3, now(), NULL, 'running')`, c.ID, c.NextRunAt, c.Lock.Epoch); err != nil {
+		t.Fatal(err)
+	}
+
+	for range 2 { // the second migration finds nothing to do
+		s2, err := postgres.OpenStore(ctx, databaseURL(t), prefix)
+		if err != nil {
+			t.Fatalf("OpenStore on the earlier schema: %v", err)
+		}
+		s2.DB().Close()
+	}
+
+	var hasID bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'id' AND NOT attisdropped)`, runs).Scan(&hasID); err != nil || hasID {
+		t.Fatalf("id column after the upgrade: %v %v", hasID, err)
+	}
+	var pk string
+	if err := db.QueryRowContext(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'p'`, runs).Scan(&pk); err != nil || pk != "PRIMARY KEY (job_id, scheduled_for, attempt)" {
+		t.Fatalf("primary key after the upgrade: %q %v", pk, err)
+	}
+	var idx []string
+	rows, err := db.QueryContext(ctx, `SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = $1::regclass ORDER BY 1`, runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		idx = append(idx, n)
+	}
+	if want := []string{runs + "_pkey", runs + "_started_at"}; !slices.Equal(idx, want) {
+		t.Fatalf("indexes after the upgrade: %v, want %v", idx, want)
+	}
+
+	// The crashed run is abandoned when the stale lock is reclaimed.
+	if _, err := db.ExecContext(ctx, `UPDATE `+prefix+`_jobs SET locked_at = locked_at - interval '1 minute'`); err != nil {
+		t.Fatal(err)
+	}
+	re, err := st.ClaimDue(ctx, "next", 1)
+	if err != nil || len(re) != 1 || !re[0].Reclaimed {
+		t.Fatalf("reclaim: %v %+v", err, re)
+	}
+	if _, err := st.StartRun(ctx, nil, re[0].Lock, "old", re[0].NextRunAt, 2, re[0].Lock.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Runs(ctx, "old", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []sqlease.Outcome
+	for _, r := range got {
+		outcomes = append(outcomes, r.Outcome)
+	}
+	// Newest first: attempt 2 and the abandoned attempt 1 of the due
+	// occurrence, then the finished run of the hour before.
+	if want := []sqlease.Outcome{sqlease.OutcomeRunning, sqlease.OutcomeAbandoned, sqlease.OutcomeSucceeded}; !slices.Equal(outcomes, want) {
+		t.Fatalf("runs after the reclaim: %v, want %v", outcomes, want)
+	}
+}
+
+// TestPruneRuns deletes the runs that finished before the retention cutoff,
+// and only those: not a run still in flight, however old its start.
+func TestPruneRuns(t *testing.T) {
+	ctx := context.Background()
+	st, prefix := newStoreWithPrefix(t)
+	runs := prefix + "_runs"
+	if _, err := st.DB().ExecContext(ctx, `INSERT INTO `+runs+` (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome)
+VALUES (1, 'j', now() - interval '3 hours', 1, 'h', 1, now() - interval '3 hours', now() - interval '2 hours', 'succeeded'),
+       (1, 'j', now() - interval '2 hours', 1, 'h', 1, now() - interval '2 hours', now() - interval '10 minutes', 'failed'),
+       (1, 'j', now() - interval '1 hour', 1, 'h', 1, now() - interval '5 hours', NULL, 'running')`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.PruneRuns(ctx, time.Hour); err != nil || n != 1 {
+		t.Fatalf("PruneRuns(1h) = %d, %v; want 1 (the run that finished 2 hours ago)", n, err)
+	}
+	if n, err := st.PruneRuns(ctx, time.Minute); err != nil || n != 1 {
+		t.Fatalf("PruneRuns(1m) = %d, %v; want 1 (the run that finished 10 minutes ago)", n, err)
+	}
+	var left string
+	if err := st.DB().QueryRowContext(ctx, `SELECT string_agg(outcome, ',') FROM `+runs).Scan(&left); err != nil || left != "running" {
+		t.Fatalf("runs left: %q %v, want the one in flight", left, err)
+	}
+}
