@@ -96,7 +96,8 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		return 0, slots
 	}
 	started := s.startBatch(runCtx, claimed, fin != nil)
-	for i, c := range claimed {
+	for i := range claimed {
+		c := &claimed[i]
 		wg.Add(1)
 		s.inflight.Add(1)
 		go func() {

@@ -60,7 +60,7 @@ type dispatch struct {
 // execute plans, starts, runs and finishes one claimed job. It returns the
 // job's next_run_at as this run left it (zero: none, or unknown because a
 // write failed), so that the leader can reschedule without a refresh.
-func (s *Scheduler) execute(ctx context.Context, c sqlstore.Claimed, d dispatch) (next time.Time) {
+func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch) (next time.Time) {
 	log := s.runLogger(c)
 	run, ok, planned, hasNext := Plan(c.Schedule, c.MissedRuns, c.SkipIfOlderThan, c.NextRunAt, c.Now)
 	if !hasNext {
@@ -140,7 +140,7 @@ func onTimeStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
 }
 
 // runStarted runs a started run's handler and records its outcome.
-func (s *Scheduler) runStarted(ctx context.Context, c sqlstore.Claimed, r sqlease.Run, d dispatch, log *runLog) time.Time {
+func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlease.Run, d dispatch, log *runLog) time.Time {
 	run, attempt, ensure := r.ScheduledFor, r.Attempt, d.ensure
 	r.Action = c.Action
 	log.start(run, attempt, d.epoch)
@@ -204,8 +204,9 @@ func (s *Scheduler) runStarted(ctx context.Context, c sqlstore.Claimed, r sqleas
 		err = d.batch.finish(sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, d.release)
 	} else {
 		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		fr, lock := r, c.Lock // copies the closure takes, so the batched path allocates none
 		err = retryTransient(wctx, func() error {
-			return d.fenced(wctx, func(tx *sql.Tx) error { return s.store.FinishRun(wctx, tx, c.Lock, r, f) })
+			return d.fenced(wctx, func(tx *sql.Tx) error { return s.store.FinishRun(wctx, tx, lock, fr, f) })
 		})
 		wcancel()
 	}
@@ -261,7 +262,7 @@ func (s *Scheduler) callHandler(ctx context.Context, r sqlease.Run) (err error) 
 }
 
 // heartbeatEvery is the heartbeat interval of a run of c.
-func (s *Scheduler) heartbeatEvery(c sqlstore.Claimed) time.Duration {
+func (s *Scheduler) heartbeatEvery(c *sqlstore.Claimed) time.Duration {
 	if s.cfg.HeartbeatInterval != 0 {
 		return s.cfg.HeartbeatInterval
 	}
@@ -270,7 +271,7 @@ func (s *Scheduler) heartbeatEvery(c sqlstore.Claimed) time.Duration {
 
 // heartbeat extends the run's lock until ctx ends; it cancels the run at once
 // when the lock is lost and after HeartbeatFailures consecutive failures.
-func (s *Scheduler) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, c sqlstore.Claimed, log *runLog, done chan<- struct{}) {
+func (s *Scheduler) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, c *sqlstore.Claimed, log *runLog, done chan<- struct{}) {
 	defer close(done)
 	every := s.heartbeatEvery(c)
 	t := time.NewTicker(every)

@@ -284,9 +284,9 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 			d := dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) }}
 			var next time.Time
 			if started != nil {
-				next = l.s.runStarted(ctx, claimed, *started, d, l.s.runLogger(claimed))
+				next = l.s.runStarted(ctx, &claimed, *started, d, l.s.runLogger(&claimed))
 			} else {
-				next = l.s.execute(ctx, claimed, d)
+				next = l.s.execute(ctx, &claimed, d)
 			}
 			if next.IsZero() {
 				l.setRunning(e.id, false)

@@ -25,7 +25,7 @@ type runLog struct {
 	epoch        int64
 }
 
-func (s *Scheduler) runLogger(c sqlstore.Claimed) *runLog {
+func (s *Scheduler) runLogger(c *sqlstore.Claimed) *runLog {
 	return &runLog{l: s.log, job: c.Name, jobID: c.ID, holder: c.Lock.Holder, lockEpoch: c.Lock.Epoch}
 }
 

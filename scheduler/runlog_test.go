@@ -15,7 +15,7 @@ func TestRunLogAttrs(t *testing.T) {
 	s := &Scheduler{log: slog.New(slog.NewJSONHandler(&buf, nil))}
 	c := sqlstore.Claimed{Lock: sqlstore.Lock{JobID: 7, Holder: "h1", Epoch: 3}}
 	c.ID, c.Name = 7, "nightly"
-	l := s.runLogger(c)
+	l := s.runLogger(&c)
 	l.Warn("run_start_failed", slog.String("error", "boom"))
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	l.start(at, 2, 9)
@@ -49,7 +49,7 @@ func TestRunLogAttrs(t *testing.T) {
 // A disabled level costs no allocation: the point of runLog.
 func TestRunLogDisabledAllocatesNothing(t *testing.T) {
 	s := &Scheduler{log: slog.New(slog.NewJSONHandler(&bytes.Buffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	l := s.runLogger(sqlstore.Claimed{})
+	l := s.runLogger(&sqlstore.Claimed{})
 	at := time.Now()
 	if n := testing.AllocsPerRun(100, func() {
 		l.start(at, 1, 1)
