@@ -24,13 +24,14 @@ func (s *Store) ClaimAndStart(ctx context.Context, holder string, limit int) ([]
 	if s.q().ClaimStart == "" {
 		return s.ClaimDue(ctx, holder, limit)
 	}
-	var out []Claimed
+	out := make([]Claimed, 0, limit)
+	var now dbTime
+	var reclaimed, oneOffDue, started bool
+	var attempt int
+	js := newJobScan(&now, &reclaimed, &attempt, &oneOffDue, &started)
 	rows, err := s.db.QueryContext(ctx, s.q().ClaimStart, holder, limit)
 	if _, err := scanRows(rows, err, func(sc scanner) error {
-		var now dbTime
-		var reclaimed, oneOffDue, started bool
-		var attempt int
-		j, err := scanJob(sc, &now, &reclaimed, &attempt, &oneOffDue, &started)
+		j, err := js.scan(sc)
 		if err != nil {
 			return err
 		}
