@@ -26,7 +26,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if s.store.Batched() {
 		// One writer: finishes that arrive while it writes form the next
 		// group, and groups are largest with one statement in flight.
-		fin = startFinisher(s.store, 1, s.cfg.MaxConcurrent)
+		fin = startFinisher(s.store, s.cfg.MaxConcurrent)
 		defer fin.stop() // after drain: every run has finished by then
 	}
 	var wg sync.WaitGroup
@@ -101,12 +101,17 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		wg.Add(1)
 		s.inflight.Add(1)
 		go func() {
-			defer wg.Done()
-			defer s.inflight.Done()
 			var once sync.Once
 			release := func() { once.Do(func() { <-s.sem }) }
-			defer release()
-			d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, heartbeat: true, batch: fin, release: release}
+			done := func() { s.inflight.Done(); wg.Done() }
+			queued := false
+			defer func() {
+				release()
+				if !queued {
+					done()
+				}
+			}()
+			d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, heartbeat: true, batch: fin, queued: &queued, done: done, release: release}
 			if r := started[i]; r != nil {
 				s.runStarted(runCtx, c, *r, d, s.runLogger(c))
 				return

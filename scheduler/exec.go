@@ -51,7 +51,11 @@ type dispatch struct {
 	// heartbeat extends the job lock while the run executes (claim mode).
 	heartbeat bool
 	// batch, if not nil, groups finish writes (claim mode, Store.Batched).
-	batch *finisher
+	// A run whose finish it queues sets *queued; the finisher calls done
+	// after the write, and the run's goroutine must not.
+	batch  *finisher
+	queued *bool
+	done   func()
 	// release, if not nil, frees the run's execution slot once its handler
 	// has returned and its finish is queued (with batch).
 	release func()
@@ -199,26 +203,23 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	}
 	// The outcome is written even after cancellation, fenced by the lock
 	// (and lease): a run that lost its lock writes nothing.
-	var err error
-	if d.batch != nil {
-		err = d.batch.finish(sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, d.release)
-	} else {
-		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		fr, lock := r, c.Lock // copies the closure takes, so the batched path allocates none
-		err = retryTransient(wctx, func() error {
-			return d.fenced(wctx, func(tx *sql.Tx) error { return s.store.FinishRun(wctx, tx, lock, fr, f) })
-		})
-		wcancel()
-	}
 	s.cfg.Observer.RunFinished(c.Name, f.Outcome, took)
-	if err != nil {
-		log.Warn("run_finish_failed", slog.String("outcome", string(f.Outcome)), slog.String("error", err.Error()))
+	if d.batch != nil {
+		// Claim mode: the finisher writes and logs the outcome, then
+		// calls d.done; nobody uses the next occurrence.
+		*d.queued = true
+		d.batch.finish(finishItem{req: sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, took: took, log: log, done: d.done}, d.release)
 		return time.Time{}
 	}
-	if f.Error != "" {
-		log.Info("run_finished", slog.String("outcome", string(f.Outcome)), slog.Duration("took", took), slog.String("error", f.Error))
-	} else {
-		log.Info("run_finished", slog.String("outcome", string(f.Outcome)), slog.Duration("took", took))
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	fr := r // the copy the closure takes, so that the batched path allocates none
+	err := retryTransient(wctx, func() error {
+		return d.fenced(wctx, func(tx *sql.Tx) error { return s.store.FinishRun(wctx, tx, c.Lock, fr, f) })
+	})
+	wcancel()
+	logFinish(log, f, took, err)
+	if err != nil {
+		return time.Time{}
 	}
 	if f.Backoff > 0 {
 		// The retry waits for not_before = the database's now at the finish
@@ -228,6 +229,18 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		return c.Now.Add(time.Since(started) + f.Backoff + 50*time.Millisecond)
 	}
 	return f.Next
+}
+
+// logFinish logs a run's outcome, or the failure to write it.
+func logFinish(log *runLog, f sqlstore.Finish, took time.Duration, err error) {
+	switch {
+	case err != nil:
+		log.Warn("run_finish_failed", slog.String("outcome", string(f.Outcome)), slog.String("error", err.Error()))
+	case f.Error != "":
+		log.Info("run_finished", slog.String("outcome", string(f.Outcome)), slog.Duration("took", took), slog.String("error", f.Error))
+	default:
+		log.Info("run_finished", slog.String("outcome", string(f.Outcome)), slog.Duration("took", took))
+	}
 }
 
 // retryTransient runs a finish write, retrying a transient failure a few

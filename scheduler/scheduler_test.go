@@ -653,47 +653,49 @@ func TestRunRetentionPrunesOldRuns(t *testing.T) {
 	})
 }
 
+// TestDrainStopsNewRunsAndWaitsForInflight: Drain returns once the run in
+// flight has finished and its outcome is written (on PostgreSQL that write
+// is the finisher's, after the run's goroutine has ended), and nothing
+// starts meanwhile.
 func TestDrainStopsNewRunsAndWaitsForInflight(t *testing.T) {
-	ctx := context.Background()
-	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "drain.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.DB().Close()
-	release := make(chan struct{})
-	rec := &recorder{fn: func(ctx context.Context, r sqlease.Run) error {
-		if r.Job == "slow" {
-			<-release
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		release := make(chan struct{})
+		rec := &recorder{fn: func(ctx context.Context, r sqlease.Run) error {
+			if r.Job == "slow" {
+				<-release
+			}
+			return nil
+		}}
+		s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle})
+		if _, _, err := s.Create(ctx, sqlease.Job{Name: "slow"}); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}}
-	s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle})
-	if _, _, err := s.Create(ctx, sqlease.Job{Name: "slow"}); err != nil {
-		t.Fatal(err)
-	}
-	runClaim(t, s)
-	waitFor(t, 10*time.Second, "the slow run", func() bool { return rec.count() == 1 })
-	drained := make(chan error, 1)
-	go func() { drained <- s.Drain(ctx) }()
-	time.Sleep(50 * time.Millisecond)
-	if _, _, err := s.Create(ctx, sqlease.Job{Name: "after-drain"}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-drained:
-		t.Fatalf("Drain returned while a run was in flight: %v", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	close(release)
-	if err := <-drained; err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(100 * time.Millisecond)
-	if rec.count() != 1 {
-		t.Fatalf("a draining scheduler started %d runs", rec.count()-1)
-	}
-	runs, _ := s.Runs(ctx, "slow", 10)
-	if len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeSucceeded {
-		t.Fatalf("the in-flight run must finish: %+v", runs)
-	}
+		runClaim(t, s)
+		waitFor(t, 10*time.Second, "the slow run", func() bool { return rec.count() == 1 })
+		drained := make(chan error, 1)
+		go func() { drained <- s.Drain(ctx) }()
+		time.Sleep(50 * time.Millisecond)
+		if _, _, err := s.Create(ctx, sqlease.Job{Name: "after-drain"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-drained:
+			t.Fatalf("Drain returned while a run was in flight: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		close(release)
+		if err := <-drained; err != nil {
+			t.Fatal(err)
+		}
+		runs, _ := s.Runs(ctx, "slow", 10)
+		if len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeSucceeded {
+			t.Fatalf("Drain returned before the in-flight run's outcome was written: %+v", runs)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if rec.count() != 1 {
+			t.Fatalf("a draining scheduler started %d runs", rec.count()-1)
+		}
+	})
 }
