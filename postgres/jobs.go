@@ -50,7 +50,20 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	not_before            timestamptz,
 	created_at            timestamptz  NOT NULL,
 	last_modified_at      timestamptz  NOT NULL
-)`),
+) WITH (fillfactor = 50)`),
+			// A run writes its job twice (claim, finish), a batch of jobs
+			// that share pages at a time. Half of each page is left for
+			// the new versions, so that they stay on the page: a version
+			// that moves costs another page, another WAL record and a
+			// larger one (measured: a tenth less server CPU in claim mode).
+			// The price is a table twice the size of its rows. Tables of
+			// older schemas get it from here on (pages filled since).
+			r.Replace(`DO $$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = '{jobs}'::regclass AND reloptions::text LIKE '%fillfactor=%') THEN
+		ALTER TABLE {jobs} SET (fillfactor = 50);
+	END IF;
+END $$`),
 			r.Replace(`CREATE INDEX IF NOT EXISTS {jobs}_due ON {jobs} (next_run_at, id) WHERE NOT paused AND next_run_at IS NOT NULL`),
 			r.Replace(`CREATE INDEX IF NOT EXISTS {jobs}_modified ON {jobs} (last_modified_at, id)`),
 			r.Replace(`CREATE TABLE IF NOT EXISTS {runs} (
@@ -65,11 +78,12 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	outcome       varchar(16)  NOT NULL,
 	error         text,
 	PRIMARY KEY (job_id, scheduled_for, attempt)
-) WITH (fillfactor = 80)`),
+) WITH (fillfactor = 50)`),
 			// The ledger's key is the attempt's identity, and no index
 			// holds a column a finish writes (outcome, error, finished_at):
-			// with room left on each page (fillfactor) a finish is a HOT
-			// update that touches no index. A run in flight is found by
+			// with room left on each page for the finished version of its
+			// runs (fillfactor 50: a finish groups the runs of a claim, which
+			// share pages) a finish is a HOT update that touches no index. A run in flight is found by
 			// its key, as its occurrence is the locked job's next_run_at;
 			// retention finds old runs by started_at, which is never later
 			// than finished_at. Older schemas had a surrogate id, a
@@ -81,7 +95,7 @@ BEGIN
 		SELECT conname INTO u FROM pg_constraint WHERE conrelid = '{runs}'::regclass AND contype = 'u';
 		ALTER TABLE {runs} DROP COLUMN id;
 		EXECUTE format('ALTER TABLE {runs} DROP CONSTRAINT %I, ADD PRIMARY KEY (job_id, scheduled_for, attempt)', u);
-		ALTER TABLE {runs} SET (fillfactor = 80);
+		ALTER TABLE {runs} SET (fillfactor = 50);
 	END IF;
 END $$`),
 			r.Replace(`DROP INDEX IF EXISTS {runs}_running`),

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -77,6 +78,70 @@ func TestRunFinishIsHOT(t *testing.T) {
 	}
 }
 
+// TestRunFinishBatchStaysOnPage finishes a claim's batch of runs in one
+// statement, as claim mode does: the runs share pages, and the finished
+// versions must mostly fit beside them (fillfactor), or the finishes are
+// not HOT after all. A version that stays on its page was a HOT update here,
+// as TestRunFinishIsHOT checks that no index holds a column a finish writes.
+func TestRunFinishBatchStaysOnPage(t *testing.T) {
+	ctx := context.Background()
+	st, prefix := newStoreWithPrefix(t)
+	const n = 300
+	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, _, err := sched.Create(ctx, sqlease.Job{Name: fmt.Sprintf("batch-%03d", i), LockTimeout: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimed, err := st.ClaimAndStart(ctx, "w", n)
+	if err != nil || len(claimed) != n {
+		t.Fatalf("claim: %v, %d jobs", err, len(claimed))
+	}
+	pages := func() map[int64]string {
+		rows, err := st.DB().QueryContext(ctx, `SELECT job_id, (ctid::text::point)[0]::bigint FROM `+prefix+`_runs`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		m := map[int64]string{}
+		for rows.Next() {
+			var id int64
+			var page string
+			if err := rows.Scan(&id, &page); err != nil {
+				t.Fatal(err)
+			}
+			m[id] = page
+		}
+		return m
+	}
+	before := pages()
+	reqs := make([]sqlstore.FinishReq, 0, n)
+	for _, c := range claimed {
+		if c.Started == nil {
+			t.Fatalf("job %s was not started by its claim", c.Name)
+		}
+		reqs = append(reqs, sqlstore.FinishReq{Lock: c.Lock, Run: *c.Started, Finish: sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}})
+	}
+	done, err := st.FinishRuns(ctx, reqs)
+	if err != nil || !slices.Equal(done, slices.Repeat([]bool{true}, n)) {
+		t.Fatalf("FinishRuns: %v %v", done, err)
+	}
+	after := pages()
+	stayed := 0
+	for id, p := range before {
+		if after[id] == p {
+			stayed++
+		}
+	}
+	t.Logf("%d of %d finished runs stayed on their page", stayed, n)
+	if stayed < n*8/10 {
+		t.Fatalf("only %d of %d finished runs stayed on their page: the finish of a batch is mostly not HOT", stayed, n)
+	}
+}
+
 func containsWord(s, w string) bool {
 	for i := 0; i+len(w) <= len(s); i++ {
 		if s[i:i+len(w)] == w && (i == 0 || !identByte(s[i-1])) && (i+len(w) == len(s) || !identByte(s[i+len(w)])) {
@@ -89,9 +154,11 @@ func containsWord(s, w string) bool {
 func identByte(b byte) bool { return b == '_' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' }
 
 // TestRunsSchemaUpgrade migrates a run ledger of the earlier schema (a
-// surrogate id as key, a 'running' and a finished_at index): the id goes, the
-// attempt's identity becomes the key, the indexes are replaced, the rows stay
-// and the abandon of a crashed run still finds its row.
+// surrogate id as key, a 'running' and a finished_at index, no fillfactor;
+// the jobs table had none either): the id goes, the attempt's identity
+// becomes the key, the indexes are replaced, both tables leave room for
+// updates, the rows stay and the abandon of a crashed run still finds its
+// row.
 func TestRunsSchemaUpgrade(t *testing.T) {
 	ctx := context.Background()
 	st, prefix := newStoreWithPrefix(t)
@@ -130,6 +197,7 @@ func TestRunsSchemaUpgrade(t *testing.T) {
 )`,
 		`CREATE INDEX ` + runs + `_running ON ` + runs + ` (job_id) WHERE outcome = 'running'`,
 		`CREATE INDEX ` + runs + `_finished_at ON ` + runs + ` (finished_at) WHERE finished_at IS NOT NULL`,
+		`ALTER TABLE ` + prefix + `_jobs RESET (fillfactor)`,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			t.Fatal(err)
@@ -156,6 +224,12 @@ VALUES ($1, 'old', $2::timestamptz - interval '1 hour', 1, 'h', 1, now(), now(),
 	var pk string
 	if err := db.QueryRowContext(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'p'`, runs).Scan(&pk); err != nil || pk != "PRIMARY KEY (job_id, scheduled_for, attempt)" {
 		t.Fatalf("primary key after the upgrade: %q %v", pk, err)
+	}
+	for _, table := range []string{runs, prefix + "_jobs"} {
+		var opts string
+		if err := db.QueryRowContext(ctx, `SELECT coalesce(array_to_string(reloptions, ','), '') FROM pg_class WHERE oid = $1::regclass`, table).Scan(&opts); err != nil || opts != "fillfactor=50" {
+			t.Fatalf("%s options after the upgrade: %q %v, want fillfactor=50", table, opts, err)
+		}
 	}
 	var idx []string
 	rows, err := db.QueryContext(ctx, `SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = $1::regclass ORDER BY 1`, runs)
