@@ -125,7 +125,7 @@ func TestRunFinishBatchStaysOnPage(t *testing.T) {
 		}
 		reqs = append(reqs, sqlstore.FinishReq{Lock: c.Lock, Run: *c.Started, Finish: sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}})
 	}
-	done, err := st.FinishRuns(ctx, reqs)
+	done, err := st.FinishRuns(ctx, nil, reqs)
 	if err != nil || !slices.Equal(done, slices.Repeat([]bool{true}, n)) {
 		t.Fatalf("FinishRuns: %v %v", done, err)
 	}

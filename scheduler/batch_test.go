@@ -61,7 +61,7 @@ func TestBatchStartFinishFenced(t *testing.T) {
 		}
 		staleFin := sqlstore.FinishReq{Lock: reqs[0].Lock, Run: run(reqs[0]), Finish: sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}}
 		staleFin.Lock.Holder = "someone-else"
-		done, err := st.FinishRuns(ctx, []sqlstore.FinishReq{staleFin,
+		done, err := st.FinishRuns(ctx, nil, []sqlstore.FinishReq{staleFin,
 			{Lock: reqs[2].Lock, Run: run(reqs[2]), Finish: sqlstore.Finish{Outcome: sqlease.OutcomeFailed, Error: "boom", Next: reqs[2].ScheduledFor, Attempt: 1, Backoff: time.Hour}}})
 		if err != nil || done[0] || !done[1] {
 			t.Fatalf("FinishRuns with one foreign lock: %v %v, want [false true]", done, err)
@@ -91,7 +91,7 @@ func TestBatchStartFinishFenced(t *testing.T) {
 			t.Fatalf("ledger of the reclaimed job: %+v", runs)
 		}
 		// The dead worker's late finish is fenced off.
-		done, err = st.FinishRuns(ctx, []sqlstore.FinishReq{{Lock: reqs[0].Lock, Run: run(reqs[0]), Finish: sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}}})
+		done, err = st.FinishRuns(ctx, nil, []sqlstore.FinishReq{{Lock: reqs[0].Lock, Run: run(reqs[0]), Finish: sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}}})
 		if err != nil || done[0] {
 			t.Fatalf("late finish of the orphan: %v %v, want not done", done, err)
 		}

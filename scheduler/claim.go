@@ -26,7 +26,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if s.store.Batched() {
 		// One writer: finishes that arrive while it writes form the next
 		// group, and groups are largest with one statement in flight.
-		fin = startFinisher(s.store, s.cfg.MaxConcurrent)
+		fin = startFinisher(s.store, s.cfg.MaxConcurrent, unfenced)
 		defer fin.stop() // after drain: every run has finished by then
 	}
 	var wg sync.WaitGroup
@@ -103,12 +103,12 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		go func() {
 			var once sync.Once
 			release := func() { once.Do(func() { <-s.sem }) }
-			done := func() { s.inflight.Done(); wg.Done() }
+			done := func(time.Time) { s.inflight.Done(); wg.Done() }
 			queued := false
 			defer func() {
 				release()
 				if !queued {
-					done()
+					done(time.Time{})
 				}
 			}()
 			d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, heartbeat: true, batch: fin, queued: &queued, done: done, release: release}

@@ -50,12 +50,13 @@ type dispatch struct {
 	ensure func() error
 	// heartbeat extends the job lock while the run executes (claim mode).
 	heartbeat bool
-	// batch, if not nil, groups finish writes (claim mode, Store.Batched).
-	// A run whose finish it queues sets *queued; the finisher calls done
-	// after the write, and the run's goroutine must not.
+	// batch, if not nil, groups finish writes (Store.Batched). A run whose
+	// finish it queues sets *queued and returns the zero time; the
+	// finisher calls done after the write with the job's next occurrence
+	// (zero when unknown), and the run's goroutine must not.
 	batch  *finisher
 	queued *bool
-	done   func()
+	done   func(next time.Time)
 	// release, if not nil, frees the run's execution slot once its handler
 	// has returned and its finish is queued (with batch).
 	release func()
@@ -204,11 +205,18 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	// The outcome is written even after cancellation, fenced by the lock
 	// (and lease): a run that lost its lock writes nothing.
 	s.cfg.Observer.RunFinished(c.Name, f.Outcome, took)
+	next := f.Next
+	if f.Backoff > 0 {
+		// The retry waits for not_before = the database's now at the finish
+		// + backoff; estimate it on the database clock from the claim, a
+		// little late rather than early (the leader's own writes send no
+		// change notification).
+		next = c.Now.Add(time.Since(started) + f.Backoff + 50*time.Millisecond)
+	}
 	if d.batch != nil {
-		// Claim mode: the finisher writes and logs the outcome, then
-		// calls d.done; nobody uses the next occurrence.
+		// The finisher writes and logs the outcome, then calls d.done.
 		*d.queued = true
-		d.batch.finish(finishItem{req: sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, took: took, log: log, done: d.done}, d.release)
+		d.batch.finish(finishItem{req: sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, took: took, log: log, next: next, done: d.done}, d.release)
 		return time.Time{}
 	}
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -221,14 +229,7 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	if err != nil {
 		return time.Time{}
 	}
-	if f.Backoff > 0 {
-		// The retry waits for not_before = the database's now at the finish
-		// + backoff; estimate it on the database clock from the claim, a
-		// little late rather than early (the leader's own writes send no
-		// change notification).
-		return c.Now.Add(time.Since(started) + f.Backoff + 50*time.Millisecond)
-	}
-	return f.Next
+	return next
 }
 
 // logFinish logs a run's outcome, or the failure to write it.

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"time"
@@ -13,11 +14,12 @@ import (
 // maxFinishGroup bounds the runs one finish statement writes.
 const maxFinishGroup = 512
 
-// finisher writes the outcomes of claim-mode runs in groups (group commit):
-// whatever finished while the previous statement was in flight goes into
-// the next one, so a busy worker pays one statement for many runs while a
-// lone run still writes at once. Each run's write stays conditional on its
-// own lock (Store.FinishRuns).
+// finisher writes the outcomes of runs in groups (group commit): whatever
+// finished while the previous statement was in flight goes into the next
+// one, so a busy dispatcher pays one statement for many runs while a lone
+// run still writes at once. Each run's write stays conditional on its own
+// lock (Store.FinishRuns), and each group is written inside fence: as it is
+// in claim mode, in one lease-fenced transaction in leader mode.
 //
 // A run does not wait for its write: it queues its outcome and its
 // goroutine ends. The writer logs each outcome and then calls the run's
@@ -26,6 +28,7 @@ const maxFinishGroup = 512
 // sixth of claim mode's client CPU.
 type finisher struct {
 	store   *sqlstore.Store
+	fence   fence
 	pending chan struct{} // bounds the runs queued for their finish write
 	kick    chan struct{} // 1-buffered: the queue has items
 	quit    chan struct{}
@@ -39,14 +42,17 @@ type finishItem struct {
 	req  sqlstore.FinishReq
 	took time.Duration
 	log  *runLog
-	// done, if not nil, is called once the outcome is written or failed.
-	done func()
+	// next is the job's next occurrence as this finish leaves it.
+	next time.Time
+	// done, if not nil, is called once the outcome is written, with next,
+	// or failed, with the zero time.
+	done func(next time.Time)
 }
 
 // startFinisher starts the writer, for at most maxPending runs waiting to
-// be written.
-func startFinisher(store *sqlstore.Store, maxPending int) *finisher {
-	f := &finisher{store: store, pending: make(chan struct{}, maxPending),
+// be written, each group written inside fence.
+func startFinisher(store *sqlstore.Store, maxPending int, fence fence) *finisher {
+	f := &finisher{store: store, fence: fence, pending: make(chan struct{}, maxPending),
 		kick: make(chan struct{}, 1), quit: make(chan struct{})}
 	f.wg.Add(1)
 	go f.loop()
@@ -125,8 +131,10 @@ func (f *finisher) write(group []finishItem, reqs []sqlstore.FinishReq) []sqlsto
 	defer cancel()
 	var done []bool
 	err := retryTransient(ctx, func() (err error) {
-		done, err = f.store.FinishRuns(ctx, reqs)
-		return err
+		return f.fence(ctx, func(tx *sql.Tx) (err error) {
+			done, err = f.store.FinishRuns(ctx, tx, reqs)
+			return err
+		})
 	})
 	for i, it := range group {
 		r := it.req
@@ -138,7 +146,11 @@ func (f *finisher) write(group []finishItem, reqs []sqlstore.FinishReq) []sqlsto
 		logFinish(it.log, r.Finish, it.took, werr)
 		<-f.pending
 		if it.done != nil {
-			it.done()
+			next := it.next
+			if werr != nil {
+				next = time.Time{}
+			}
+			it.done(next)
 		}
 	}
 	clear(reqs)

@@ -31,6 +31,13 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) erro
 	l := &leader{s: s, gate: gate, tok: tok, sched: newSchedule(), failed: map[int64]int{}, running: map[int64]bool{},
 		finished: make(chan sqlstore.ScheduleEntry, s.cfg.MaxConcurrent), claims: make(chan claimResult, cap(s.leaderSem)),
 		claiming: make(chan struct{}, maxClaiming)}
+	if s.store.Batched() {
+		// Outcomes are written in groups, each in one fenced transaction.
+		l.fin = startFinisher(s.store, cap(s.leaderSem), func(ctx context.Context, fn func(*sql.Tx) error) error {
+			return gate.Fenced(ctx, tok, fn)
+		})
+		defer l.fin.stop() // after wg.Wait: every run's finish is written by then
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if err := l.reload(ctx); err != nil {
@@ -99,6 +106,7 @@ type leader struct {
 	gate  Gate
 	tok   sqlease.Token
 	sched *schedule
+	fin   *finisher // groups finish writes (Store.Batched), else nil
 
 	// The database clock as of the last full load, carried forward on the
 	// local monotonic clock. It only decides when to try a claim; the claim
@@ -268,9 +276,8 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 		l.setRunning(e.id, true)
 		wg.Add(1)
 		go func() { // holds the count begin() took
-			defer wg.Done()
-			defer l.s.inflight.Done()
-			defer func() { <-l.s.leaderSem }()
+			var once sync.Once
+			release := func() { once.Do(func() { <-l.s.leaderSem }) }
 			claimed, started, ok, err := l.claim(ctx, e.id)
 			<-l.claiming
 			select {
@@ -278,24 +285,39 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 			case <-ctx.Done():
 			}
 			if err != nil || !ok {
+				release()
+				l.s.inflight.Done()
+				wg.Done()
 				return
 			}
+			// done ends the run: it hands the job's next occurrence to the
+			// loop (zero: unknown, the next refresh reads it).
+			done := func(next time.Time) {
+				release()
+				if next.IsZero() {
+					l.setRunning(e.id, false)
+				} else {
+					select {
+					case l.finished <- sqlstore.ScheduleEntry{ID: e.id, NextRunAt: next}:
+					case <-ctx.Done():
+						l.setRunning(e.id, false)
+					}
+				}
+				l.s.inflight.Done()
+				wg.Done()
+			}
 			fenced := func(ctx context.Context, fn func(*sql.Tx) error) error { return l.gate.Fenced(ctx, l.tok, fn) }
-			d := dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) }}
+			queued := false
+			d := dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) },
+				batch: l.fin, queued: &queued, done: done, release: release}
 			var next time.Time
 			if started != nil {
 				next = l.s.runStarted(ctx, &claimed, *started, d, l.s.runLogger(&claimed))
 			} else {
 				next = l.s.execute(ctx, &claimed, d)
 			}
-			if next.IsZero() {
-				l.setRunning(e.id, false)
-				return
-			}
-			select {
-			case l.finished <- sqlstore.ScheduleEntry{ID: e.id, NextRunAt: next}:
-			case <-ctx.Done():
-				l.setRunning(e.id, false)
+			if !queued {
+				done(next)
 			}
 		}()
 	}

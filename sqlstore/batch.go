@@ -96,8 +96,9 @@ type FinishReq struct {
 // FinishRuns is FinishRun for many runs in one statement: each request
 // records its run's outcome and releases its job, atomically and only while
 // its lock is held. done[i] is false when reqs[i]'s lock was lost; nothing
-// of it was written then.
-func (s *Store) FinishRuns(ctx context.Context, reqs []FinishReq) (done []bool, err error) {
+// of it was written then. Pass tx to run inside an existing (fenced)
+// transaction.
+func (s *Store) FinishRuns(ctx context.Context, tx *sql.Tx, reqs []FinishReq) (done []bool, err error) {
 	n := len(reqs)
 	done = make([]bool, n)
 	if n == 0 {
@@ -134,7 +135,11 @@ func (s *Store) FinishRuns(ctx context.Context, reqs []FinishReq) (done []bool, 
 		sfs[k], runAttempts[k] = r.Run.ScheduledFor.UTC(), int32(r.Run.Attempt)
 		at[r.Lock.JobID] = i
 	}
-	rows, err := s.db.QueryContext(ctx, s.q().FinishRuns, ids, epochs, holders, nexts, nextAttempts, backoffs,
+	var q Querier = s.db
+	if tx != nil {
+		q = tx
+	}
+	rows, err := q.QueryContext(ctx, s.q().FinishRuns, ids, epochs, holders, nexts, nextAttempts, backoffs,
 		outcomes, errs, sfs, runAttempts)
 	if err := markIDs(rows, err, at, done); err != nil {
 		return nil, fmt.Errorf("finish %d runs: %w", n, s.classify(err))
