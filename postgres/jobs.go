@@ -158,6 +158,22 @@ WHERE j.id = $1 AND NOT j.paused AND j.next_run_at <= n.now
   AND (j.not_before IS NULL OR j.not_before <= n.now)
   AND (j.locked_by IS NULL OR j.locked_at + j.lock_timeout_ms {ms} < n.now OR j.lock_lease_epoch < $3)
 RETURNING {jcols}, n.now`),
+		// SKIP LOCKED: a row another transaction holds is left for a
+		// later claim rather than stalling the batch; id order is the
+		// lock order of every multi-job statement.
+		ClaimJobs: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now),
+c AS (
+	SELECT j.id, j.locked_by AS prev FROM {jobs} j, n
+	WHERE j.id = ANY($1::bigint[]) AND NOT j.paused AND j.next_run_at <= n.now
+	  AND (j.not_before IS NULL OR j.not_before <= n.now)
+	  AND (j.locked_by IS NULL OR j.locked_at + j.lock_timeout_ms {ms} < n.now OR j.lock_lease_epoch < $3)
+	ORDER BY j.id
+	FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
+	lock_lease_epoch = $3, last_modified_at = n.now
+FROM c, n WHERE j.id = c.id
+RETURNING {jcols}, n.now, c.prev IS NOT NULL`),
 		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = clock_timestamp(),
 	error = 'the executing instance stopped heartbeating its lock'
 WHERE job_id = $1 AND scheduled_for = (SELECT next_run_at FROM {jobs} WHERE id = $1) AND outcome = 'running'`),
@@ -229,15 +245,15 @@ SELECT u.*, i.job_id IS NOT NULL FROM u LEFT JOIN i ON i.job_id = u.id`),
 		// reclaim (which bumps lock_epoch) cannot slip between the lock
 		// check and the start.
 		StartRuns: r.Replace(`WITH v AS (
-	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[], $6::text[])
-		AS v(id, epoch, sf, attempt, name, holder)
+	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[], $6::text[], $7::bigint[])
+		AS v(id, epoch, sf, attempt, name, holder, run_epoch)
 ), l AS (
 	SELECT j.id FROM {jobs} j JOIN v ON j.id = v.id
 	WHERE j.locked_by = v.holder AND j.lock_epoch = v.epoch
 	FOR SHARE OF j
 )
 INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
-SELECT v.id, v.name, v.sf, v.attempt, v.holder, v.epoch, clock_timestamp(), 'running' FROM v JOIN l ON l.id = v.id
+SELECT v.id, v.name, v.sf, v.attempt, v.holder, v.run_epoch, clock_timestamp(), 'running' FROM v JOIN l ON l.id = v.id
 ON CONFLICT DO NOTHING
 RETURNING job_id`),
 		FinishRuns: r.Replace(`WITH v AS (

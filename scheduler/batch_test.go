@@ -42,11 +42,11 @@ func TestBatchStartFinishFenced(t *testing.T) {
 		}
 		stale := reqs[1]
 		stale.Lock.Epoch-- // a start under a lock that is no longer held
-		started, err := st.StartRuns(ctx, []sqlstore.StartReq{reqs[0], stale, reqs[2]})
+		started, err := st.StartRuns(ctx, nil, []sqlstore.StartReq{reqs[0], stale, reqs[2]})
 		if err != nil || !started[0] || started[1] || !started[2] {
 			t.Fatalf("StartRuns with one stale lock: %v %v, want [true false true]", started, err)
 		}
-		if again, err := st.StartRuns(ctx, reqs[:1]); err != nil || again[0] {
+		if again, err := st.StartRuns(ctx, nil, reqs[:1]); err != nil || again[0] {
 			t.Fatalf("starting attempt 1 twice: %v %v, want not started", again, err)
 		}
 		if j, err := st.Job(ctx, reqs[0].Job); err != nil || j.Attempt != 1 {

@@ -146,7 +146,7 @@ func (s *Scheduler) startBatch(ctx context.Context, claimed []sqlstore.Claimed, 
 	if len(reqs) == 0 {
 		return started
 	}
-	ok, err := s.store.StartRuns(ctx, reqs)
+	ok, err := s.store.StartRuns(ctx, nil, reqs)
 	if err != nil {
 		// execute retries each start alone and reports why it fails.
 		s.log.Warn("run_batch_start_failed", slog.Int("runs", len(reqs)), slog.String("error", err.Error()))

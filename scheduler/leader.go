@@ -250,76 +250,176 @@ func (l *leader) untilNext() time.Duration {
 }
 
 // dispatchDue starts every entry whose time has come, while slots are free.
-// Each is claimed in a goroutine of its own, so that claims (one fenced
-// transaction each) overlap; the outcome of the claim comes back through
+// Due entries are claimed in batches (one entry where the store does not
+// batch), each batch in a goroutine of its own and one fenced transaction,
+// so that claims overlap; the outcome of each claim comes back through
 // l.claims.
 func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
-	now := l.estNow()
-	for l.sched.Len() > 0 && !l.sched.items[0].next.After(now) {
+	batchMax := 1
+	if l.fin != nil {
+		batchMax = maxClaimBatch
+	}
+	for {
+		now := l.estNow()
+		if l.sched.Len() == 0 || l.sched.items[0].next.After(now) {
+			return
+		}
 		if !l.s.begin() {
 			return // draining
 		}
 		select {
-		case l.s.leaderSem <- struct{}{}:
-		default:
-			l.s.inflight.Done()
-			return // all slots busy; try again on the next tick
-		}
-		select {
 		case l.claiming <- struct{}{}:
 		default:
-			<-l.s.leaderSem
 			l.s.inflight.Done()
 			return // enough claims in flight: the next result brings us back
 		}
-		e := l.sched.pop()
-		l.setRunning(e.id, true)
-		wg.Add(1)
-		go func() { // holds the count begin() took
-			var once sync.Once
-			release := func() { once.Do(func() { <-l.s.leaderSem }) }
-			claimed, started, ok, err := l.claim(ctx, e.id)
-			<-l.claiming
+		var batch []schedEntry
+		full := false
+		for len(batch) < batchMax && l.sched.Len() > 0 && !l.sched.items[0].next.After(now) {
 			select {
-			case l.claims <- claimResult{id: e.id, ok: ok, err: err}:
+			case l.s.leaderSem <- struct{}{}:
+			default:
+				full = true // all slots busy; try again when a run ends
+			}
+			if full {
+				break
+			}
+			e := l.sched.pop()
+			l.setRunning(e.id, true)
+			batch = append(batch, e)
+		}
+		if len(batch) == 0 {
+			<-l.claiming
+			l.s.inflight.Done()
+			return
+		}
+		wg.Add(1)
+		go l.claimAndRun(ctx, wg, batch) // holds the count begin() took
+		if full {
+			return
+		}
+	}
+}
+
+// maxClaimBatch bounds the jobs one claim transaction takes.
+const maxClaimBatch = 64
+
+// claimAndRun claims a batch of due entries, each holding an execution
+// slot, and starts a run for each one claimed.
+func (l *leader) claimAndRun(ctx context.Context, wg *sync.WaitGroup, batch []schedEntry) {
+	defer wg.Done()
+	defer l.s.inflight.Done()
+	var claims []leaderClaim
+	if len(batch) == 1 && l.fin == nil {
+		c, started, ok, err := l.claim(ctx, batch[0].id)
+		claims = []leaderClaim{{c: c, started: started, ok: ok, err: err}}
+	} else {
+		claims = l.claimBatch(ctx, batch)
+	}
+	<-l.claiming
+	for i, e := range batch {
+		r := claims[i]
+		select {
+		case l.claims <- claimResult{id: e.id, ok: r.ok, err: r.err}:
+		case <-ctx.Done():
+		}
+		if r.err != nil || !r.ok {
+			<-l.s.leaderSem
+			continue
+		}
+		l.s.inflight.Add(1) // while the batch holds its count: never up from zero
+		wg.Add(1)
+		go l.run(ctx, wg, e.id, &claims[i].c, r.started)
+	}
+}
+
+// leaderClaim is how the claim of one entry went.
+type leaderClaim struct {
+	c       sqlstore.Claimed
+	started *sqlease.Run // the run the claim started, if any
+	ok      bool         // claimed
+	err     error
+}
+
+// claimBatch claims the batch's jobs in one fenced transaction and starts,
+// in it, the runs of those whose due occurrence simply runs (fastStart); the
+// others are left to execute. A failed transaction fails every claim.
+func (l *leader) claimBatch(ctx context.Context, batch []schedEntry) []leaderClaim {
+	out := make([]leaderClaim, len(batch))
+	ids := make([]int64, len(batch))
+	at := make(map[int64]int, len(batch))
+	for i, e := range batch {
+		ids[i], at[e.id] = e.id, i
+	}
+	err := l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
+		clear(out)
+		claimed, err := l.s.store.ClaimJobs(ctx, tx, ids, l.tok)
+		if err != nil {
+			return err
+		}
+		var reqs []sqlstore.StartReq
+		for _, c := range claimed {
+			i := at[c.ID]
+			out[i] = leaderClaim{c: c, ok: true}
+			if req, ok := fastStart(c); ok {
+				req.RunEpoch = l.tok.Epoch
+				reqs = append(reqs, req)
+			}
+		}
+		started, err := l.s.store.StartRuns(ctx, tx, reqs)
+		if err != nil {
+			return err
+		}
+		for k, q := range reqs {
+			if started[k] {
+				out[at[q.Lock.JobID]].started = &sqlease.Run{JobID: q.Lock.JobID, Job: q.Job, ScheduledFor: q.ScheduledFor,
+					Attempt: q.Attempt, Holder: q.Lock.Holder, Epoch: l.tok.Epoch, Outcome: sqlease.OutcomeRunning}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		for i := range out {
+			out[i] = leaderClaim{err: err}
+		}
+	}
+	return out
+}
+
+// run executes a claimed job (its run already started when started is not
+// nil) and hands the job's next occurrence back to the loop; it holds an
+// execution slot, an inflight count and a wg count.
+func (l *leader) run(ctx context.Context, wg *sync.WaitGroup, id int64, claimed *sqlstore.Claimed, started *sqlease.Run) {
+	var once sync.Once
+	release := func() { once.Do(func() { <-l.s.leaderSem }) }
+	// done ends the run: it hands the job's next occurrence to the loop
+	// (zero: unknown, the next refresh reads it).
+	done := func(next time.Time) {
+		release()
+		if next.IsZero() {
+			l.setRunning(id, false)
+		} else {
+			select {
+			case l.finished <- sqlstore.ScheduleEntry{ID: id, NextRunAt: next}:
 			case <-ctx.Done():
+				l.setRunning(id, false)
 			}
-			if err != nil || !ok {
-				release()
-				l.s.inflight.Done()
-				wg.Done()
-				return
-			}
-			// done ends the run: it hands the job's next occurrence to the
-			// loop (zero: unknown, the next refresh reads it).
-			done := func(next time.Time) {
-				release()
-				if next.IsZero() {
-					l.setRunning(e.id, false)
-				} else {
-					select {
-					case l.finished <- sqlstore.ScheduleEntry{ID: e.id, NextRunAt: next}:
-					case <-ctx.Done():
-						l.setRunning(e.id, false)
-					}
-				}
-				l.s.inflight.Done()
-				wg.Done()
-			}
-			fenced := func(ctx context.Context, fn func(*sql.Tx) error) error { return l.gate.Fenced(ctx, l.tok, fn) }
-			queued := false
-			d := dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) },
-				batch: l.fin, queued: &queued, done: done, release: release}
-			var next time.Time
-			if started != nil {
-				next = l.s.runStarted(ctx, &claimed, *started, d, l.s.runLogger(&claimed))
-			} else {
-				next = l.s.execute(ctx, &claimed, d)
-			}
-			if !queued {
-				done(next)
-			}
-		}()
+		}
+		l.s.inflight.Done()
+		wg.Done()
+	}
+	fenced := func(ctx context.Context, fn func(*sql.Tx) error) error { return l.gate.Fenced(ctx, l.tok, fn) }
+	queued := false
+	d := dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) },
+		batch: l.fin, queued: &queued, done: done, release: release}
+	var next time.Time
+	if started != nil {
+		next = l.s.runStarted(ctx, claimed, *started, d, l.s.runLogger(claimed))
+	} else {
+		next = l.s.execute(ctx, claimed, d)
+	}
+	if !queued {
+		done(next)
 	}
 }
 

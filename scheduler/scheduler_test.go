@@ -491,6 +491,10 @@ func TestLeaderPicksUpJobCreatedOnFollower(t *testing.T) {
 		if r.Epoch != tok.Epoch || r.Holder != "leader" {
 			t.Fatalf("leader-mode run must carry the lease epoch: %+v, token %v", r, tok)
 		}
+		runs, err := s.Runs(ctx, "from-follower", 10)
+		if err != nil || len(runs) != 1 || runs[0].Epoch != tok.Epoch || runs[0].Holder != "leader" {
+			t.Fatalf("the ledger must record the lease epoch of a leader-mode run: %+v %v, token %v", runs, err, tok)
+		}
 	})
 }
 

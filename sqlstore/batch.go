@@ -14,7 +14,22 @@ import (
 // Batched reports whether the dialect can start and finish many runs in one
 // statement (JobQueries.StartRuns and FinishRuns). Claim mode then costs a
 // few statements per claimed batch instead of two transactions per run.
-func (s *Store) Batched() bool { return s.q().StartRuns != "" && s.q().FinishRuns != "" }
+func (s *Store) Batched() bool {
+	return s.q().StartRuns != "" && s.q().FinishRuns != "" && s.q().ClaimJobs != ""
+}
+
+// ClaimJobs is ClaimJob for several jobs in one statement, inside the
+// leader's fenced transaction tx; a job locked by another transaction at
+// that moment is left out, as is one that is not claimable. Only where
+// Batched.
+func (s *Store) ClaimJobs(ctx context.Context, tx *sql.Tx, ids []int64, tok sqlease.Token) ([]Claimed, error) {
+	c := make([]Claimed, 0, len(ids))
+	rows, err := tx.QueryContext(ctx, s.q().ClaimJobs, ids, tok.Holder, tok.Epoch)
+	if _, err := scanRows(rows, err, scanClaim(&c, true)); err != nil {
+		return nil, fmt.Errorf("claim %d jobs: %w", len(ids), s.classify(err))
+	}
+	return c, nil
+}
 
 // ClaimAndStart is ClaimDue that also starts, in the same statement, the
 // runs of one-off jobs that need no decision of the missed-runs policy (see
@@ -55,6 +70,9 @@ type StartReq struct {
 	Job          string
 	ScheduledFor time.Time
 	Attempt      int
+	// RunEpoch is the run's fencing epoch: the lease epoch in leader mode;
+	// 0 means the lock epoch (claim mode).
+	RunEpoch int64
 }
 
 // StartRuns appends a run for each request whose lock is still held and
@@ -64,22 +82,30 @@ type StartReq struct {
 // did not move on) and the job must not be a reclaimed stale lock (whose
 // crashed run StartRun marks abandoned). started[i] tells whether reqs[i]
 // started; a request that did not gets no run and leaves the job untouched,
-// and the caller may retry it through StartRun to learn why.
-func (s *Store) StartRuns(ctx context.Context, reqs []StartReq) (started []bool, err error) {
+// and the caller may retry it through StartRun to learn why. Pass tx to run
+// inside an existing (fenced) transaction.
+func (s *Store) StartRuns(ctx context.Context, tx *sql.Tx, reqs []StartReq) (started []bool, err error) {
 	n := len(reqs)
 	started = make([]bool, n)
 	if n == 0 {
 		return started, nil
 	}
 	ids, epochs, sfs := make([]int64, n), make([]int64, n), make([]time.Time, n)
-	attempts, names, holders := make([]int32, n), make([]string, n), make([]string, n)
+	attempts, names, holders, runEpochs := make([]int32, n), make([]string, n), make([]string, n), make([]int64, n)
 	at := make(map[int64]int, n)
 	for i, r := range reqs {
 		ids[i], epochs[i], sfs[i] = r.Lock.JobID, r.Lock.Epoch, r.ScheduledFor.UTC()
-		attempts[i], names[i], holders[i] = int32(r.Attempt), r.Job, r.Lock.Holder
+		attempts[i], names[i], holders[i], runEpochs[i] = int32(r.Attempt), r.Job, r.Lock.Holder, r.RunEpoch
+		if r.RunEpoch == 0 {
+			runEpochs[i] = r.Lock.Epoch
+		}
 		at[r.Lock.JobID] = i
 	}
-	rows, err := s.db.QueryContext(ctx, s.q().StartRuns, ids, epochs, sfs, attempts, names, holders)
+	var q Querier = s.db
+	if tx != nil {
+		q = tx
+	}
+	rows, err := q.QueryContext(ctx, s.q().StartRuns, ids, epochs, sfs, attempts, names, holders, runEpochs)
 	if err := markIDs(rows, err, at, started); err != nil {
 		return nil, fmt.Errorf("start %d runs: %w", n, s.classify(err))
 	}

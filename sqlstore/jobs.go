@@ -73,7 +73,11 @@ type JobQueries struct {
 	// ClaimJob: (id, holder, lease_epoch). The same for one job, run inside
 	// the leader's fenced transaction; a lock taken under an older lease
 	// epoch also counts as stale. Returns JobColumns, now.
-	ClaimJob string
+	// ClaimJobs, optional (with the batch statements, see Store.Batched):
+	// ClaimJob for an array of ids, skipping rows locked by another
+	// transaction. Returns JobColumns, now, reclaimed (the job was locked).
+	ClaimJobs string
+	ClaimJob  string
 	// ClaimJobWR replaces ClaimJob where there is no RETURNING. Write:
 	// (holder, lease_epoch, id, lease_epoch). Read: (id), JobColumns and the
 	// claim's now.
@@ -112,8 +116,8 @@ type JobQueries struct {
 	// StartRuns, optional (with FinishRuns; see Store.Batched), starts many
 	// runs in one statement. Arguments are arrays of equal length, one
 	// element per run: (job_id, lock_epoch, scheduled_for, attempt, job_name,
-	// holder). For each run whose job is locked by (holder, lock_epoch) it
-	// appends the run (epoch = lock_epoch, outcome running) unless that
+	// holder, run_epoch). For each run whose job is locked by (holder,
+	// lock_epoch) it appends the run (epoch = run_epoch, outcome running) unless that
 	// attempt exists, holding the job row against a concurrent reclaim until
 	// the statement commits, and returns its job_id. It writes nothing to
 	// the job: the attempt count of a run in flight is the ledger's (see
