@@ -85,6 +85,7 @@ var empty = map[string]string{
 	"Jobs.ClaimStart":         "claims start no runs: they start one by one",
 	"Jobs.StartRuns":          "batch starts take array parameters (PostgreSQL); runs start one by one",
 	"Jobs.FinishRuns":         "batch finishes take array parameters (PostgreSQL); runs finish one by one",
+	"Jobs.ClaimJobs":          "batch claims take array parameters (PostgreSQL); the leader claims one job per transaction",
 }
 
 func dialect(t *testing.T, p string) sqlstore.Dialect {
