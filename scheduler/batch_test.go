@@ -3,6 +3,8 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -272,5 +274,91 @@ func TestClaimStartsOnlyOneOffs(t *testing.T) {
 				t.Errorf("%s: started by the claim = %v, want %v", c.Name, c.Started != nil, oneOff)
 			}
 		}
+	})
+}
+
+// writtenObserver records, at each RunFinished, what the ledger says of the
+// job's runs: the observer is told once the outcome write has returned.
+type writtenObserver struct {
+	st   *sqlstore.Store
+	mu   sync.Mutex
+	seen []string
+}
+
+func (o *writtenObserver) RunFinished(job string, outcome sqlease.Outcome, _ time.Duration) {
+	runs, err := o.st.Runs(context.Background(), job, 1)
+	got := "no run"
+	if err != nil {
+		got = err.Error()
+	} else if len(runs) == 1 {
+		got = string(runs[0].Outcome)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seen = append(o.seen, fmt.Sprintf("%s: told %s, ledger %s", job, outcome, got))
+}
+
+func (o *writtenObserver) snapshot() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.seen...)
+}
+
+// TestObserverAfterWrite: in claim and leader mode alike (grouped finishes
+// on PostgreSQL, one by one elsewhere), RunFinished comes after the run's
+// outcome is in the ledger, so metrics never count an outcome a crash
+// could still lose.
+func TestObserverAfterWrite(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		for _, mode := range []string{"claim", "leader"} {
+			t.Run(mode, func(t *testing.T) {
+				st := newStore(t)
+				obs := &writtenObserver{st: st}
+				rec := &recorder{fn: func(ctx context.Context, r sqlease.Run) error {
+					if r.Job == mode+"-fails" {
+						return errors.New("boom")
+					}
+					return nil
+				}}
+				s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle, Observer: obs})
+				for _, name := range []string{mode + "-ok", mode + "-fails"} {
+					if _, _, err := s.Create(ctx, sqlease.Job{Name: name, Retry: sqlease.Retry{MaxAttempts: 1}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if mode == "claim" {
+					runClaim(t, s)
+				} else {
+					lead(t, st, &s, "leader")
+				}
+				waitFor(t, 10*time.Second, "both runs observed", func() bool { return len(obs.snapshot()) == 2 })
+				for _, line := range obs.snapshot() {
+					if line != mode+"-ok: told succeeded, ledger succeeded" && line != mode+"-fails: told failed, ledger failed" {
+						t.Errorf("observed before the write: %s", line)
+					}
+				}
+			})
+		}
+	})
+}
+
+// TestLeaderLoadsNextWindowAtOnce: a backlog larger than MaxScheduled runs
+// window after window without waiting for the next refresh between them.
+func TestLeaderLoadsNextWindowAtOnce(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		rec := &recorder{}
+		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle, MaxScheduled: 5, RefreshInterval: time.Minute})
+		const n = 23
+		for i := range n {
+			if _, _, err := s.Create(ctx, sqlease.Job{Name: fmt.Sprintf("backlog-%02d", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e := lead(t, st, &s, "leader")
+		waitFor(t, 10*time.Second, "leadership", e.IsLeader)
+		waitFor(t, 10*time.Second, fmt.Sprintf("all %d runs (windows of 5, refresh every minute)", n), func() bool { return rec.count() == n })
 	})
 }

@@ -26,7 +26,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if s.store.Batched() {
 		// One writer: finishes that arrive while it writes form the next
 		// group, and groups are largest with one statement in flight.
-		fin = startFinisher(s.store, s.cfg.MaxConcurrent, unfenced)
+		fin = startFinisher(s.store, s.cfg.MaxConcurrent, unfenced, s.cfg.Observer)
 		defer fin.stop() // after drain: every run has finished by then
 	}
 	var wg sync.WaitGroup

@@ -204,7 +204,6 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	}
 	// The outcome is written even after cancellation, fenced by the lock
 	// (and lease): a run that lost its lock writes nothing.
-	s.cfg.Observer.RunFinished(c.Name, f.Outcome, took)
 	next := f.Next
 	if f.Backoff > 0 {
 		// The retry waits for not_before = the database's now at the finish
@@ -225,6 +224,7 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		return d.fenced(wctx, func(tx *sql.Tx) error { return s.store.FinishRun(wctx, tx, c.Lock, fr, f) })
 	})
 	wcancel()
+	s.cfg.Observer.RunFinished(c.Name, f.Outcome, took)
 	logFinish(log, f, took, err)
 	if err != nil {
 		return time.Time{}

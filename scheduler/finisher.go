@@ -29,6 +29,7 @@ const maxFinishGroup = 512
 type finisher struct {
 	store   *sqlstore.Store
 	fence   fence
+	obs     Observer
 	pending chan struct{} // bounds the runs queued for their finish write
 	kick    chan struct{} // 1-buffered: the queue has items
 	quit    chan struct{}
@@ -50,9 +51,10 @@ type finishItem struct {
 }
 
 // startFinisher starts the writer, for at most maxPending runs waiting to
-// be written, each group written inside fence.
-func startFinisher(store *sqlstore.Store, maxPending int, fence fence) *finisher {
-	f := &finisher{store: store, fence: fence, pending: make(chan struct{}, maxPending),
+// be written, each group written inside fence; obs hears of each run once
+// its write has returned.
+func startFinisher(store *sqlstore.Store, maxPending int, fence fence, obs Observer) *finisher {
+	f := &finisher{store: store, fence: fence, obs: obs, pending: make(chan struct{}, maxPending),
 		kick: make(chan struct{}, 1), quit: make(chan struct{})}
 	f.wg.Add(1)
 	go f.loop()
@@ -143,6 +145,7 @@ func (f *finisher) write(group []finishItem, reqs []sqlstore.FinishReq) []sqlsto
 			werr = fmt.Errorf("finish run %s attempt %d as %s: job lock %d/%s@%d: %w", r.Run.IdempotencyKey(), r.Run.Attempt,
 				r.Finish.Outcome, r.Lock.JobID, r.Lock.Holder, r.Lock.Epoch, sqlease.ErrLeaseLost)
 		}
+		f.obs.RunFinished(r.Run.Job, r.Finish.Outcome, it.took)
 		logFinish(it.log, r.Finish, it.took, werr)
 		<-f.pending
 		if it.done != nil {

@@ -35,7 +35,7 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) erro
 		// Outcomes are written in groups, each in one fenced transaction.
 		l.fin = startFinisher(s.store, cap(s.leaderSem), func(ctx context.Context, fn func(*sql.Tx) error) error {
 			return gate.Fenced(ctx, tok, fn)
-		})
+		}, s.cfg.Observer)
 		defer l.fin.stop() // after wg.Wait: every run's finish is written by then
 	}
 	var wg sync.WaitGroup
@@ -67,6 +67,13 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) erro
 	for {
 		if healthy {
 			l.dispatchDue(ctx, &wg)
+			if l.sched.Len() == 0 && l.truncated && !l.loadedUntil.After(l.estNow()) {
+				// A window cut short by MaxScheduled is used up: load the
+				// next one now, not at the next refresh, or a backlog
+				// larger than the window stalls between windows.
+				l.truncated = false
+				refresh.Reset(0)
+			}
 		}
 		due.Reset(l.untilNext())
 		select {
@@ -114,6 +121,8 @@ type leader struct {
 	dbNow, localAt time.Time
 	// loadedUntil: every unpaused job due before it is in sched (or running).
 	loadedUntil time.Time
+	// truncated: MaxScheduled cut the window short of the horizon.
+	truncated bool
 	// hw is the highest last_modified_at seen; refreshes re-read from
 	// hw - RefreshOverlap. hwID is the id of the row at hw when a refresh
 	// read it (the cursor's position), 0 when hw comes from a reload.
@@ -156,7 +165,8 @@ func (l *leader) reload(ctx context.Context) error {
 	}
 	l.dbNow, l.localAt = now, time.Now()
 	l.loadedUntil = now.Add(l.s.cfg.ScheduleHorizon)
-	if len(entries) == l.s.cfg.MaxScheduled {
+	l.truncated = len(entries) == l.s.cfg.MaxScheduled
+	if l.truncated {
 		// Full: only what precedes the last entry is known to be complete.
 		l.loadedUntil = entries[len(entries)-1].NextRunAt
 	}
@@ -232,6 +242,7 @@ func (l *leader) apply(e sqlstore.ScheduleEntry) {
 		// Keep memory bounded: drop the latest entry and shrink the window
 		// so that it is loaded again when its time comes.
 		last := l.sched.latest()
+		l.truncated = true
 		if !e.NextRunAt.Before(last.next) {
 			l.loadedUntil = e.NextRunAt
 			return

@@ -146,6 +146,8 @@ type Config struct {
 
 // Observer receives scheduler events for metrics.
 type Observer interface {
+	// RunFinished is called once a run's outcome write has returned
+	// (written, or failed), with the handler's duration.
 	RunFinished(job string, outcome sqlease.Outcome, took time.Duration)
 }
 
