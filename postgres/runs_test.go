@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"testing"
@@ -22,22 +23,7 @@ func TestRunFinishIsHOT(t *testing.T) {
 	st, prefix := newStoreWithPrefix(t)
 	runs := prefix + "_runs"
 
-	var indexed []string
-	rows, err := st.DB().QueryContext(ctx, `SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = $1::regclass`, runs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var def string
-		if err := rows.Scan(&def); err != nil {
-			t.Fatal(err)
-		}
-		indexed = append(indexed, def)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	for _, def := range indexed {
+	for _, def := range texts(t, st.DB(), `SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = $1::regclass`, runs) {
 		for _, col := range []string{"outcome", "error", "finished_at"} {
 			if containsWord(def, col) {
 				t.Errorf("index %q holds %s, which a finish writes", def, col)
@@ -45,18 +31,7 @@ func TestRunFinishIsHOT(t *testing.T) {
 		}
 	}
 
-	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := sched.Create(ctx, sqlease.Job{Name: "hot", LockTimeout: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	claimed, err := st.ClaimDue(ctx, "w", 1)
-	if err != nil || len(claimed) != 1 {
-		t.Fatalf("claim: %v, %d jobs", err, len(claimed))
-	}
-	c := claimed[0]
+	c := createAndClaim(t, st, sqlease.Job{Name: "hot", LockTimeout: time.Minute}, "w")
 	tx, err := st.DB().BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -142,6 +117,45 @@ func TestRunFinishBatchStaysOnPage(t *testing.T) {
 	}
 }
 
+// createAndClaim creates a job due now and claims it for holder.
+func createAndClaim(t *testing.T, st *sqlstore.Store, j sqlease.Job, holder string) sqlstore.Claimed {
+	t.Helper()
+	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := sched.Create(t.Context(), j); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := st.ClaimDue(t.Context(), holder, 1)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v, %d jobs", err, len(claimed))
+	}
+	return claimed[0]
+}
+
+// texts runs a query of one text column and returns its values.
+func texts(t *testing.T, db *sql.DB, query string, args ...any) []string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func containsWord(s, w string) bool {
 	for i := 0; i+len(w) <= len(s); i++ {
 		if s[i:i+len(w)] == w && (i == 0 || !identByte(s[i-1])) && (i+len(w) == len(s) || !identByte(s[i+len(w)])) {
@@ -164,18 +178,7 @@ func TestRunsSchemaUpgrade(t *testing.T) {
 	st, prefix := newStoreWithPrefix(t)
 	db := st.DB()
 	runs := prefix + "_runs"
-	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := sched.Create(ctx, sqlease.Job{Name: "old", LockTimeout: time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	claimed, err := st.ClaimDue(ctx, "crashed", 1)
-	if err != nil || len(claimed) != 1 {
-		t.Fatalf("claim: %v, %d jobs", err, len(claimed))
-	}
-	c := claimed[0]
+	c := createAndClaim(t, st, sqlease.Job{Name: "old", LockTimeout: time.Second}, "crashed")
 
 	// The earlier ledger, with one finished run and the crashed holder's
 	// run of the job's due occurrence still marked running.
@@ -231,18 +234,7 @@ VALUES ($1, 'old', $2::timestamptz - interval '1 hour', 1, 'h', 1, now(), now(),
 			t.Fatalf("%s options after the upgrade: %q %v, want fillfactor=50", table, opts, err)
 		}
 	}
-	var idx []string
-	rows, err := db.QueryContext(ctx, `SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = $1::regclass ORDER BY 1`, runs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		idx = append(idx, n)
-	}
+	idx := texts(t, db, `SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = $1::regclass ORDER BY 1`, runs)
 	if want := []string{runs + "_pkey", runs + "_started_at"}; !slices.Equal(idx, want) {
 		t.Fatalf("indexes after the upgrade: %v, want %v", idx, want)
 	}
