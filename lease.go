@@ -104,6 +104,15 @@ func ValidateHolderID(id string) error {
 	return nil
 }
 
+// ValidateTTL returns an error wrapping ErrInvalidConfig unless a lease
+// duration is at least a millisecond, the databases' clock resolution.
+func ValidateTTL(ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return fmt.Errorf("%w: lease ttl must be at least 1ms, got %s", ErrInvalidConfig, ttl)
+	}
+	return nil
+}
+
 var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,30}$`)
 
 // ValidateTablePrefix returns an error wrapping ErrInvalidName unless prefix is

@@ -624,13 +624,6 @@ func (s *session) sameLease(name string) error {
 	return nil
 }
 
-func validTTL(ttl time.Duration) error {
-	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: lease ttl must be at least 1ms, got %s", sqlease.ErrInvalidConfig, ttl)
-	}
-	return nil
-}
-
 // Takeover implements sqlease.SessionLock.
 func (s *session) Takeover(ctx context.Context, name, holder string, ttl time.Duration) (sqlease.Lease, error) {
 	if err := sqlease.ValidateLeaseName(name); err != nil {
@@ -639,7 +632,7 @@ func (s *session) Takeover(ctx context.Context, name, holder string, ttl time.Du
 	if err := sqlease.ValidateHolderID(holder); err != nil {
 		return sqlease.Lease{}, err
 	}
-	if err := validTTL(ttl); err != nil {
+	if err := sqlease.ValidateTTL(ttl); err != nil {
 		return sqlease.Lease{}, err
 	}
 	if err := s.sameLease(name); err != nil {
@@ -675,7 +668,7 @@ func (s *session) Renew(ctx context.Context, tok sqlease.Token, ttl time.Duratio
 	if tok.Epoch < 1 {
 		return sqlease.Lease{}, fmt.Errorf("%w: token epoch must be positive, got %d", sqlease.ErrInvalidName, tok.Epoch)
 	}
-	if err := validTTL(ttl); err != nil {
+	if err := sqlease.ValidateTTL(ttl); err != nil {
 		return sqlease.Lease{}, err
 	}
 	if err := s.sameLease(tok.Name); err != nil {

@@ -160,13 +160,6 @@ func validateToken(tok sqlease.Token) error {
 	return nil
 }
 
-func validTTL(ttl time.Duration) error {
-	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: lease ttl must be at least 1ms, got %s", sqlease.ErrInvalidConfig, ttl)
-	}
-	return nil
-}
-
 // Acquire implements sqlease.LeaseStore.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (sqlease.Lease, error) {
 	if err := sqlease.ValidateLeaseName(name); err != nil {
@@ -175,7 +168,7 @@ func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Durat
 	if err := sqlease.ValidateHolderID(holder); err != nil {
 		return sqlease.Lease{}, err
 	}
-	if err := validTTL(ttl); err != nil {
+	if err := sqlease.ValidateTTL(ttl); err != nil {
 		return sqlease.Lease{}, err
 	}
 	l := sqlease.Lease{Name: name, Holder: holder}
@@ -200,7 +193,7 @@ func (s *Store) Renew(ctx context.Context, tok sqlease.Token, ttl time.Duration)
 	if err := validateToken(tok); err != nil {
 		return sqlease.Lease{}, err
 	}
-	if err := validTTL(ttl); err != nil {
+	if err := sqlease.ValidateTTL(ttl); err != nil {
 		return sqlease.Lease{}, err
 	}
 	l := sqlease.Lease{Name: tok.Name, Holder: tok.Holder, Epoch: tok.Epoch}
