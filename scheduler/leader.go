@@ -471,7 +471,8 @@ type startInClaimError struct{ err error }
 func (e startInClaimError) Error() string { return e.err.Error() }
 func (e startInClaimError) Unwrap() error { return e.err }
 
-// claim locks one job inside a lease-fenced transaction and, when its due
+// claim is claimBatch for one job where the store has no batch statements:
+// it locks the job inside a lease-fenced transaction and, when its due
 // occurrence simply runs (onTimeStart), starts that run in the same
 // transaction: a fenced transaction less between a due time and the action.
 // started is nil when the run is left to execute. A start that fails there
