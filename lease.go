@@ -104,6 +104,18 @@ func ValidateHolderID(id string) error {
 	return nil
 }
 
+// ValidateLease checks the arguments of a request for a lease (an acquire
+// or a takeover): the name, the holder id and the duration.
+func ValidateLease(name, holder string, ttl time.Duration) error {
+	if err := ValidateLeaseName(name); err != nil {
+		return err
+	}
+	if err := ValidateHolderID(holder); err != nil {
+		return err
+	}
+	return ValidateTTL(ttl)
+}
+
 // ValidateTTL returns an error wrapping ErrInvalidConfig unless a lease
 // duration is at least a millisecond, the databases' clock resolution.
 func ValidateTTL(ttl time.Duration) error {

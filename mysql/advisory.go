@@ -311,10 +311,7 @@ func (s *session) Lock(ctx context.Context) error {
 
 // Takeover implements sqlease.SessionLock.
 func (s *session) Takeover(ctx context.Context, name, holder string, ttl time.Duration) (sqlease.Lease, error) {
-	if err := sqlease.ValidateLeaseName(name); err != nil {
-		return sqlease.Lease{}, err
-	}
-	if err := sqlease.ValidateHolderID(holder); err != nil {
+	if err := sqlease.ValidateLease(name, holder, ttl); err != nil {
 		return sqlease.Lease{}, err
 	}
 	l := sqlease.Lease{Name: name, Holder: holder}

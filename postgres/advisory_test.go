@@ -52,6 +52,13 @@ func TestAdvisoryLockHandoverAndTakeover(t *testing.T) {
 	if err := a.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Bad arguments are refused before any statement, as by a store.
+	if _, err := a.Takeover(ctx, "adv", "holder-a", 0); !errors.Is(err, sqlease.ErrInvalidConfig) {
+		t.Fatalf("takeover with a zero duration: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := a.Takeover(ctx, "adv", "holder a", time.Minute); !errors.Is(err, sqlease.ErrInvalidName) {
+		t.Fatalf("takeover by a holder id with a space: %v, want ErrInvalidName", err)
+	}
 	la, err := a.Takeover(ctx, "adv", "holder-a", time.Minute)
 	if err != nil || la.Epoch != 1 {
 		t.Fatalf("takeover: %+v %v", la, err)

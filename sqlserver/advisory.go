@@ -626,13 +626,7 @@ func (s *session) sameLease(name string) error {
 
 // Takeover implements sqlease.SessionLock.
 func (s *session) Takeover(ctx context.Context, name, holder string, ttl time.Duration) (sqlease.Lease, error) {
-	if err := sqlease.ValidateLeaseName(name); err != nil {
-		return sqlease.Lease{}, err
-	}
-	if err := sqlease.ValidateHolderID(holder); err != nil {
-		return sqlease.Lease{}, err
-	}
-	if err := sqlease.ValidateTTL(ttl); err != nil {
+	if err := sqlease.ValidateLease(name, holder, ttl); err != nil {
 		return sqlease.Lease{}, err
 	}
 	if err := s.sameLease(name); err != nil {

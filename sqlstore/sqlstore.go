@@ -162,13 +162,7 @@ func validateToken(tok sqlease.Token) error {
 
 // Acquire implements sqlease.LeaseStore.
 func (s *Store) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (sqlease.Lease, error) {
-	if err := sqlease.ValidateLeaseName(name); err != nil {
-		return sqlease.Lease{}, err
-	}
-	if err := sqlease.ValidateHolderID(holder); err != nil {
-		return sqlease.Lease{}, err
-	}
-	if err := sqlease.ValidateTTL(ttl); err != nil {
+	if err := sqlease.ValidateLease(name, holder, ttl); err != nil {
 		return sqlease.Lease{}, err
 	}
 	l := sqlease.Lease{Name: name, Holder: holder}
