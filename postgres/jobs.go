@@ -18,13 +18,22 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	WHERE r.job_id = ` + t + `.id AND r.scheduled_for = ` + t + `.next_run_at), 0))`
 	}
 	cols := strings.Replace(sqlstore.JobColumns, "attempt,", attempt(prefix+"_jobs")+",", 1)
-	jcols := "j." + strings.ReplaceAll(sqlstore.JobColumns, ", ", ", j.")
-	jcols = strings.Replace(jcols, "j.attempt,", attempt("j")+",", 1)
+	// Every column qualified (JobColumns spans lines, so splitting on ", "
+	// alone left some bare).
+	qualified := strings.Split(sqlstore.JobColumns, ",")
+	for i, c := range qualified {
+		qualified[i] = "j." + strings.TrimSpace(c)
+	}
+	jcols := strings.Replace(strings.Join(qualified, ", "), "j.attempt,", attempt("j")+",", 1)
 	// ClaimStart has read the count once already, before its update.
 	startCols := strings.Replace(jcols, attempt("j")+",", "c.run_attempt - 1,", 1)
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", cols,
 		"{jcols}", jcols, "{startcols}", startCols, "{runcols}", sqlstore.RunColumns,
-		"{ms}", "* interval '1 millisecond'")
+		"{ms}", "* interval '1 millisecond'",
+		// A job is due to claim (every claim statement says it the same
+		// way, on j at the database time n.now), and its lock is stale.
+		"{due}", "NOT j.paused AND j.next_run_at <= n.now AND (j.not_before IS NULL OR j.not_before <= n.now)",
+		"{stale}", "j.locked_at + j.lock_timeout_ms * interval '1 millisecond' < n.now")
 	return sqlstore.JobQueries{
 		Migrations: []string{
 			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
@@ -139,9 +148,7 @@ WHERE name = $1 AND locked_by IS NULL RETURNING {cols}`),
 		ClaimDue: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now),
 c AS (
 	SELECT j.id, j.locked_by AS prev FROM {jobs} j, n
-	WHERE NOT j.paused AND j.next_run_at <= n.now
-	  AND (j.not_before IS NULL OR j.not_before <= n.now)
-	  AND (j.locked_by IS NULL OR j.locked_at + j.lock_timeout_ms {ms} < n.now)
+	WHERE {due} AND (j.locked_by IS NULL OR {stale})
 	ORDER BY j.next_run_at, j.id
 	LIMIT $2
 	FOR UPDATE OF j SKIP LOCKED
@@ -154,9 +161,8 @@ RETURNING {jcols}, n.now, c.prev IS NOT NULL`),
 		ClaimJob: r.Replace(`UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
 	lock_lease_epoch = $3, last_modified_at = n.now
 FROM (SELECT clock_timestamp() AS now) n
-WHERE j.id = $1 AND NOT j.paused AND j.next_run_at <= n.now
-  AND (j.not_before IS NULL OR j.not_before <= n.now)
-  AND (j.locked_by IS NULL OR j.locked_at + j.lock_timeout_ms {ms} < n.now OR j.lock_lease_epoch < $3)
+WHERE j.id = $1 AND {due}
+  AND (j.locked_by IS NULL OR {stale} OR j.lock_lease_epoch < $3)
 RETURNING {jcols}, n.now`),
 		// SKIP LOCKED: a row another transaction holds is left for a
 		// later claim rather than stalling the batch; id order is the
@@ -164,9 +170,8 @@ RETURNING {jcols}, n.now`),
 		ClaimJobs: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now),
 c AS (
 	SELECT j.id, j.locked_by AS prev FROM {jobs} j, n
-	WHERE j.id = ANY($1::bigint[]) AND NOT j.paused AND j.next_run_at <= n.now
-	  AND (j.not_before IS NULL OR j.not_before <= n.now)
-	  AND (j.locked_by IS NULL OR j.locked_at + j.lock_timeout_ms {ms} < n.now OR j.lock_lease_epoch < $3)
+	WHERE j.id = ANY($1::bigint[]) AND {due}
+	  AND (j.locked_by IS NULL OR {stale} OR j.lock_lease_epoch < $3)
 	ORDER BY j.id
 	FOR UPDATE OF j SKIP LOCKED
 )
@@ -220,9 +225,7 @@ c AS (
 	SELECT j.id, j.locked_by AS prev, GREATEST(j.attempt, COALESCE((SELECT max(r.attempt) FROM {runs} r
 		WHERE r.job_id = j.id AND r.scheduled_for = j.next_run_at), 0)) + 1 AS run_attempt
 	FROM {jobs} j, n
-	WHERE NOT j.paused AND j.next_run_at <= n.now
-	  AND (j.not_before IS NULL OR j.not_before <= n.now)
-	  AND (j.locked_by IS NULL OR j.locked_at + j.lock_timeout_ms {ms} < n.now)
+	WHERE {due} AND (j.locked_by IS NULL OR {stale})
 	ORDER BY j.next_run_at, j.id
 	LIMIT $2
 	FOR UPDATE OF j SKIP LOCKED

@@ -547,18 +547,7 @@ func (s *session) Lock(ctx context.Context) error {
 // isLockTimeout reports error 1222 (lock request time out period exceeded),
 // which sp_getapplock signals by its return code; taken as -1 should a
 // server raise it instead.
-func isLockTimeout(err error) bool {
-	me, ok := serverError(err)
-	if !ok {
-		return false
-	}
-	for _, n := range errorNumbers(me) {
-		if n == 1222 {
-			return true
-		}
-	}
-	return false
-}
+func isLockTimeout(err error) bool { return hasErrorNumber(err, 1222) }
 
 // watch checks the session every interval until it is lost or closed.
 func (s *session) watch() {

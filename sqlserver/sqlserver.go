@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -318,13 +319,17 @@ func errorNumbers(me mssql.Error) []int32 {
 
 // IsUniqueViolation reports a duplicate key in a unique index (2601) or a
 // primary key or unique constraint (2627).
-func IsUniqueViolation(err error) bool {
+func IsUniqueViolation(err error) bool { return hasErrorNumber(err, 2601, 2627) }
+
+// hasErrorNumber reports whether err is a server error carrying one of the
+// numbers, in its first message or any other.
+func hasErrorNumber(err error, numbers ...int32) bool {
 	me, ok := serverError(err)
 	if !ok {
 		return false
 	}
 	for _, n := range errorNumbers(me) {
-		if n == 2601 || n == 2627 {
+		if slices.Contains(numbers, n) {
 			return true
 		}
 	}

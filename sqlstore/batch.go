@@ -101,10 +101,7 @@ func (s *Store) StartRuns(ctx context.Context, tx *sql.Tx, reqs []StartReq) (sta
 		}
 		at[r.Lock.JobID] = i
 	}
-	var q Querier = s.db
-	if tx != nil {
-		q = tx
-	}
+	q := s.on(tx)
 	rows, err := q.QueryContext(ctx, s.q().StartRuns, ids, epochs, sfs, attempts, names, holders, runEpochs)
 	if err := markIDs(rows, err, at, started); err != nil {
 		return nil, fmt.Errorf("start %d runs: %w", n, s.classify(err))
@@ -161,10 +158,7 @@ func (s *Store) FinishRuns(ctx context.Context, tx *sql.Tx, reqs []FinishReq) (d
 		sfs[k], runAttempts[k] = r.Run.ScheduledFor.UTC(), int32(r.Run.Attempt)
 		at[r.Lock.JobID] = i
 	}
-	var q Querier = s.db
-	if tx != nil {
-		q = tx
-	}
+	q := s.on(tx)
 	rows, err := q.QueryContext(ctx, s.q().FinishRuns, ids, epochs, holders, nexts, nextAttempts, backoffs,
 		outcomes, errs, sfs, runAttempts)
 	if err := markIDs(rows, err, at, done); err != nil {

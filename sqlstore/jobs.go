@@ -726,10 +726,7 @@ func (s *Store) Changed(ctx context.Context, t time.Time, id int64, limit int) (
 // FinishRunOne) on tx, or on the pool as its own transaction: its one row
 // counts the jobs it updated, and 0 means the lock is lost.
 func (s *Store) one(ctx context.Context, tx *sql.Tx, query string, classify func(error) error, args ...any) error {
-	var q Querier = s.db
-	if tx != nil {
-		q = tx
-	}
+	q := s.on(tx)
 	var n int
 	if err := q.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
 		return classify(err)
@@ -741,6 +738,14 @@ func (s *Store) one(ctx context.Context, tx *sql.Tx, query string, classify func
 }
 
 // inTx runs fn in tx when given, else in a new transaction.
+// on is tx when there is one, else the pool.
+func (s *Store) on(tx *sql.Tx) Querier {
+	if tx != nil {
+		return tx
+	}
+	return s.db
+}
+
 func (s *Store) inTx(ctx context.Context, tx *sql.Tx, fn func(*sql.Tx) error) error {
 	if tx != nil {
 		return fn(tx)

@@ -52,10 +52,7 @@ var errReadLost = errors.New("sqlstore: the read of a write-then-read statement 
 // rows there were. Errors are classified. Pass tx to run inside a transaction.
 func (s *Store) query(ctx context.Context, tx *sql.Tx, st returning, scan func(scanner) error) (int, error) {
 	if st.wr.Write == "" {
-		var q Querier = s.db
-		if tx != nil {
-			q = tx
-		}
+		q := s.on(tx)
 		rows, err := q.QueryContext(ctx, st.query, st.args...)
 		n, err := scanRows(rows, err, scan)
 		return n, s.classify(err)
