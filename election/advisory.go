@@ -11,64 +11,212 @@ import (
 )
 
 // runAdvisory is Run in advisory mode. A follower opens a dedicated session
-// and blocks in Lock: it costs the database no statements while it waits,
-// and it wakes as soon as the leader's session ends — by crash or by Close.
-// It then takes the lease row over (epoch + 1) and leads, renewing through
-// the locked session; it stops leading the moment that session is lost.
+// and waits in Lock: it wakes as soon as the leader's session ends — by
+// crash or by Close — takes the lease row over (epoch + 1) and leads,
+// renewing through the locked session; it stops leading the moment that
+// session is lost.
+//
+// The lock is the fast path, not the only one: a leader that is frozen
+// (SIGSTOP, a VM pause, a debugger) or cut off keeps its session, and so the
+// lock, for as long as that lasts. So while it waits for the lock a follower
+// also watches the lease row, reading it when it is due to expire, and
+// acquires the lease once it has been expired for AcquireInterval — the
+// bound of lease mode, lease_duration + acquire_interval. (The grace leaves
+// a released lease to the lock's winner.) It then leads on the lease alone
+// while its Lock keeps waiting; the frozen leader is fenced out by the
+// epoch, and its gate had closed at its local deadline.
 func (e *Elector) runAdvisory(ctx context.Context, callbacks *sync.WaitGroup) {
-	// Followers blocked in Lock do not read the lease row; refresh the
-	// observed leader now and then for status and OnNewLeader, and at once
-	// when a change feed signals.
-	obsCtx, stopObs := context.WithCancel(ctx)
-	defer stopObs()
-	every := 10 * e.cfg.AcquireInterval
-	if e.cfg.Changes != nil {
-		every = 60 * e.cfg.AcquireInterval
-	}
-	go e.observeLoop(obsCtx, every)
-
-	backoff := e.cfg.AcquireInterval
 	for ctx.Err() == nil {
 		lock, err := e.cfg.SessionLocker(ctx, e.cfg.LeaseName)
 		if err != nil {
-			e.advisoryFailed(ctx, "open session", err, backoff)
+			e.advisoryFailed(ctx, "open session", err)
 			continue
 		}
-		if err := lock.Lock(ctx); err != nil {
+		p := startLock(ctx, lock)
+		lease, sentAt, err := e.awaitLead(ctx, p)
+		var resigned bool
+		switch {
+		case err != nil:
+			p.stop()
 			e.closeLock(ctx, lock)
-			e.advisoryFailed(ctx, "lock", err, backoff)
+			e.advisoryFailed(ctx, "lock", err)
 			continue
+		case lease.Epoch == 0: // the lock is ours
+			resigned, err = e.leadLocked(ctx, lock, callbacks)
+			if err != nil {
+				e.closeLock(ctx, lock)
+				e.advisoryFailed(ctx, "takeover", err)
+				continue
+			}
+		default: // the lease expired while another session kept the lock
+			resigned = e.leadUnlocked(ctx, lock, p, lease, sentAt, callbacks)
 		}
-		sentAt := e.cfg.Clock.Now()
-		lease, err := lock.Takeover(ctx, e.cfg.LeaseName, e.cfg.HolderID, e.cfg.LeaseDuration)
-		e.obs.AcquireAttempted(e.cfg.LeaseName, e.cfg.Clock.Now().Sub(sentAt), err == nil, err)
-		if err != nil {
-			e.closeLock(ctx, lock)
-			e.advisoryFailed(ctx, "takeover", err, backoff)
-			continue
-		}
-		e.setErr(nil)
-		e.lead(ctx, lease, sentAt, callbacks, term{
-			renew: lock.Renew,
-			lost:  lock.Lost(),
-			release: func(ctx context.Context, tok sqlease.Token) error {
-				// Free the lock first — the gate is already closed — so
-				// that a follower blocked in Lock takes over at once, then
-				// expire the row for readers unless it has done so.
-				cerr := lock.Close(ctx)
-				err := e.cfg.Store.Release(ctx, tok)
-				if errors.Is(err, sqlease.ErrLeaseLost) {
-					err = nil // taken over already: the handoff worked
-				}
-				if err == nil {
-					err = cerr
-				}
-				return err
-			},
-		})
-		e.closeLock(ctx, lock) // after a loss; a no-op after resign
+		p.stop()
+		e.closeLock(ctx, lock) // after a loss; a no-op after a release
 		callbacks.Wait()
+		if resigned {
+			e.holdOff(ctx)
+		}
 	}
+}
+
+// leadLocked takes the lease over with the lock held and leads through the
+// locked session.
+func (e *Elector) leadLocked(ctx context.Context, lock sqlease.SessionLock, callbacks *sync.WaitGroup) (resigned bool, err error) {
+	prior := e.priorTTL()
+	sentAt := e.cfg.Clock.Now()
+	lease, err := lock.Takeover(ctx, e.cfg.LeaseName, e.cfg.HolderID, e.cfg.LeaseDuration)
+	e.obs.AcquireAttempted(e.cfg.LeaseName, e.cfg.Clock.Now().Sub(sentAt), err == nil, err)
+	if err != nil {
+		if !errors.Is(err, sqlease.ErrSessionLost) {
+			e.wrote(err)
+		}
+		return false, err
+	}
+	e.setErr(nil)
+	e.wrote(nil)
+	// The previous holder's lease may not have expired: a takeover does not
+	// wait for it. It can no longer be renewed (the renew needs the lock, or
+	// the epoch), so it expires within its duration of now.
+	settled := e.cfg.Clock.Now().Add(prior)
+	return e.lead(ctx, lease, sentAt, settled, callbacks, term{
+		renew: lock.Renew,
+		lost:  lock.Lost(),
+		release: func(ctx context.Context, tok sqlease.Token) error {
+			// Free the lock first — the gate is already closed — so
+			// that a follower blocked in Lock takes over at once, then
+			// expire the row for readers unless it has done so.
+			cerr := lock.Close(ctx)
+			err := e.cfg.Store.Release(ctx, tok)
+			if errors.Is(err, sqlease.ErrLeaseLost) {
+				err = nil // taken over already: the handoff worked
+			}
+			if err == nil {
+				err = cerr
+			}
+			return err
+		},
+	}), nil
+}
+
+// leadUnlocked leads on a lease acquired after it expired, renewing through
+// the store, while the session's Lock keeps waiting. Once the lock is won,
+// the term ends if that session is lost, as a locked term does; a follower
+// that wins the lock first takes the lease over (the previous holder's
+// session ended, and it cannot tell this term from that one's).
+func (e *Elector) leadUnlocked(ctx context.Context, lock sqlease.SessionLock, p *pendingLock, lease sqlease.Lease, sentAt time.Time, callbacks *sync.WaitGroup) bool {
+	e.log.Warn("leader_acquired_without_lock", slog.Int64("lease_epoch", lease.Epoch),
+		slog.String("reason", "the lease expired while another session kept the lock: its holder is frozen or cut off"))
+	lost, ended := make(chan struct{}), make(chan struct{})
+	defer close(ended)
+	go func() {
+		select {
+		case <-p.done:
+			if p.err != nil {
+				return // the term goes on without the lock
+			}
+			select {
+			case <-lock.Lost():
+				close(lost)
+			case <-ended:
+			}
+		case <-ended:
+		}
+	}()
+	return e.lead(ctx, lease, sentAt, time.Time{}, callbacks, term{
+		renew: e.cfg.Store.Renew,
+		lost:  lost,
+		release: func(ctx context.Context, tok sqlease.Token) error {
+			p.stop()
+			cerr := lock.Close(ctx)
+			err := e.cfg.Store.Release(ctx, tok)
+			if err == nil {
+				err = cerr
+			}
+			return err
+		},
+	})
+}
+
+// pendingLock is a SessionLock.Lock in flight.
+type pendingLock struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Lock has returned
+	err    error         // Lock's result, once done is closed
+}
+
+func startLock(ctx context.Context, lock sqlease.SessionLock) *pendingLock {
+	lctx, cancel := context.WithCancel(ctx)
+	p := &pendingLock{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.err = lock.Lock(lctx)
+	}()
+	return p
+}
+
+// stop cancels the Lock if it is still waiting and waits for it to return.
+// A lock it won stays held (Close frees it).
+func (p *pendingLock) stop() {
+	p.cancel()
+	<-p.done
+}
+
+// awaitLead waits for the lock (it returns a zero lease) or for the lease
+// to stay expired for AcquireInterval, when it acquires it (the lease and
+// the acquire's send time). It returns an error when Lock fails or ctx ends.
+func (e *Elector) awaitLead(ctx context.Context, p *pendingLock) (sqlease.Lease, time.Time, error) {
+	for {
+		select {
+		case <-p.done:
+			return sqlease.Lease{}, time.Time{}, p.err
+		default:
+		}
+		lease, sentAt, err := e.tryAcquire(ctx, e.cfg.AcquireInterval)
+		if err == nil {
+			return lease, sentAt, nil
+		}
+		t := time.NewTimer(e.advisoryWait(lease, err))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return sqlease.Lease{}, time.Time{}, ctx.Err()
+		case <-p.done:
+			t.Stop()
+		case <-e.wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// advisoryWait is how long a follower waiting for the lock leaves the lease
+// row alone: until the lease it saw is due to be taken (a renewal moves that
+// on, so a follower reads about once per lease duration), at most
+// 10 AcquireIntervals (60 with a change feed) so that the observed leader
+// stays fresh, and the acquire interval after an error.
+func (e *Elector) advisoryWait(cur sqlease.Lease, err error) time.Duration {
+	if !errors.Is(err, sqlease.ErrLeaseHeld) || cur.ExpiresAt.IsZero() {
+		return e.followWait(cur, err)
+	}
+	most := 10 * e.cfg.AcquireInterval
+	if e.cfg.Changes != nil {
+		most = 60 * e.cfg.AcquireInterval
+	}
+	return min(max(cur.Remaining()+time.Millisecond, time.Millisecond), most)
+}
+
+// priorTTL is how long a lease taken over may still run: the lease duration,
+// or the observed holder's if it renews for longer.
+func (e *Elector) priorTTL() time.Duration {
+	d := e.cfg.LeaseDuration
+	e.mu.Lock()
+	o, ok := e.observed, e.observedOK
+	e.mu.Unlock()
+	if ok && !o.RenewedAt.IsZero() {
+		d = max(d, o.ExpiresAt.Sub(o.RenewedAt))
+	}
+	return d
 }
 
 func (e *Elector) closeLock(ctx context.Context, lock sqlease.SessionLock) {
@@ -77,7 +225,7 @@ func (e *Elector) closeLock(ctx context.Context, lock sqlease.SessionLock) {
 	_ = lock.Close(cctx)
 }
 
-func (e *Elector) advisoryFailed(ctx context.Context, step string, err error, wait time.Duration) {
+func (e *Elector) advisoryFailed(ctx context.Context, step string, err error) {
 	if ctx.Err() != nil {
 		return
 	}
@@ -87,27 +235,5 @@ func (e *Elector) advisoryFailed(ctx context.Context, step string, err error, wa
 		attrs = append(attrs, slog.String("hint", "the session did not keep its lock: is a connection pooler in transaction mode between sqlease and the database?"))
 	}
 	e.log.Warn("leader_acquire_failed", attrs...)
-	e.sleep(ctx, e.followWait(sqlease.Lease{}, err)+wait-e.cfg.AcquireInterval)
-}
-
-// observeLoop reads the lease row every `every` while this instance follows.
-func (e *Elector) observeLoop(ctx context.Context, every time.Duration) {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-e.wake:
-			t.Stop() // Go ≥ 1.23: no stale tick after Stop, Reset below
-		}
-		if !e.IsLeader() {
-			if l, err := e.cfg.Store.Lease(ctx, e.cfg.LeaseName); err == nil {
-				e.setErr(nil)
-				e.observe(l)
-			}
-		}
-		t.Reset(every)
-	}
+	e.sleep(ctx, e.followWait(sqlease.Lease{}, err))
 }

@@ -66,6 +66,10 @@ type Config struct {
 	// ReleaseTimeout bounds the release on shutdown. Default
 	// DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
+	// ResignHoldoff is how long an instance that resigned (Resign) stays a
+	// follower before competing again, so that another instance takes the
+	// lease. Default LeaseDuration.
+	ResignHoldoff time.Duration
 
 	// OnStartedLeading runs in its own goroutine when leadership is gained;
 	// ctx is cancelled the moment leadership is lost or can no longer be
@@ -116,6 +120,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReleaseTimeout == 0 {
 		c.ReleaseTimeout = DefaultReleaseTimeout
+	}
+	if c.ResignHoldoff == 0 {
+		c.ResignHoldoff = c.LeaseDuration
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -169,6 +176,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReleaseTimeout <= 0 {
 		bad("release_timeout must be positive, got %s", c.ReleaseTimeout)
+	}
+	if c.ResignHoldoff < 0 {
+		bad("resign_holdoff must not be negative, got %s", c.ResignHoldoff)
 	}
 	return errors.Join(errs...)
 }

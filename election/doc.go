@@ -30,12 +30,41 @@
 // lease row (holder, epoch, unexpired in database time), so writes from a
 // stale leader never commit; a failed fence closes the gate at once.
 //
+// # Advisory mode
+//
+// With Config.SessionLocker, followers also wait on a database session lock
+// held by the leader's dedicated connection; when the database sees that
+// session end (crash, shutdown, terminated backend) the lock passes to a
+// waiting follower, which takes the lease over at once with epoch + 1. The
+// lock is only the fast path: a leader that is frozen or cut off keeps its
+// session, so a follower also acquires the lease once it has been expired
+// for AcquireInterval — within LeaseDuration + AcquireInterval, as in lease
+// mode. The frozen leader's gate closed at its local deadline, and the new
+// epoch fences its writes when it wakes.
+//
+// A takeover through the lock does not wait for the previous lease to
+// expire, so its holder may still be inside an external call it started
+// before its session died (a database restart ends sessions of live
+// processes). PriorTermsEnd tells when that can no longer be: work
+// interrupted under an earlier term must not be retried before it (the
+// scheduler defers such retries; new work is not delayed).
+//
+// # Leading means working
+//
+// Resign gives a term up as a shutdown does (the lease is released) and
+// keeps the instance a follower for ResignHoldoff, so that another instance
+// leads: scheduler.Lead calls it when its dispatcher cannot run.
+//
 // # Failure cases
 //
 //   - Renew fails (no row, SQL error, timeout): leadership is dropped at once.
 //   - Deadline passes without a successful renew (pause, slow database): the
 //     gate closes and the leading context is cancelled.
 //   - Fence fails: the gate closes and leadership is dropped.
+//   - Advisory mode, the leader frozen or partitioned past its lease: a
+//     follower acquires the expired lease; when the old session finally
+//     ends, whichever follower's Lock comes first takes over (possibly one
+//     more handoff).
 //   - Context ends: the gate closes, the OnStartedLeading callback is waited
 //     for (at most until the local deadline), then the lease is released so a
 //     follower takes over at its next poll.

@@ -22,8 +22,10 @@ type Elector struct {
 	obs sqlease.Observer
 
 	running atomic.Bool
-	wake    chan struct{} // nudges a waiting follower to poll now
-	lost    chan struct{} // a failed fence tells the lead loop
+	wake    chan struct{}      // nudges a waiting follower to poll now
+	lost    chan struct{}      // a failed fence tells the lead loop
+	resigns chan resignRequest // Resign tells the lead loop
+	probing sync.Mutex         // one Probe at a time
 
 	mu           sync.Mutex
 	tok          sqlease.Token      // zero while following
@@ -36,6 +38,22 @@ type Elector struct {
 	observedOK   bool
 	lastErr      error
 	lastContact  time.Time // local time of the last successful database call
+	// settledAt is the local instant from which no earlier term's holder
+	// can still be acting (see PriorTermsEnd); zero when that was so when
+	// this term began.
+	settledAt time.Time
+	// writeErr is the outcome of the last attempt to write the lease row
+	// (acquire, takeover, renew), nil after a success or a refusal because
+	// another holder has it; writeFailingSince is when writes began failing.
+	writeErr          error
+	writeFailingSince time.Time
+}
+
+// resignRequest asks the lead loop to end the term of tok and stay a
+// follower for a while (Resign).
+type resignRequest struct {
+	tok    sqlease.Token
+	reason string
 }
 
 // Status is a snapshot of an Elector for health checks and diagnostics.
@@ -58,6 +76,13 @@ type Status struct {
 	// (zero before the first); readiness checks use it to tell a database
 	// that has been unreachable for too long.
 	LastContact time.Time
+	// WriteError is the error of the last attempt to write the lease row
+	// (acquire, takeover or renew) while it keeps failing, nil otherwise;
+	// WriteFailingSince is the local time writes began failing. A node that
+	// can read its database but not write it (a read-only SQLite file, a
+	// full disk) shows it here.
+	WriteError        error
+	WriteFailingSince time.Time
 }
 
 // New validates cfg and returns an Elector. The error joins one
@@ -68,11 +93,12 @@ func New(cfg Config) (*Elector, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Elector{
-		cfg:  cfg,
-		log:  cfg.Logger.With(slog.String("lease_name", cfg.LeaseName), slog.String("holder_id", cfg.HolderID)),
-		obs:  cfg.Observer,
-		wake: make(chan struct{}, 1),
-		lost: make(chan struct{}, 1),
+		cfg:     cfg,
+		log:     cfg.Logger.With(slog.String("lease_name", cfg.LeaseName), slog.String("holder_id", cfg.HolderID)),
+		obs:     cfg.Observer,
+		wake:    make(chan struct{}, 1),
+		lost:    make(chan struct{}, 1),
+		resigns: make(chan resignRequest, 1),
 	}, nil
 }
 
@@ -115,17 +141,68 @@ func (e *Elector) Run(ctx context.Context) error {
 	}
 	t := term{renew: e.cfg.Store.Renew, release: e.cfg.Store.Release}
 	for ctx.Err() == nil {
-		lease, sentAt, err := e.tryAcquire(ctx)
+		lease, sentAt, err := e.tryAcquire(ctx, 0)
 		if err == nil {
-			e.lead(ctx, lease, sentAt, &callbacks, t)
+			resigned := e.lead(ctx, lease, sentAt, time.Time{}, &callbacks, t)
 			// Never overlap two terms' callbacks in one process: the old
 			// one was cancelled, wait for it before competing again.
 			callbacks.Wait()
+			if resigned {
+				e.holdOff(ctx)
+			}
 			continue
 		}
 		e.sleep(ctx, e.followWait(lease, err))
 	}
 	return nil
+}
+
+// holdOff keeps an instance that resigned out of the competition for
+// ResignHoldoff, so that another one takes the lease over.
+func (e *Elector) holdOff(ctx context.Context) {
+	t := time.NewTimer(e.cfg.ResignHoldoff)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// Resign ends this instance's term of tok as a graceful shutdown does —
+// the gate closes, OnStartedLeading's context is cancelled and awaited (at
+// most until the local deadline), the lease is released — and keeps the
+// instance a follower for ResignHoldoff so that another instance can lead.
+// Call it when leading is pointless here, e.g. the work leadership exists for
+// cannot run (scheduler.Lead does so when its dispatcher fails). It does not
+// wait; it does nothing if tok is not the current term.
+func (e *Elector) Resign(tok sqlease.Token, reason string) {
+	e.mu.Lock()
+	cur := e.tok
+	e.mu.Unlock()
+	if cur.IsZero() || cur != tok {
+		return
+	}
+	select {
+	case e.resigns <- resignRequest{tok: tok, reason: reason}:
+	default: // one is pending already
+	}
+}
+
+// PriorTermsEnd returns the local monotonic instant from which no holder of
+// a term before tok's can still be acting: its lease has expired in database
+// time, so its gate has closed and its in-flight work was cancelled. It is
+// the zero time when that was so when tok's term began (the lease was
+// acquired after it expired) and when tok is not this instance's current
+// term. An advisory takeover does not wait for the lease to expire; a work
+// item interrupted under an earlier term must not be retried before this
+// instant, or two sends of it could overlap while the first sender lives.
+func (e *Elector) PriorTermsEnd(tok sqlease.Token) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.tok != tok {
+		return time.Time{}
+	}
+	return e.settledAt
 }
 
 // Wake makes a waiting follower poll the lease now (e.g. on a notification
@@ -137,12 +214,18 @@ func (e *Elector) Wake() {
 	}
 }
 
-// tryAcquire reads the lease and acquires it when missing or expired. On
-// failure it returns the lease as observed (zero if unknown) and the reason.
-func (e *Elector) tryAcquire(ctx context.Context) (sqlease.Lease, time.Time, error) {
+// tryAcquire reads the lease and acquires it when missing or expired —
+// expired for at least grace, in database time. On failure it returns the
+// lease as observed (zero if unknown) and the reason; a lease not yet
+// expired for grace is returned with ErrLeaseHeld and ExpiresAt moved on by
+// grace, so that followWait polls again when it is due.
+func (e *Elector) tryAcquire(ctx context.Context, grace time.Duration) (sqlease.Lease, time.Time, error) {
 	cur, err := e.cfg.Store.Lease(ctx, e.cfg.LeaseName)
 	switch {
 	case errors.Is(err, sqlease.ErrNoLease):
+		if grace > 0 {
+			return sqlease.Lease{}, time.Time{}, sqlease.ErrLeaseHeld
+		}
 	case err != nil:
 		e.setErr(err)
 		if ctx.Err() == nil {
@@ -150,9 +233,13 @@ func (e *Elector) tryAcquire(ctx context.Context) (sqlease.Lease, time.Time, err
 		}
 		return sqlease.Lease{}, time.Time{}, err
 	default:
-		e.setErr(nil)
+		e.contact()
 		e.observe(cur)
 		if !cur.Expired() {
+			return cur, time.Time{}, sqlease.ErrLeaseHeld
+		}
+		if cur.ObservedAt.Sub(cur.ExpiresAt) < grace {
+			cur.ExpiresAt = cur.ExpiresAt.Add(grace)
 			return cur, time.Time{}, sqlease.ErrLeaseHeld
 		}
 	}
@@ -164,13 +251,16 @@ func (e *Elector) tryAcquire(ctx context.Context) (sqlease.Lease, time.Time, err
 	switch {
 	case err == nil:
 		e.setErr(nil)
+		e.wrote(nil)
 		return lease, sentAt, nil
 	case errors.Is(err, sqlease.ErrLeaseHeld):
 		e.setErr(nil)
+		e.wrote(nil)
 		e.log.Debug("leader_acquire_failed", slog.String("reason", "held"))
 		return sqlease.Lease{}, time.Time{}, err
 	default:
 		e.setErr(err)
+		e.wrote(err)
 		if ctx.Err() == nil {
 			e.log.Warn("leader_acquire_failed", slog.String("sql_error", err.Error()))
 		}
@@ -228,20 +318,26 @@ func (e *Elector) deadlines(sentAt time.Time) (trusted, gate time.Time) {
 	return trusted, gate
 }
 
-// lead holds the lease until it is lost or ctx ends.
-func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Time, callbacks *sync.WaitGroup, t term) {
+// lead holds the lease until it is lost, ctx ends or the term is resigned;
+// it reports the last. settledAt is the term's PriorTermsEnd.
+func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt, settledAt time.Time, callbacks *sync.WaitGroup, t term) (resigned bool) {
 	tok := lease.Token()
 	leadCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	// Drain a stale fence-failure signal from an earlier term.
+	// Drain stale fence-failure and resign signals from an earlier term.
 	select {
 	case <-e.lost:
+	default:
+	}
+	select {
+	case <-e.resigns:
 	default:
 	}
 	trusted, gate := e.deadlines(sentAt)
 	e.mu.Lock()
 	e.tok, e.trustedUntil, e.gateUntil, e.expiresAt, e.cancelLead = tok, trusted, gate, lease.ExpiresAt, cancel
+	e.settledAt = settledAt
 	e.mu.Unlock()
 	e.observe(lease)
 
@@ -250,7 +346,11 @@ func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Tim
 	deadline := time.AfterFunc(trusted.Sub(e.cfg.Clock.Now()), cancel)
 	defer deadline.Stop()
 
-	e.log.Info("leader_acquired", slog.Int64("lease_epoch", tok.Epoch), slog.Time("expires_at", lease.ExpiresAt))
+	attrs := []any{slog.Int64("lease_epoch", tok.Epoch), slog.Time("expires_at", lease.ExpiresAt)}
+	if !settledAt.IsZero() {
+		attrs = append(attrs, slog.Duration("prior_terms_end_in", settledAt.Sub(e.cfg.Clock.Now())))
+	}
+	e.log.Info("leader_acquired", attrs...)
 	e.obs.LeadershipChanged(e.cfg.LeaseName, true, tok.Epoch)
 	// OnStoppedLeading must not overtake OnStartedLeading: stopped() waits
 	// until this term's callback has been entered.
@@ -274,33 +374,39 @@ func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Tim
 	for {
 		select {
 		case <-ctx.Done():
-			e.resign(ctx, tok, callbacks, t)
-			return
+			e.resign(ctx, tok, callbacks, t, "shutdown")
+			return false
+		case r := <-e.resigns:
+			if r.tok != tok {
+				continue
+			}
+			e.resign(ctx, tok, callbacks, t, r.reason)
+			return true
 		case <-e.lost:
 			e.drop(tok, "fence failed", nil)
-			return
+			return false
 		case <-t.lost:
 			e.drop(tok, "session lock lost", nil)
-			return
+			return false
 		case <-leadCtx.Done():
 			// Cancelled by the parent (shutdown), a failed fence or the
 			// deadline: tell them apart.
 			select {
 			case <-ctx.Done():
-				e.resign(ctx, tok, callbacks, t)
+				e.resign(ctx, tok, callbacks, t, "shutdown")
 			case <-e.lost:
 				e.drop(tok, "fence failed", nil)
 			default:
 				e.drop(tok, "local deadline passed without a successful renew", nil)
 			}
-			return
+			return false
 		case <-renew.C:
 		}
 		sentAt := e.cfg.Clock.Now()
 		until := e.trustDeadline(tok)
 		if !sentAt.Before(until) {
 			e.drop(tok, "local deadline passed without a successful renew", nil)
-			return
+			return false
 		}
 		rctx, rcancel := context.WithDeadline(ctx, until)
 		l, err := t.renew(rctx, tok, e.cfg.LeaseDuration)
@@ -311,16 +417,19 @@ func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Tim
 				continue // shutting down: resign on the next turn
 			}
 			e.setErr(err)
+			if !errors.Is(err, sqlease.ErrLeaseLost) && !errors.Is(err, sqlease.ErrSessionLost) {
+				e.wrote(err)
+			}
 			e.log.Error("leader_renew_failed", slog.Int64("lease_epoch", tok.Epoch), slog.String("sql_error", err.Error()))
 			e.drop(tok, "renew failed", err)
-			return
+			return false
 		}
 		trusted, gate := e.deadlines(sentAt)
 		if !deadline.Stop() {
 			// The deadline fired while the renew was in flight: the callback's
 			// context is already cancelled, so this term is over.
 			e.drop(tok, "local deadline passed during renew", nil)
-			return
+			return false
 		}
 		deadline.Reset(trusted.Sub(e.cfg.Clock.Now()))
 		e.mu.Lock()
@@ -329,6 +438,7 @@ func (e *Elector) lead(ctx context.Context, lease sqlease.Lease, sentAt time.Tim
 		}
 		e.mu.Unlock()
 		e.setErr(nil)
+		e.wrote(nil)
 		e.observe(l)
 		e.log.Debug("leader_renewed", slog.Int64("lease_epoch", tok.Epoch), slog.Time("expires_at", l.ExpiresAt))
 		renew.Reset(e.cfg.RenewInterval)
@@ -371,10 +481,10 @@ func (e *Elector) drop(tok sqlease.Token, reason string, cause error) {
 	e.stopped(tok)
 }
 
-// resign ends a term on shutdown: close the gate, let the callback finish
-// (at most until the local deadline), then release so a follower takes over
-// at once.
-func (e *Elector) resign(ctx context.Context, tok sqlease.Token, callbacks *sync.WaitGroup, t term) {
+// resign ends a term on shutdown or Resign: close the gate, let the
+// callback finish (at most until the local deadline), then release so a
+// follower takes over at once.
+func (e *Elector) resign(ctx context.Context, tok sqlease.Token, callbacks *sync.WaitGroup, t term, reason string) {
 	until := e.trustDeadline(tok)
 	e.closeGate(tok)
 	done := make(chan struct{})
@@ -387,7 +497,7 @@ func (e *Elector) resign(ctx context.Context, tok sqlease.Token, callbacks *sync
 		// Still running: releasing now could let a new leader act beside it.
 		// The lease will expire by itself.
 		e.log.Warn("leader_lost", slog.Int64("lease_epoch", tok.Epoch),
-			slog.String("reason", "shutdown: leading callback did not return before the local deadline; lease left to expire"))
+			slog.String("reason", reason+": leading callback did not return before the local deadline; lease left to expire"))
 		e.stopped(tok)
 		return
 	}
@@ -396,9 +506,9 @@ func (e *Elector) resign(ctx context.Context, tok sqlease.Token, callbacks *sync
 	err := t.release(rctx, tok)
 	switch {
 	case err == nil:
-		e.log.Info("leader_released", slog.Int64("lease_epoch", tok.Epoch))
+		e.log.Info("leader_released", slog.Int64("lease_epoch", tok.Epoch), slog.String("reason", reason))
 	case errors.Is(err, sqlease.ErrLeaseLost):
-		e.log.Info("leader_released", slog.Int64("lease_epoch", tok.Epoch), slog.String("reason", "lease had already expired"))
+		e.log.Info("leader_released", slog.Int64("lease_epoch", tok.Epoch), slog.String("reason", reason+"; lease had already expired"))
 	default:
 		e.log.Warn("leader_release_failed", slog.Int64("lease_epoch", tok.Epoch), slog.String("sql_error", err.Error()))
 	}
@@ -439,6 +549,55 @@ func (e *Elector) setErr(err error) {
 		e.lastContact = e.cfg.Clock.Now()
 	}
 	e.mu.Unlock()
+}
+
+// contact records a successful read without clearing the error of a write
+// made since (a follower that can read but not write keeps its error).
+func (e *Elector) contact() {
+	e.mu.Lock()
+	e.lastContact = e.cfg.Clock.Now()
+	e.mu.Unlock()
+}
+
+// wrote records the outcome of an attempt to write the lease row.
+func (e *Elector) wrote(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.writeErr = err
+	switch {
+	case err == nil:
+		e.writeFailingSince = time.Time{}
+	case e.writeFailingSince.IsZero():
+		e.writeFailingSince = e.cfg.Clock.Now()
+	}
+}
+
+// Probe reads the lease row once, so that the last database contact is
+// fresh however rarely this instance happens to query (an advisory
+// follower blocked on its session lock sends nothing). Concurrent calls
+// share one read.
+func (e *Elector) Probe(ctx context.Context) error {
+	if !e.probing.TryLock() {
+		e.probing.Lock() // one in flight: wait for it instead
+		e.probing.Unlock()
+		return nil
+	}
+	defer e.probing.Unlock()
+	l, err := e.cfg.Store.Lease(ctx, e.cfg.LeaseName)
+	switch {
+	case err == nil:
+		e.contact()
+		e.observe(l)
+		return nil
+	case errors.Is(err, sqlease.ErrNoLease):
+		e.contact()
+		return nil
+	default:
+		e.mu.Lock()
+		e.lastErr = err
+		e.mu.Unlock()
+		return err
+	}
 }
 
 // Require is the acting gate: it returns the current token while this
@@ -515,6 +674,9 @@ func (e *Elector) Status() Status {
 		TrustedUntil: e.trustedUntil,
 		LastError:    e.lastErr,
 		LastContact:  e.lastContact,
+
+		WriteError:        e.writeErr,
+		WriteFailingSince: e.writeFailingSince,
 	}
 }
 

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/scheduler"
 )
 
 // Lease is one lease as GET /v1/leases returns it. Times are RFC 3339 UTC,
@@ -48,11 +51,25 @@ func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
 //
 //	reason=starting               the elector has not reached the database yet (within DBUnreachableAfter of New)
 //	reason=db_unreachable         no successful database call for longer than DBUnreachableAfter (db_last_contact_age says how long, or "never")
+//	reason=db_write_failed        the node can reach its database but not write its lease row (db_error says why): a read-only or full SQLite file, a read-only replica, missing grants
 //	reason=renew_deadline_missed  the node believes it leads but missed its renew deadline
+//	reason=dispatch_starting      the node leads and its dispatcher is building its schedule (LeaderDispatch)
+//	reason=dispatch_failing       the node leads but its dispatcher cannot build or refresh its schedule (dispatch_error says why); it resigns the lease unless that recovers
+//
+// A follower's own queries can be rare (an advisory follower waits on its
+// session lock), so when its last contact is older than half of
+// DBUnreachableAfter the probe reads the lease row itself, once at a time.
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	st := a.cfg.Elector.Status()
+	if now := a.clock.Now(); !a.cfg.Stopping() && (st.LastContact.IsZero() || now.Sub(st.LastContact) > a.cfg.DBUnreachableAfter/2) {
+		pctx, cancel := context.WithTimeout(r.Context(), min(2*time.Second, a.cfg.DBUnreachableAfter/4))
+		_ = a.cfg.Elector.Probe(pctx)
+		cancel()
+		st = a.cfg.Elector.Status()
+	}
 	now := a.clock.Now()
-	mode, reason, contact := "follower", "", ""
+	mode, reason, contact, detail := "follower", "", "", ""
+	dispatch := a.cfg.Scheduler.Dispatch()
 	switch {
 	case a.cfg.Stopping():
 		mode = "stopping"
@@ -66,6 +83,17 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	case now.Sub(st.LastContact) > a.cfg.DBUnreachableAfter:
 		mode, reason = "unavailable", "db_unreachable"
 		contact = now.Sub(st.LastContact).Round(time.Millisecond).String()
+	case st.WriteError != nil && (!errors.Is(st.WriteError, sqlease.ErrTransient) || now.Sub(st.WriteFailingSince) > a.cfg.DBUnreachableAfter):
+		mode, reason = "unavailable", "db_write_failed"
+		detail = "db_error=" + oneWord(st.WriteError.Error())
+	case st.Leading && a.cfg.LeaderDispatch && dispatch.Phase != scheduler.PhaseRunning:
+		mode, reason = "unavailable", "dispatch_starting"
+		if dispatch.Phase == scheduler.PhaseFailing {
+			reason = "dispatch_failing"
+			if dispatch.Err != nil {
+				detail = "dispatch_error=" + oneWord(dispatch.Err.Error())
+			}
+		}
 	case st.Leading:
 		mode = "leader"
 	}
@@ -96,6 +124,9 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	if contact != "" {
 		field("db_last_contact_age", contact)
+	}
+	if detail != "" {
+		b.WriteString(" " + detail)
 	}
 	status := http.StatusOK
 	if mode != "leader" && mode != "follower" {
@@ -133,4 +164,19 @@ func writeText(w http.ResponseWriter, status int, line string) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = fmt.Fprintln(w, line)
+}
+
+// oneWord makes an error message a value of the key=value probe line: its
+// first 200 bytes, valid UTF-8, with blanks and '=' as '_'.
+func oneWord(s string) string {
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	s = strings.ToValidUTF8(s, "?")
+	return strings.Map(func(r rune) rune {
+		if r <= ' ' || r == '=' || r == 0x7f {
+			return '_'
+		}
+		return r
+	}, s)
 }

@@ -85,6 +85,10 @@ type Config struct {
 	// Logger receives request errors (Error for 5xx and panics, Debug for
 	// every request). Nil discards.
 	Logger *slog.Logger
+
+	// LeaderDispatch says that the leader runs the jobs (scheduler.Lead):
+	// /readyz then says mode=leader only while the scheduler dispatches.
+	LeaderDispatch bool
 }
 
 // api is the handler New returns.

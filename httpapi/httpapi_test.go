@@ -321,8 +321,11 @@ func TestHealthzAndReadyzLeaderFollowerStopping(t *testing.T) {
 }
 
 func TestReadyzStartingAndDatabaseUnreachable(t *testing.T) {
-	// Never contacted: starting, then unreachable once the bound passes.
-	n := newNode(t, dbPath(t), nodeOpts{noElector: true, configure: func(c *httpapi.Config) { c.DBUnreachableAfter = 150 * time.Millisecond }})
+	// Never contacted (the database is gone before the first call, so the
+	// probe of /readyz fails too): starting, then unreachable once the
+	// bound passes.
+	n := newNode(t, dbPath(t), nodeOpts{noElector: true, closeStore: true, configure: func(c *httpapi.Config) { c.DBUnreachableAfter = 150 * time.Millisecond }})
+	n.store.DB().Close()
 	res := n.do("GET", "/readyz", "")
 	f := readyFields(t, res.body)
 	if res.status != 503 || f["mode"] != "unavailable" || f["reason"] != "starting" || f["lease_epoch"] != "0" {

@@ -60,6 +60,9 @@ type dispatch struct {
 	// release, if not nil, frees the run's execution slot once its handler
 	// has returned and its finish is queued (with batch).
 	release func()
+	// settled (leader mode) is when earlier terms' holders can no longer be
+	// acting: an interrupted attempt they started is retried no earlier.
+	settled time.Time
 }
 
 // execute plans, starts, runs and finishes one claimed job. It returns the
@@ -95,6 +98,22 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 		return planned
 	}
 
+	if attempt > 1 && c.Reclaimed {
+		// The previous attempt was interrupted: its sender may be alive
+		// (an advisory takeover does not wait for its lease to expire).
+		// Retry once it can no longer be sending; the job stays locked.
+		if wait := time.Until(d.settled); wait > 0 {
+			log.Info("run_retry_deferred", slog.Time("scheduled_for", run), slog.Int("attempt", attempt), slog.Duration("wait", wait),
+				slog.String("reason", "the interrupted attempt's holder may still be acting until its lease expires"))
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return time.Time{}
+			case <-t.C:
+			}
+		}
+	}
 	var r sqlease.Run
 	err := d.fenced(ctx, func(tx *sql.Tx) error {
 		var err error

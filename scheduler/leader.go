@@ -24,13 +24,25 @@ const refreshPage = 1000
 // fenced by the lease through gate. Runs in flight when ctx ends are
 // cancelled; their outcome writes are fenced and fail once the gate has
 // closed, so they stay "running" until the next leader marks them abandoned
-// and retries the occurrence with the same idempotency key. To let them
-// finish on a planned shutdown, call Drain before ending ctx. Lead returns
-// once they have all returned.
-func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) error {
+// and retries the occurrence with the same idempotency key — not before the
+// gate's PriorTermsEnd, when the previous holder can no longer be sending
+// it. To let them finish on a planned shutdown, call Drain before ending
+// ctx. Lead returns once they have all returned.
+//
+// A rebuild or refresh that fails is retried with backoff, dispatching
+// nothing meanwhile; if none succeeds within DispatchFailureLimit, Lead
+// resigns the term through the gate (unless KeepLeaseOnDispatchFailure) and
+// returns the error, so that a leader never holds the lease without
+// dispatching.
+func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err error) {
 	l := &leader{s: s, gate: gate, tok: tok, sched: newSchedule(), failed: map[int64]int{}, running: map[int64]bool{},
 		finished: make(chan sqlstore.ScheduleEntry, s.cfg.MaxConcurrent), claims: make(chan claimResult, cap(s.leaderSem)),
 		claiming: make(chan struct{}, maxClaiming)}
+	if p, ok := gate.(priorTerms); ok {
+		l.settled = p.PriorTermsEnd(tok)
+	}
+	s.setPhase(PhaseStarting, nil)
+	defer s.setPhase("", nil)
 	if s.store.Batched() {
 		// Outcomes are written in groups, each in one fenced transaction.
 		l.fin = startFinisher(s.store, cap(s.leaderSem), func(ctx context.Context, fn func(*sql.Tx) error) error {
@@ -40,12 +52,31 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) erro
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	if err := l.reload(ctx); err != nil {
+	// Returning ends everything Lead started (prune, runs), also on failure.
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer func() {
+		if err != nil && parent.Err() == nil {
+			s.log.Error("dispatch_failed", slog.Int64("lease_epoch", tok.Epoch), slog.String("error", err.Error()))
+			if r, ok := gate.(resigner); ok && !s.cfg.KeepLeaseOnDispatchFailure {
+				r.Resign(tok, "dispatcher failed: "+err.Error())
+			}
+		}
+	}()
+	if err := l.rebuild(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("rebuild schedule: %w", err)
 	}
 	if err := gate.Ensure(tok); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("leadership lost during schedule rebuild: %w", err)
 	}
+	s.setPhase(PhaseRunning, nil)
 	s.log.Info("schedule_rebuilt", slog.Int64("lease_epoch", tok.Epoch), slog.Int("entries", l.sched.Len()))
 	wg.Add(1)
 	go func() { defer wg.Done(); s.prune(ctx) }()
@@ -64,6 +95,7 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) erro
 	due := time.NewTimer(time.Hour)
 	defer due.Stop()
 	healthy := true // a failed refresh stops dispatch until one succeeds
+	var failingSince time.Time
 	for {
 		if healthy {
 			l.dispatchDue(ctx, &wg)
@@ -95,15 +127,29 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) erro
 			if err == nil && l.estNow().After(l.loadedUntil.Add(-s.cfg.ScheduleHorizon/2)) {
 				err = l.reload(ctx)
 			}
-			if err != nil && ctx.Err() == nil {
-				s.log.Error("schedule_refresh_failed", slog.String("error", err.Error()))
+			if ctx.Err() != nil {
+				return nil
 			}
 			healthy = err == nil
 			if healthy {
+				if !failingSince.IsZero() {
+					s.log.Info("schedule_refresh_recovered", slog.Duration("failed_for", time.Since(failingSince)))
+				}
+				failingSince = time.Time{}
+				s.setPhase(PhaseRunning, nil)
 				refresh.Reset(every)
-			} else {
-				refresh.Reset(s.cfg.RefreshInterval) // retry soon
+				break
 			}
+			s.log.Error("schedule_refresh_failed", slog.String("error", err.Error()))
+			if failingSince.IsZero() {
+				failingSince = lastRefresh
+			}
+			s.setPhase(PhaseFailing, err)
+			if time.Since(failingSince) >= s.cfg.DispatchFailureLimit {
+				return fmt.Errorf("schedule refresh failing for %s: %w", time.Since(failingSince).Round(time.Millisecond), err)
+			}
+			// Retry soon, within the limit.
+			refresh.Reset(min(s.cfg.RefreshInterval, max(s.cfg.DispatchFailureLimit-time.Since(failingSince), time.Millisecond)))
 		}
 	}
 }
@@ -114,6 +160,10 @@ type leader struct {
 	tok   sqlease.Token
 	sched *schedule
 	fin   *finisher // groups finish writes (Store.Batched), else nil
+	// settled is the gate's PriorTermsEnd: an occurrence whose attempt an
+	// earlier term started (and may still be sending) is not retried
+	// before it.
+	settled time.Time
 
 	// The database clock as of the last full load, carried forward on the
 	// local monotonic clock. It only decides when to try a claim; the claim
@@ -156,6 +206,36 @@ func (l *leader) setRunning(id int64, on bool) {
 }
 
 func (l *leader) estNow() time.Time { return l.dbNow.Add(time.Since(l.localAt)) }
+
+// rebuild is the first reload of a term, retried with backoff while it
+// fails, for at most DispatchFailureLimit.
+func (l *leader) rebuild(ctx context.Context) error {
+	start, wait := time.Now(), 20*time.Millisecond
+	for {
+		err := l.reload(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		left := l.s.cfg.DispatchFailureLimit - time.Since(start)
+		if left <= 0 {
+			return fmt.Errorf("failing for %s: %w", time.Since(start).Round(time.Millisecond), err)
+		}
+		if gerr := l.gate.Ensure(l.tok); gerr != nil {
+			return fmt.Errorf("%w (and leadership lost: %w)", err, gerr)
+		}
+		l.s.setPhase(PhaseFailing, err)
+		l.s.log.Warn("schedule_rebuild_failed", slog.Int64("lease_epoch", l.tok.Epoch), slog.String("error", err.Error()),
+			slog.Duration("retry_in", wait))
+		t := time.NewTimer(min(wait, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
 
 // reload replaces the schedule with the jobs due within the horizon.
 func (l *leader) reload(ctx context.Context) error {
@@ -422,7 +502,7 @@ func (l *leader) run(ctx context.Context, wg *sync.WaitGroup, id int64, claimed 
 	fenced := func(ctx context.Context, fn func(*sql.Tx) error) error { return l.gate.Fenced(ctx, l.tok, fn) }
 	queued := false
 	d := dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) },
-		batch: l.fin, queued: &queued, done: done, release: release}
+		batch: l.fin, queued: &queued, done: done, release: release, settled: l.settled}
 	var next time.Time
 	if started != nil {
 		next = l.s.runStarted(ctx, claimed, *started, d, l.s.runLogger(claimed))
@@ -432,6 +512,13 @@ func (l *leader) run(ctx context.Context, wg *sync.WaitGroup, id int64, claimed 
 	if !queued {
 		done(next)
 	}
+}
+
+// mustWait reports whether a claimed job's due occurrence may have an
+// attempt in flight under an earlier term whose holder may still be acting:
+// the job was locked when claimed (a reclaim) and an attempt of it started.
+func (l *leader) mustWait(c *sqlstore.Claimed) bool {
+	return c.Reclaimed && c.Attempt > 0 && time.Now().Before(l.settled)
 }
 
 // maxClaiming bounds the leader's claims in flight: enough to overlap their
@@ -484,7 +571,7 @@ func (l *leader) claim(ctx context.Context, id int64) (c sqlstore.Claimed, start
 		if c, ok, err = l.s.store.ClaimJob(ctx, tx, id, l.tok); err != nil || !ok {
 			return err
 		}
-		if req, on := onTimeStart(c); on {
+		if req, on := onTimeStart(c); on && !l.mustWait(&c) {
 			r, err := l.s.store.StartRun(ctx, tx, c.Lock, c.Name, req.ScheduledFor, req.Attempt, l.tok.Epoch)
 			if err != nil {
 				return startInClaimError{err}

@@ -64,6 +64,20 @@ type Gate interface {
 	Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) error
 }
 
+// resigner is a Gate that can give its term up (election.Elector.Resign):
+// Lead does so when its dispatcher cannot run, unless
+// Config.KeepLeaseOnDispatchFailure.
+type resigner interface {
+	Resign(tok sqlease.Token, reason string)
+}
+
+// priorTerms is a Gate that knows when earlier terms' holders can no longer
+// be acting (election.Elector.PriorTermsEnd): Lead retries no occurrence
+// interrupted under an earlier term before then.
+type priorTerms interface {
+	PriorTermsEnd(tok sqlease.Token) time.Time
+}
+
 // Defaults.
 const (
 	DefaultPollInterval  = time.Second
@@ -83,6 +97,10 @@ const (
 	DefaultShutdownTimeout      = 10 * time.Second
 	DefaultRunRetention         = 30 * 24 * time.Hour
 	DefaultFallbackRefresh      = 30 * time.Second
+	// DefaultDispatchFailureLimit is how long a leader's dispatcher may
+	// fail (its schedule cannot be built or refreshed) before Lead gives up;
+	// the default lease duration.
+	DefaultDispatchFailureLimit = 6 * time.Second
 )
 
 // Config configures a Scheduler. Zero fields take the documented defaults.
@@ -137,6 +155,15 @@ type Config struct {
 	// are deleted periodically by the dispatching instances. Default
 	// DefaultRunRetention; negative keeps them forever.
 	RunRetention time.Duration
+	// DispatchFailureLimit is how long Lead retries a schedule rebuild or
+	// refresh that keeps failing before it returns an error — and resigns
+	// the term through the gate, unless KeepLeaseOnDispatchFailure, so that
+	// another instance can lead: leading means dispatching. Default
+	// DefaultDispatchFailureLimit; set it to the lease duration.
+	DispatchFailureLimit time.Duration
+	// KeepLeaseOnDispatchFailure makes Lead return its error without
+	// resigning the term; the caller decides.
+	KeepLeaseOnDispatchFailure bool
 
 	// Logger receives run events; nil discards.
 	Logger *slog.Logger
@@ -168,6 +195,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	def(&c.RunRetention, DefaultRunRetention)
 	def(&c.FallbackRefresh, DefaultFallbackRefresh)
+	def(&c.DispatchFailureLimit, DefaultDispatchFailureLimit)
 	batched := c.Store != nil && c.Store.Batched()
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
@@ -212,7 +240,8 @@ func (c Config) Validate() error {
 		}
 	}
 	for name, d := range map[string]time.Duration{"poll_interval": c.PollInterval, "schedule_refresh_interval": c.RefreshInterval,
-		"refresh_overlap": c.RefreshOverlap, "schedule_horizon": c.ScheduleHorizon, "shutdown_timeout": c.ShutdownTimeout} {
+		"refresh_overlap": c.RefreshOverlap, "schedule_horizon": c.ScheduleHorizon, "shutdown_timeout": c.ShutdownTimeout,
+		"dispatch_failure_limit": c.DispatchFailureLimit} {
 		if d <= 0 {
 			bad("%s must be positive, got %s", name, d)
 		}
@@ -246,6 +275,45 @@ type Scheduler struct {
 	drainMu  sync.Mutex
 	draining bool           // Drain was called: start no new runs
 	inflight sync.WaitGroup // claims in progress and runs executing now
+
+	stateMu sync.Mutex
+	state   DispatchState // leader mode: how Lead is doing
+}
+
+// DispatchState is how leader-mode dispatch is doing (Scheduler.Dispatch).
+type DispatchState struct {
+	// Phase is "" when Lead is not running, else "starting" (rebuilding
+	// the schedule), "running" or "failing" (rebuilds or refreshes fail;
+	// nothing is dispatched until one succeeds).
+	Phase string
+	// Since is when the phase began (local time).
+	Since time.Time
+	// Err is the last failure while failing.
+	Err error
+}
+
+// Phases of DispatchState.
+const (
+	PhaseStarting = "starting"
+	PhaseRunning  = "running"
+	PhaseFailing  = "failing"
+)
+
+// Dispatch reports how leader-mode dispatch is doing, for readiness: a node
+// that leads but does not dispatch must not look ready.
+func (s *Scheduler) Dispatch() DispatchState {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	return s.state
+}
+
+func (s *Scheduler) setPhase(phase string, err error) {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	if s.state.Phase != phase {
+		s.state.Since = time.Now()
+	}
+	s.state.Phase, s.state.Err = phase, err
 }
 
 // begin registers a claim about to be made, unless draining. The claim's

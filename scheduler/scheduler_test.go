@@ -250,8 +250,15 @@ func TestClaimRaceExactlyOnce(t *testing.T) {
 				t.Errorf("%s ran %d times", k, n)
 			}
 		}
+		// Outcomes are written after the handler returns (under SQLite's
+		// write lock, shared by five workers): wait for them, then check.
 		for i := range jobs {
-			runs, err := admin.Runs(ctx, fmt.Sprintf("once-%03d", i), 10)
+			var runs []sqlease.Run
+			var err error
+			waitFor(t, 10*time.Second, fmt.Sprintf("job %d's outcome", i), func() bool {
+				runs, err = admin.Runs(ctx, fmt.Sprintf("once-%03d", i), 10)
+				return err != nil || len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeRunning
+			})
 			if err != nil || len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeSucceeded {
 				t.Fatalf("job %d runs: %+v %v", i, runs, err)
 			}

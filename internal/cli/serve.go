@@ -112,7 +112,10 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		Store: store, Holder: holder, Handler: action.Handle, ValidateAction: action.ValidateJSON,
 		PollInterval: cfg.PollInterval, RefreshInterval: cfg.RefreshInterval, Changes: changes, MaxConcurrent: cfg.MaxConcurrent,
 		ShutdownTimeout: cfg.ShutdownTimeout, RunRetention: cfg.RunRetention,
-		Logger: log, Observer: obs,
+		// Leading means dispatching: a leader whose schedule cannot be
+		// built or refreshed for a lease duration resigns (Lead logs it).
+		DispatchFailureLimit: cfg.LeaseDuration,
+		Logger:               log, Observer: obs,
 	})
 	if err != nil {
 		n.close()
@@ -127,9 +130,8 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	}
 	if cfg.Dispatch == "leader" {
 		ecfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) {
-			if err := n.sched.Lead(ctx, n.elector, tok); err != nil && ctx.Err() == nil {
-				log.Error("dispatch_failed", slog.String("error", err.Error()))
-			}
+			// A failure is logged, and the term resigned, by Lead.
+			_ = n.sched.Lead(ctx, n.elector, tok)
 		}
 	}
 	if cfg.Election == "advisory" {
@@ -152,6 +154,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 			Scheduler: n.sched, Leases: store, Elector: n.elector,
 			Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 			APIToken: cfg.APIToken, Stopping: n.stopping.Load, Logger: log,
+			LeaderDispatch: cfg.Dispatch == "leader",
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

@@ -1,0 +1,17 @@
+package postgres_test
+
+import (
+	"testing"
+
+	"github.com/sqlease/sqlease/storetest"
+)
+
+func TestAdvisoryFrozenHolderReplaced(t *testing.T) {
+	s, prefix := newStoreWithPrefix(t)
+	storetest.AdvisoryFrozenHolder(t, s, newLocker(t, prefix))
+}
+
+func TestAdvisoryTakeoverWaitsForPriorTerm(t *testing.T) {
+	s, prefix := newStoreWithPrefix(t)
+	storetest.AdvisoryTakeoverWaitsForPriorTerm(t, s, newLocker(t, prefix))
+}

@@ -1,0 +1,230 @@
+package scheduler_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// settledGate is the acting gate of one term on a real store, whose
+// earlier terms' holders may act until settled (as after an advisory
+// takeover; election.Elector.PriorTermsEnd).
+type settledGate struct {
+	st      *sqlstore.Store
+	tok     sqlease.Token
+	settled time.Time
+}
+
+func (g *settledGate) Ensure(tok sqlease.Token) error {
+	if tok != g.tok {
+		return sqlease.ErrNotLeader
+	}
+	return nil
+}
+
+func (g *settledGate) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) error {
+	return g.st.Fenced(ctx, tok, fn)
+}
+
+func (g *settledGate) PriorTermsEnd(tok sqlease.Token) time.Time { return g.settled }
+
+// An occurrence interrupted under an earlier term is retried only once that
+// term's holder can no longer be sending it (SPEC G3): not before the gate's
+// PriorTermsEnd. A new occurrence is not delayed.
+func TestLeaderDefersRetryOfInterruptedRun(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+		j, _, err := admin.Create(ctx, sqlease.Job{Name: "interrupted", Schedule: sqlease.Schedule{Every: time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The old leader claims it and starts attempt 1, then vanishes
+		// without a finish.
+		tokA, err := st.Acquire(ctx, "lead", "old", 300*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Fenced(ctx, tokA.Token(), func(tx *sql.Tx) error {
+			c, ok, err := st.ClaimJob(ctx, tx, j.ID, tokA.Token())
+			if err != nil || !ok {
+				return errors.Join(err, errors.New("not claimed"))
+			}
+			_, err = st.StartRun(ctx, tx, c.Lock, c.Name, c.NextRunAt, 1, tokA.Epoch)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var tokB sqlease.Lease
+		waitFor(t, 5*time.Second, "the old lease to expire", func() bool {
+			tokB, err = st.Acquire(ctx, "lead", "new", time.Minute)
+			return err == nil
+		})
+		if _, _, err := admin.Create(ctx, sqlease.Job{Name: "fresh"}); err != nil {
+			t.Fatal(err)
+		}
+
+		var mu sync.Mutex
+		started := map[string]time.Time{}
+		rec := &recorder{fn: func(ctx context.Context, r sqlease.Run) error {
+			mu.Lock()
+			started[r.Job] = time.Now()
+			mu.Unlock()
+			return nil
+		}}
+		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
+		wait := 800 * time.Millisecond
+		gate := &settledGate{st: st, tok: tokB.Token(), settled: time.Now().Add(wait)}
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- s.Lead(lctx, gate, tokB.Token()) }()
+		t.Cleanup(func() { cancel(); <-done })
+
+		waitFor(t, 10*time.Second, "both jobs to run", func() bool { return rec.count() == 2 })
+		mu.Lock()
+		defer mu.Unlock()
+		if started["fresh"].After(gate.settled) {
+			t.Errorf("a new occurrence waited for the prior term: ran %s after it ended", started["fresh"].Sub(gate.settled))
+		}
+		if started["interrupted"].Before(gate.settled) {
+			t.Fatalf("the interrupted occurrence was retried %s before the prior term's holder could no longer act",
+				gate.settled.Sub(started["interrupted"]))
+		}
+		for _, r := range rec.snapshot() {
+			if r.Job == "interrupted" && r.Attempt != 2 {
+				t.Fatalf("retry as attempt %d, want 2", r.Attempt)
+			}
+		}
+	})
+}
+
+// leadOnce runs an elector whose leadership drives s.Lead and records
+// Lead's errors, until the test ends.
+func leadOnce(t *testing.T, st *sqlstore.Store, s *scheduler.Scheduler, holder string, errs chan<- error) *election.Elector {
+	t.Helper()
+	var e *election.Elector
+	e, err := election.New(election.Config{
+		Store: st, HolderID: holder, LeaseName: "lead",
+		LeaseDuration: 2 * time.Second, RenewInterval: 300 * time.Millisecond, AcquireInterval: 50 * time.Millisecond,
+		ResignHoldoff: 3 * time.Second,
+		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) {
+			if err := s.Lead(ctx, e, tok); err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return e
+}
+
+func renameJobs(t *testing.T, st *sqlstore.Store, from, to string) {
+	t.Helper()
+	if _, err := st.DB().Exec("ALTER TABLE " + from + " RENAME TO " + to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Leading means dispatching (SPEC G5): a leader whose schedule cannot be
+// built keeps retrying for DispatchFailureLimit, says so through Dispatch,
+// then resigns the lease so that another instance leads — which dispatches
+// once the database lets it.
+func TestLeadResignsWhenRebuildKeepsFailing(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+		if _, _, err := admin.Create(ctx, sqlease.Job{Name: "later", Schedule: sqlease.Schedule{Every: time.Hour}}); err != nil {
+			t.Fatal(err)
+		}
+		renameJobs(t, st, "sqlease_jobs", "sqlease_jobs_away")
+
+		limit := 400 * time.Millisecond
+		errsA := make(chan error, 1)
+		sa := newSched(t, scheduler.Config{Store: st, DispatchFailureLimit: limit, RefreshInterval: 50 * time.Millisecond})
+		a := leadOnce(t, st, sa, "a", errsA)
+		waitFor(t, 10*time.Second, "a to lead", a.IsLeader)
+		waitFor(t, 5*time.Second, "a's dispatcher to report failing", func() bool {
+			d := sa.Dispatch()
+			return d.Phase == scheduler.PhaseFailing && d.Err != nil
+		})
+		failing := time.Now()
+		select {
+		case err := <-errsA:
+			t.Logf("Lead returned after %s: %v", time.Since(failing), err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("Lead kept failing without returning")
+		}
+		waitFor(t, 5*time.Second, "a to resign and release the lease", func() bool {
+			l, err := st.Lease(ctx, "lead")
+			return err == nil && l.Expired() && !a.IsLeader()
+		})
+
+		// b leads while a holds off, and dispatches once it can.
+		rec := &recorder{}
+		sb := newSched(t, scheduler.Config{Store: st, Handler: rec.handle, DispatchFailureLimit: time.Minute, RefreshInterval: 50 * time.Millisecond})
+		b := leadOnce(t, st, sb, "b", make(chan error, 1))
+		waitFor(t, 5*time.Second, "b to lead during a's holdoff", b.IsLeader)
+		renameJobs(t, st, "sqlease_jobs_away", "sqlease_jobs")
+		if _, err := admin.Trigger(ctx, "later"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "b to run the triggered job", func() bool { return rec.count() == 1 })
+		if a.IsLeader() {
+			t.Fatal("a leads again beside b")
+		}
+	})
+}
+
+// A refresh that keeps failing stops dispatch and, past the limit, ends the
+// term; one that recovers within it keeps the term.
+func TestLeadResignsWhenRefreshKeepsFailing(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		st := newStore(t)
+		limit := 600 * time.Millisecond
+		errs := make(chan error, 1)
+		s := newSched(t, scheduler.Config{Store: st, DispatchFailureLimit: limit, RefreshInterval: 50 * time.Millisecond})
+		e := leadOnce(t, st, s, "a", errs)
+		waitFor(t, 10*time.Second, "dispatch", func() bool { return s.Dispatch().Phase == scheduler.PhaseRunning })
+		tok, _ := e.Require(context.Background())
+
+		// A short outage: the term survives it.
+		renameJobs(t, st, "sqlease_jobs", "sqlease_jobs_away")
+		waitFor(t, 5*time.Second, "failing", func() bool { return s.Dispatch().Phase == scheduler.PhaseFailing })
+		renameJobs(t, st, "sqlease_jobs_away", "sqlease_jobs")
+		waitFor(t, 5*time.Second, "recovery", func() bool { return s.Dispatch().Phase == scheduler.PhaseRunning })
+		if cur, err := e.Require(context.Background()); err != nil || cur != tok {
+			t.Fatalf("a short refresh outage ended the term: %v %v", cur, err)
+		}
+
+		// A long one ends it.
+		renameJobs(t, st, "sqlease_jobs", "sqlease_jobs_away")
+		select {
+		case err := <-errs:
+			t.Logf("Lead: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Lead kept its term through a refresh outage longer than the limit")
+		}
+		waitFor(t, 5*time.Second, "the term to end", func() bool {
+			cur, err := e.Require(context.Background())
+			return err != nil || cur != tok
+		})
+	})
+}

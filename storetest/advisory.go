@@ -1,0 +1,128 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/election"
+)
+
+// AdvisoryFrozenHolder checks SPEC G5 in advisory mode for a dialect's
+// session lock: a holder that keeps its session (and so the lock) but
+// stops renewing — a frozen or cut-off process — is replaced within
+// lease_duration + acquire_interval by a follower that acquires the
+// expired lease (epoch + 1); once the frozen session ends, that follower
+// wins the lock too and keeps its term. store and locker must share a table
+// prefix; the lease name is "frozen".
+func AdvisoryFrozenHolder(t *testing.T, store sqlease.LeaseStore, locker sqlease.SessionLocker) {
+	const name = "frozen"
+	ttl, acquire := 800*time.Millisecond, 200*time.Millisecond
+	ctx := t.Context()
+	frozen, err := locker(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Close(context.Background())
+	if err := frozen.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old, err := frozen.Takeover(ctx, name, "frozen-holder", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tookAt := time.Now()
+
+	b, _ := RunElector(t, election.Config{Store: store, SessionLocker: locker, LeaseName: name, HolderID: "b",
+		LeaseDuration: ttl, RenewInterval: 100 * time.Millisecond, AcquireInterval: acquire, AcquireJitter: -1,
+		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) { <-ctx.Done() }})
+	bound := ttl + acquire
+	waitCond(t, bound+2*time.Second, "b to lead while the frozen holder keeps the lock", b.IsLeader)
+	took := time.Since(tookAt)
+	t.Logf("frozen holder replaced %s after its last write (bound lease + acquire = %s)", took, bound)
+	if took < ttl {
+		t.Fatalf("b led %s after the frozen holder's takeover, before its lease of %s could expire", took, ttl)
+	}
+	if took > bound+time.Second {
+		t.Errorf("b led %s after the frozen holder's last write, want about lease + acquire = %s", took, bound)
+	}
+	tok, err := b.Require(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.Epoch != old.Epoch+1 {
+		t.Fatalf("epochs %d -> %d", old.Epoch, tok.Epoch)
+	}
+	if at := b.PriorTermsEnd(tok); !at.IsZero() {
+		t.Errorf("a lease acquired after it expired has PriorTermsEnd %s from now, want zero", time.Until(at))
+	}
+	// The frozen holder is fenced out by the epoch.
+	if _, err := frozen.Renew(ctx, old.Token(), ttl); err == nil {
+		t.Fatal("the frozen holder renewed a lease taken over")
+	}
+
+	// It wakes and lets go of the lock: b, waiting for it, keeps its term.
+	if err := frozen.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * ttl)
+	for time.Now().Before(deadline) {
+		cur, err := b.Require(ctx)
+		if err != nil || cur != tok {
+			t.Fatalf("b's term ended after the frozen session closed: %v %v", cur, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// AdvisoryTakeoverWaitsForPriorTerm checks that a lock takeover of a lease
+// that has not expired reports, through PriorTermsEnd, when the previous
+// holder's lease will have expired: interrupted work must not be retried
+// before it (SPEC G3).
+func AdvisoryTakeoverWaitsForPriorTerm(t *testing.T, store sqlease.LeaseStore, locker sqlease.SessionLocker) {
+	const name = "prior"
+	ctx := t.Context()
+	old, err := locker(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	oldTTL := 3 * time.Second
+	if _, err := old.Takeover(ctx, name, "old-holder", oldTTL); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := RunElector(t, election.Config{Store: store, SessionLocker: locker, LeaseName: name, HolderID: "b",
+		LeaseDuration: time.Second, RenewInterval: 100 * time.Millisecond, AcquireInterval: 100 * time.Millisecond,
+		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) { <-ctx.Done() }})
+	// b has read the old lease while waiting for the lock; the old holder's
+	// session ends (a crash, as the database sees it).
+	waitCond(t, 5*time.Second, "b to observe the old lease", func() bool { return b.Status().LeaderKnown })
+	if err := old.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closed := time.Now()
+	waitCond(t, 5*time.Second, "b to take over through the lock", b.IsLeader)
+	if d := time.Since(closed); d > oldTTL/2 {
+		t.Fatalf("b took over %s after the old session ended: not through the lock", d)
+	}
+	tok, _ := b.Require(ctx)
+	left := time.Until(b.PriorTermsEnd(tok))
+	// The old lease was renewed for 3s; it may run until then.
+	if left < oldTTL-time.Second || left > oldTTL+100*time.Millisecond {
+		t.Fatalf("PriorTermsEnd in %s after a takeover of a %s lease", left, oldTTL)
+	}
+}
+
+func waitCond(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
