@@ -1,0 +1,76 @@
+package failover
+
+import (
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease/internal/mysqltest"
+	"github.com/sqlease/sqlease/internal/pgtest"
+)
+
+// frozenArgs are short timings, so that a frozen leader's lease expires in
+// the test's time: lease 2s, renew 500ms, acquire 200ms.
+var frozenArgs = []string{"--lease-duration", "2s", "--renew-interval", "500ms", "--acquire-interval", "200ms"}
+
+// frozenHandoff SIGSTOPs c's acting leader (its session, and so its advisory
+// lock, stays alive) and measures until another node acts: within lease +
+// acquire interval (+ slack for this machine), not for as long as the
+// leader is frozen. It then wakes the old leader, which must not act under
+// its old epoch, and checks that the fleet acts on.
+func frozenHandoff(t *testing.T, c *cluster) time.Duration {
+	t.Helper()
+	const lease, acquire = 2 * time.Second, 200 * time.Millisecond
+	old, oldEpoch := c.leaderNow(15 * time.Second)
+	from := c.rec.mark()
+	t0 := time.Now()
+	old.signal(syscall.SIGSTOP)
+	h, _, ok := c.rec.wait(from, 4*lease, func(h hit) bool { return h.Epoch > oldEpoch })
+	took := time.Since(t0)
+	if !ok {
+		old.signal(syscall.SIGCONT)
+		t.Fatalf("SIGSTOP of leader %s (epoch %d): no action of a higher epoch within %s", old.id, oldEpoch, 4*lease)
+	}
+	took = h.At.Sub(t0)
+	if bound := lease + acquire + 1500*time.Millisecond; took > bound {
+		t.Errorf("SIGSTOP of %s → %s acts after %s, want ≤ lease + acquire (+ slack) = %s", old.id, h.Holder, took, bound)
+	}
+	// Keep it frozen past 2.5 × lease, as a long GC pause or VM freeze.
+	time.Sleep(max(5*lease/2-time.Since(t0), 0))
+	woke := c.rec.mark()
+	old.signal(syscall.SIGCONT)
+	// After waking, the fleet acts on, and nothing acts under the old epoch.
+	if _, _, ok := c.rec.wait(woke, 10*time.Second, func(h hit) bool { return h.Epoch > oldEpoch }); !ok {
+		t.Fatalf("no action within 10s after %s woke", old.id)
+	}
+	time.Sleep(time.Second)
+	for _, h := range c.rec.all()[woke:] {
+		if h.Epoch <= oldEpoch {
+			t.Errorf("after waking, %s acted under epoch %d (the frozen leader's was %d)", h.Holder, h.Epoch, oldEpoch)
+		}
+	}
+	c.checkSingleActor()
+	return took
+}
+
+// TestAdvisoryFrozenLeader: in advisory mode a frozen leader keeps its
+// session lock; followers must still take over within lease + acquire
+// interval through the lease row (SPEC G5), on PostgreSQL and MariaDB.
+func TestAdvisoryFrozenLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and sqlease processes")
+	}
+	t.Run("postgres", func(t *testing.T) {
+		c := actingCluster(t, pgtest.CreateDatabase(t, serverURL(t)), "advisory", frozenArgs...)
+		t.Logf("advisory, PostgreSQL: SIGSTOP → next action after %s", frozenHandoff(t, c))
+	})
+	t.Run("mysql", func(t *testing.T) {
+		url := os.Getenv(mysqltest.URLEnv)
+		if url == "" {
+			t.Skip(mysqltest.URLEnv + " is not set: scripts/test.sh starts a MariaDB and sets it")
+		}
+		c := actingCluster(t, mysqltest.CreateDatabase(t, url), "advisory", frozenArgs...)
+		t.Logf("advisory, MariaDB: SIGSTOP → next action after %s", frozenHandoff(t, c))
+	})
+}
