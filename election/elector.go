@@ -233,7 +233,7 @@ func (e *Elector) tryAcquire(ctx context.Context, grace time.Duration) (sqlease.
 		}
 		return sqlease.Lease{}, time.Time{}, err
 	default:
-		e.contact()
+		e.setErr(nil)
 		e.observe(cur)
 		if !cur.Expired() {
 			return cur, time.Time{}, sqlease.ErrLeaseHeld
@@ -551,14 +551,6 @@ func (e *Elector) setErr(err error) {
 	e.mu.Unlock()
 }
 
-// contact records a successful read without clearing the error of a write
-// made since (a follower that can read but not write keeps its error).
-func (e *Elector) contact() {
-	e.mu.Lock()
-	e.lastContact = e.cfg.Clock.Now()
-	e.mu.Unlock()
-}
-
 // wrote records the outcome of an attempt to write the lease row.
 func (e *Elector) wrote(err error) {
 	e.mu.Lock()
@@ -586,16 +578,14 @@ func (e *Elector) Probe(ctx context.Context) error {
 	l, err := e.cfg.Store.Lease(ctx, e.cfg.LeaseName)
 	switch {
 	case err == nil:
-		e.contact()
+		e.setErr(nil)
 		e.observe(l)
 		return nil
 	case errors.Is(err, sqlease.ErrNoLease):
-		e.contact()
+		e.setErr(nil)
 		return nil
 	default:
-		e.mu.Lock()
-		e.lastErr = err
-		e.mu.Unlock()
+		e.setErr(err)
 		return err
 	}
 }
