@@ -2,9 +2,11 @@
 // (lease 2 s, renew 500 ms, acquire 200 ms), each election mode on each
 // database it runs on, and one fault per trial — SIGKILL of the leader,
 // SIGSTOP of the leader for 2.5 × lease, an immediate restart of the
-// database server, the termination of every backend of the nodes, and a
-// fault during the new leader's schedule rebuild (the jobs table locked
-// until the backends are terminated under the waiting load).
+// database server, the termination of every backend of the nodes, a fault
+// during the new leader's schedule rebuild (the jobs table locked until the
+// backends are terminated under the waiting load), and the leader cut off
+// from the database for 2.5 × lease while it lives (a proxy per node; the
+// proxy closes both sides, so the database sees the leader's sessions end).
 //
 // The fleet runs a 1 s run_all job and a 2 s job whose receiver answers
 // after 1.5 s, and one-off jobs submitted at 5/s to random live nodes. A
@@ -13,7 +15,7 @@
 //
 //   - the failover stays within its bound (lease mode: lease + acquire
 //     interval + margin; advisory mode after a crash: under a second; a
-//     frozen leader: as in lease mode);
+//     frozen or cut-off leader: as in lease mode);
 //   - the fleet keeps dispatching: a one-off job submitted after the fault
 //     runs within the bound (a leader that renews but dispatches nothing
 //     fails here);

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -77,6 +78,7 @@ const (
 	faultRestart   fault = "restart_database"
 	faultTerminate fault = "terminate_backends"
 	faultRebuild   fault = "fault_during_rebuild"
+	faultCut       fault = "cut_leader_from_db"
 )
 
 // backend is one database kind with the faults it can take.
@@ -122,7 +124,7 @@ func TestPostgres(t *testing.T) {
 	runSuite(t, backend{
 		dialect: "postgres",
 		modes:   []string{"advisory", "lease"},
-		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild},
+		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut},
 		fresh: func(t *testing.T) (string, *sql.DB) {
 			url := pgtest.CreateDatabase(t, srv.URL())
 			db, err := postgres.Open(url)
@@ -151,7 +153,7 @@ func TestMariaDB(t *testing.T) {
 	runSuite(t, backend{
 		dialect: "mysql",
 		modes:   []string{"advisory", "lease"},
-		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild},
+		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut},
 		fresh: func(t *testing.T) (string, *sql.DB) {
 			u := mysqltest.CreateDatabase(t, srv.URL())
 			db, err := mysql.Open(u)
@@ -329,6 +331,17 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 	ctx := context.Background()
 	url, admin := b.fresh(t)
 	rc := fleettest.NewReceiver(t)
+	proxies := map[string]*fleettest.Proxy{}
+	if f == faultCut {
+		// Each node reaches the database through a proxy of its own.
+		u, err := neturl.Parse(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range []string{"n1", "n2", "n3"} {
+			proxies[h] = fleettest.NewProxy(t, u.Host)
+		}
+	}
 	d := fleettest.NewDaemons(t, bin, url,
 		"--election", mode,
 		"--lease-duration", leaseDuration.String(),
@@ -336,6 +349,13 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 		"--acquire-interval", acquireInterval.String(),
 		"--schedule-refresh-interval", refreshInterval.String(),
 		"--shutdown-timeout", "5s")
+	if f == faultCut {
+		d.DBFor = func(holder string) string {
+			u, _ := neturl.Parse(url)
+			u.Host = proxies[holder].Addr()
+			return u.String()
+		}
+	}
 	nodes := d.Start("n1", "n2", "n3")
 	leader, epoch0 := waitLeader(t, nodes, leaseFailover+5*time.Second)
 
@@ -397,6 +417,16 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 		}
 		leader.Cont()
 		sub.setAvoid(leader, false)
+	case faultCut:
+		// The leader lives on, cut off from the database (its sessions end:
+		// the proxy closes both sides) for 2.5 × lease.
+		proxies[leader.Holder].Down()
+		bound = leaseFailover
+		measure(t0, leader, stopFor)
+		if rest := stopFor - time.Since(t0); rest > 0 {
+			time.Sleep(rest)
+		}
+		proxies[leader.Holder].Up(t)
 	case faultRestart:
 		b.restart(t)
 	case faultTerminate:

@@ -112,6 +112,10 @@ func (l LogLine) String() string {
 // with the same flags. Its methods must be called from the test goroutine,
 // except the Node methods that say otherwise.
 type Daemons struct {
+	// DBFor, if set, gives each node its own database URL (e.g. through a
+	// proxy of its own) instead of the fleet's.
+	DBFor func(holder string) string
+
 	t     testing.TB
 	bin   string
 	db    string
@@ -206,7 +210,11 @@ func (d *Daemons) Start(holders ...string) []*Node {
 // Launch starts one node (on a port of its own choosing) without waiting.
 func (d *Daemons) Launch(holder string, extra ...string) *Node {
 	d.t.Helper()
-	args := append([]string{"serve", "--db", d.db, "--holder-id", holder, "--http", "127.0.0.1:0",
+	db := d.db
+	if d.DBFor != nil {
+		db = d.DBFor(holder)
+	}
+	args := append([]string{"serve", "--db", db, "--holder-id", holder, "--http", "127.0.0.1:0",
 		"--log-format", "json"}, d.flags...)
 	cmd := exec.Command(d.bin, append(args, extra...)...)
 	for _, kv := range os.Environ() {

@@ -132,11 +132,21 @@ func (x *Proxy) Addr() string { return x.p.Listen }
 // d, then accepts connections again on the same address.
 func (x *Proxy) Cut(t testing.TB, d time.Duration) {
 	t.Helper()
-	addr := x.p.Listen
-	x.p.Stop()
+	x.Down()
 	time.Sleep(d)
-	x.p.Listen = addr
+	x.Up(t)
+}
+
+// Down closes every connection through the proxy (both ends: the database
+// sees its sessions end) and refuses new ones until Up.
+func (x *Proxy) Down() { x.p.Stop() }
+
+// Up accepts connections again on the proxy's address.
+func (x *Proxy) Up(t testing.TB) {
+	t.Helper()
+	addr := x.p.Listen
 	for deadline := time.Now().Add(5 * time.Second); ; {
+		x.p.Listen = addr
 		err := x.p.Start()
 		if err == nil {
 			return
