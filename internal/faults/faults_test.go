@@ -541,8 +541,8 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 	if _, ok := rc.WaitFor(dispatchBound+2*time.Second, func(dl fleettest.Delivery) bool {
 		return dl.Key == inflight.Key && !dl.End.IsZero() && !dl.HungUp
 	}); !ok {
-		t.Errorf("LOST OCCURRENCE: %s, in flight at the fault (%s), was never answered; its deliveries: %v",
-			inflight.Key, inflight, deliveriesOf(rc, inflight.Key))
+		t.Errorf("LOST OCCURRENCE: %s, in flight at the fault (%s), was never answered; its deliveries: %v; the nodes' log lines about it:\n%s",
+			inflight.Key, inflight, deliveriesOf(rc, inflight.Key), occurrenceLog(d, inflight))
 	}
 	t.Logf("the occurrence in flight at the fault: %v", deliveriesOf(rc, inflight.Key))
 	checkRunAll(t, rc, "tick", time.Second, t0)
@@ -556,7 +556,7 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 		return time.Time{}
 	}
 	for _, o := range rc.Overlaps(killedAt) {
-		t.Errorf("OVERLAP: %s (fault %s began %s)", o, f, t0.Format("15:04:05.000"))
+		t.Errorf("OVERLAP: %s (fault %s began %s); the nodes' log lines about it:\n%s", o, f, t0.Format("15:04:05.000"), occurrenceLog(d, o.First))
 	}
 	leases, err := ledger.Leases(ctx, admin, "sqlease_leases")
 	if err != nil {
@@ -600,6 +600,27 @@ func checkRunAll(t *testing.T, rc *fleettest.Receiver, job string, every time.Du
 				job, int(gap/every)-1, sfs[i-1].Format(time.RFC3339Nano), sfs[i].Format(time.RFC3339Nano))
 		}
 	}
+}
+
+// occurrenceLog returns the nodes' log lines about dl's occurrence (its
+// job and scheduled_for), and every leadership change, in the test's
+// order of reading them.
+func occurrenceLog(d *fleettest.Daemons, dl fleettest.Delivery) string {
+	var lines []fleettest.LogLine
+	for _, n := range d.Nodes() {
+		for _, l := range n.Log() {
+			if l.Str("job") == dl.Job && l.Str("scheduled_for") == dl.SF ||
+				strings.HasPrefix(l.Msg, "leader_") && l.Msg != "leader_observed" || l.Msg == "schedule_rebuilt" {
+				lines = append(lines, l)
+			}
+		}
+	}
+	slices.SortStableFunc(lines, func(a, b fleettest.LogLine) int { return a.Recv.Compare(b.Recv) })
+	var b strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&b, "    %s\n", l)
+	}
+	return b.String()
 }
 
 func deliveriesOf(rc *fleettest.Receiver, key string) []fleettest.Delivery {
