@@ -110,6 +110,13 @@ func TestCheckBadLedgers(t *testing.T) {
 			want: []string{ledger.KindEpochBackwards, ledger.KindWriteAfterNewerEpoch},
 		},
 		{
+			name: "stale write in the same millisecond as the newer epoch",
+			// equal database times order nothing (see the good ledger "same
+			// database time at an epoch boundary"): only the id order sees it
+			rows: []row{{"a", 1, 0}, {"b", 2, 1000}, {"a", 1, 1000}},
+			want: []string{ledger.KindEpochBackwards},
+		},
+		{
 			name: "stale epoch interleaved",
 			// the stale write of epoch 1 follows another epoch-1 write that
 			// itself followed epoch 2: adjacent epochs do not go down, yet
@@ -253,10 +260,41 @@ func testAppend(t *testing.T, db *sql.DB, dialect string) {
 	if err := ledger.Check(ctx, db, dialect, ""); err != nil {
 		t.Fatal(err)
 	}
+	// The stale append must land at a later database time than "third",
+	// or the time-order check cannot see it: SQLite's clock has millisecond
+	// resolution, and two appends a few hundred microseconds apart (without
+	// -race) carry the same time. Wait until the database clock has passed
+	// third's millisecond.
+	third := rows[len(rows)-1]
+	waitDBClockPast(t, db, dialect, third.DBTime)
 	write("a", 1, "stale")
 	err = ledger.Check(ctx, db, dialect, "")
 	if le, ok := ledger.AsError(err); !ok || !le.Has(ledger.KindEpochBackwards) || !le.Has(ledger.KindWriteAfterNewerEpoch) {
 		t.Fatalf("Check after a stale append = %v", err)
+	}
+}
+
+// waitDBClockPast waits until the database clock reads a later millisecond
+// than t0.
+func waitDBClockPast(t *testing.T, db *sql.DB, dialect string, t0 time.Time) {
+	t.Helper()
+	q := map[string]string{
+		"sqlite":   `SELECT CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)`,
+		"postgres": `SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`,
+	}[dialect]
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var ms int64
+		if err := db.QueryRow(q).Scan(&ms); err != nil {
+			t.Fatal(err)
+		}
+		if ms > t0.UnixMilli() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("database clock (%d ms) not past %s after 5s", ms, t0.Format(time.RFC3339Nano))
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -19,11 +19,13 @@ package multiproc
 import (
 	"fmt"
 	"time"
+
+	"github.com/sqlease/sqlease/internal/fleettest"
 )
 
 // Event kinds printed by a worker.
 const (
-	EvReady          = "ready"           // store open; waiting for the "go" command
+	EvReady          = fleettest.EvReady // store open; waiting for the "go" command
 	EvStartedLeading = "started_leading" // OnStartedLeading (Epoch)
 	EvStoppedLeading = "stopped_leading" // OnStoppedLeading (Epoch)
 	EvNewLeader      = "new_leader"      // OnNewLeader (Leader, Epoch)
@@ -36,15 +38,15 @@ const (
 	EvResumed        = "resumed"         // continued after the self-SIGSTOP
 	EvProbeStats     = "probe_stats"     // the probe's refusal count, at exit
 	EvExiting        = "exiting"         // Run returned; exiting with status 0
-	EvFatal          = "fatal"           // the worker could not run (Err)
+	EvFatal          = fleettest.EvFatal // the worker could not run (Err)
 )
 
 // Commands a worker reads on stdin, one per line.
 const (
-	CmdGo        = "go"          // start the elector
-	CmdStatus    = "status"      // print a status event
-	CmdPause     = "pause"       // leader: SIGSTOP itself right after its next renew, between two actions
-	CmdPauseInTx = "pause_in_tx" // leader: SIGSTOP itself inside its next fenced transaction
+	CmdGo        = fleettest.CmdGo // start the elector
+	CmdStatus    = "status"        // print a status event
+	CmdPause     = "pause"         // leader: SIGSTOP itself right after its next renew, between two actions
+	CmdPauseInTx = "pause_in_tx"   // leader: SIGSTOP itself inside its next fenced transaction
 )
 
 // Event is one line of a worker's stdout.
@@ -77,10 +79,8 @@ type Event struct {
 	LeaderKnown  bool   `json:"leader_known,omitempty"`
 	ProbeRefused int64  `json:"probe_refused,omitempty"`
 
-	// Filled in by the Fleet.
-	Proc  int       `json:"-"` // index of the worker in the fleet
-	Recv  time.Time `json:"-"` // test's clock when the line was read
-	Index int       `json:"-"` // position in the fleet's event log
+	// Filled in by the Fleet: Proc, Recv, Index.
+	fleettest.Meta
 }
 
 func (e Event) String() string {

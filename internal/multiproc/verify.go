@@ -49,7 +49,7 @@ func (s Summary) RowsOf(epoch int64) []ledger.Row {
 //     the worker was SIGKILLed before it could report it;
 //   - no two workers started leading under the same epoch.
 func (f *Fleet) Verify(db *sql.DB, dialect, leasesTable string, extraHolders ...string) Summary {
-	t := f.t
+	t := f.T()
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

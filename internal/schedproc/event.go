@@ -16,20 +16,22 @@
 // elector's fenced transaction, together with a row of the action ledger
 // (package internal/ledger). Every event is one JSON line on stdout.
 //
-// The test side (Fleet, adapted from internal/multiproc) starts workers,
-// collects their events, sends commands on stdin and signals, waits with
-// deadlines, and afterwards cross-checks events, the execs table and the
-// scheduler's runs table (Analyze).
+// The test side (Fleet, the shared harness of internal/fleettest) starts
+// workers, collects their events, sends commands on stdin and signals, waits
+// with deadlines, and afterwards cross-checks events, the execs table and
+// the scheduler's runs table (Analyze).
 package schedproc
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/sqlease/sqlease/internal/fleettest"
 )
 
 // Event kinds printed by a worker.
 const (
-	EvReady          = "ready"           // store open; waiting for "go"
+	EvReady          = fleettest.EvReady // store open; waiting for "go"
 	EvStartedLeading = "started_leading" // leader mode: OnStartedLeading (Epoch)
 	EvStoppedLeading = "stopped_leading" // leader mode: OnStoppedLeading (Epoch)
 	EvLeadReturned   = "lead_returned"   // leader mode: Scheduler.Lead returned (Epoch, Err)
@@ -44,13 +46,13 @@ const (
 	EvStatus         = "status"          // answer to "status" (Leading, Epoch)
 	EvDrained        = "drained"         // Scheduler.Drain returned (WorkerConfig.Drain)
 	EvExiting        = "exiting"         // the dispatcher returned; exiting with status 0
-	EvFatal          = "fatal"           // the worker could not run (Err)
+	EvFatal          = fleettest.EvFatal // the worker could not run (Err)
 )
 
 // Commands a worker reads on stdin, one per line.
 const (
-	CmdGo     = "go"     // start dispatching
-	CmdStatus = "status" // print a status event
+	CmdGo     = fleettest.CmdGo // start dispatching
+	CmdStatus = "status"        // print a status event
 	// CmdPause (leader mode): the next handler call waits for the elector's
 	// next successful renew, then SIGSTOPs the process before calling
 	// Ensure — a point where no transaction is open.
@@ -90,10 +92,8 @@ type Event struct {
 	CreatedAt time.Time `json:"created_at,omitzero"`
 	NextRunAt time.Time `json:"next_run_at,omitzero"`
 
-	// Filled in by the Fleet.
-	Proc  int       `json:"-"` // index of the worker in the fleet
-	Recv  time.Time `json:"-"` // test's clock when the line was read
-	Index int       `json:"-"` // position in the fleet's event log
+	// Filled in by the Fleet: Proc, Recv, Index.
+	fleettest.Meta
 }
 
 // Occ returns the event's occurrence.

@@ -124,9 +124,6 @@ func (b *backend) now(t *testing.T) time.Time {
 type scenario struct {
 	name string
 	run  func(t *testing.T, b *backend)
-	// knownBug: reproduces an open scheduler bug; runs only when
-	// SQLEASE_SCHEDPROC_KNOWN_BUGS=1 (it fails until the bug is fixed).
-	knownBug string
 }
 
 var scenarios = []scenario{
@@ -134,22 +131,13 @@ var scenarios = []scenario{
 	{name: "claim_sigkill_in_handler_reclaimed", run: testClaimKillInHandler},
 	{name: "leader_failover_sigkill_then_sigstop", run: testLeaderFailover},
 	{name: "leader_runs_job_created_by_follower", run: testLeaderRunsFollowerJob},
-	{name: "drain_while_dispatching", run: testDrainWhileDispatching,
-		knownBug: "Scheduler.Drain calls inflight.Wait while the dispatchers may still inflight.Add from zero after checking draining (a data race; Drain can return before a run that was being claimed starts)"},
-	{name: "start_run_failure_loses_occurrence", run: testStartRunFailure,
-		knownBug: "a failed StartRun leaves the job locked (no release, no heartbeat) with its attempt counted; the reclaim after lock_timeout skips it once max_attempts is used up"},
-}
-
-func skipKnownBug(t *testing.T, sc scenario) {
-	if sc.knownBug != "" && os.Getenv("SQLEASE_SCHEDPROC_KNOWN_BUGS") != "1" {
-		t.Skipf("known bug (set SQLEASE_SCHEDPROC_KNOWN_BUGS=1 to run): %s", sc.knownBug)
-	}
+	{name: "drain_while_dispatching", run: testDrainWhileDispatching},
+	{name: "start_run_failure_loses_occurrence", run: testStartRunFailure},
 }
 
 func TestSQLite(t *testing.T) {
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			skipKnownBug(t, sc)
 			sc.run(t, newBackend(t, "sqlite", filepath.Join(t.TempDir(), "sched.db")))
 		})
 	}
@@ -173,7 +161,6 @@ func TestPostgres(t *testing.T) {
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			skipKnownBug(t, sc)
 			sc.run(t, newBackend(t, "postgres", pgtest.CreateDatabase(t, shared())))
 		})
 	}
@@ -852,7 +839,7 @@ func roundAll(ds []time.Duration) []time.Duration {
 	return out
 }
 
-// --- 5. graceful shutdown with Drain under load (known bug) ---
+// --- 5. graceful shutdown with Drain under load ---
 
 // Workers shut down the way the daemon does — Scheduler.Drain, then stop the
 // dispatcher — while they dispatch an every-100ms job: a leader-mode worker,
@@ -909,15 +896,15 @@ func testDrainWhileDispatching(t *testing.T, b *backend) {
 	}
 }
 
-// --- 6. claim mode: a database error in StartRun (known bug) ---
+// --- 6. claim mode: a database error in StartRun ---
 
 // A claim-mode worker claims the one-off job "fragile" (max_attempts 1,
 // lock_timeout 1 s), and the insert of its run row fails (an injected
 // database error, as a busy or briefly unreachable database gives). The
-// error is then cleared. The occurrence never started, so it should still
-// run, once; the scheduler instead leaves the claim locked without
-// heartbeat, the reclaim after lock_timeout counts a second attempt, finds
-// max_attempts used up and drops the occurrence: no run row at all.
+// error is then cleared. The occurrence never started, so it must still
+// run, once. (The bug this caught: the scheduler left the claim locked
+// without heartbeat, the reclaim after lock_timeout counted a second
+// attempt, found max_attempts used up and dropped the occurrence.)
 func testStartRunFailure(t *testing.T, b *backend) {
 	ctx := context.Background()
 	admin := b.admin(t)
@@ -935,13 +922,17 @@ func testStartRunFailure(t *testing.T, b *backend) {
 	for failed == "" {
 		for _, p := range procs {
 			for _, line := range strings.Split(p.Stderr(), "\n") {
-				if strings.Contains(line, "run_start_failed") && strings.Contains(line, "job=fragile") {
+				// SQLite claims, then starts the run (run_start_failed);
+				// PostgreSQL claims and inserts the run in one statement,
+				// so there the fault fails the whole claim (claim_failed).
+				if strings.Contains(line, "run_start_failed") && strings.Contains(line, "job=fragile") ||
+					strings.Contains(line, "claim_failed") && strings.Contains(line, "injected fault") {
 					failed = line
 				}
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no run_start_failed for the job with the injected fault")
+			t.Fatal("no run_start_failed (or claim_failed) for the job with the injected fault")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -1,0 +1,687 @@
+package faults
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	neturl "net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease/internal/fleettest"
+	"github.com/sqlease/sqlease/internal/ledger"
+	"github.com/sqlease/sqlease/internal/mysqltest"
+	"github.com/sqlease/sqlease/internal/pgtest"
+	"github.com/sqlease/sqlease/mysql"
+	"github.com/sqlease/sqlease/postgres"
+	"github.com/sqlease/sqlease/sqlite"
+)
+
+// bin is the sqlease command TestMain built.
+var bin string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "sqlease-faults-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faults:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if bin, err = fleettest.BuildDaemon(dir, os.Getenv("SQLEASE_FAULT_RACE") == "1"); err != nil {
+		fmt.Fprintln(os.Stderr, "faults:", err)
+		return 1
+	}
+	code := m.Run()
+	logFigures()
+	return code
+}
+
+// Timings of every node, as in the fault report (issue 10).
+const (
+	leaseDuration   = 2 * time.Second
+	renewInterval   = 500 * time.Millisecond
+	acquireInterval = 200 * time.Millisecond
+	acquireJitter   = 0.2 // the elector's default
+	refreshInterval = 200 * time.Millisecond
+	stopFor         = leaseDuration * 5 / 2 // SIGSTOP of the leader: 2.5 × lease
+
+	// margin absorbs a loaded two-core machine.
+	margin = time.Second
+
+	// leaseFailover bounds a failover that waits for the lease to expire:
+	// lease mode after any fault, advisory mode with a frozen leader.
+	leaseFailover = leaseDuration + acquireInterval*(10+10*acquireJitter)/10 + margin
+	// crashFailover bounds advisory failover after the leader's process
+	// died: the database frees its session lock at once (about 15 ms).
+	crashFailover = time.Second
+	// dispatchBound bounds how long after the fault (after SIGCONT, the
+	// restart, or the failover) a one-off job submitted then takes to run.
+	dispatchBound = leaseFailover + refreshInterval + margin
+)
+
+type fault string
+
+const (
+	faultKill      fault = "sigkill_leader"
+	faultStop      fault = "sigstop_leader"
+	faultRestart   fault = "restart_database"
+	faultTerminate fault = "terminate_backends"
+	faultRebuild   fault = "fault_during_rebuild"
+	faultCut       fault = "cut_leader_from_db"
+)
+
+// backend is one database kind with the faults it can take.
+type backend struct {
+	dialect string // postgres, mysql, sqlite
+	modes   []string
+	faults  []fault
+	// fresh returns a new database for t: the nodes' URL and an admin
+	// connection to it.
+	fresh func(t *testing.T) (string, *sql.DB)
+	// restart restarts the database server (faultRestart only).
+	restart func(t *testing.T)
+}
+
+func trials(t *testing.T) int {
+	n := 1
+	if s := os.Getenv("SQLEASE_FAULT_TRIALS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			t.Fatalf("SQLEASE_FAULT_TRIALS=%q: want a positive integer", s)
+		}
+		n = v
+	}
+	return n
+}
+
+func runSuite(t *testing.T, b backend) {
+	for _, mode := range b.modes {
+		for _, f := range b.faults {
+			for i := range trials(t) {
+				t.Run(fmt.Sprintf("%s/%s/%d", mode, f, i+1), func(t *testing.T) {
+					trial(t, b, mode, f)
+				})
+			}
+		}
+	}
+}
+
+func TestPostgres(t *testing.T) {
+	t.Parallel()
+	// A private server: restarting it must not disturb other tests.
+	srv := pgtest.Start(t)
+	runSuite(t, backend{
+		dialect: "postgres",
+		modes:   []string{"advisory", "lease"},
+		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut},
+		fresh: func(t *testing.T) (string, *sql.DB) {
+			url := pgtest.CreateDatabase(t, srv.URL())
+			db, err := postgres.Open(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			// The server runs with synchronous_commit off, which loses
+			// the last few hundred milliseconds of acknowledged commits
+			// in a crash (the immediate restart): accepted jobs must
+			// survive it, so this database commits synchronously.
+			if _, err := db.Exec(`DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = on', current_database()); END $$`); err != nil {
+				t.Fatal(err)
+			}
+			return url, db
+		},
+		restart: func(t *testing.T) { srv.Restart(t) },
+	})
+}
+
+func TestMariaDB(t *testing.T) {
+	t.Parallel()
+	// A private server: restarting it must not disturb other tests; it
+	// also keeps acknowledged commits through a crash of mariadbd.
+	srv := mysqltest.Start(t)
+	runSuite(t, backend{
+		dialect: "mysql",
+		modes:   []string{"advisory", "lease"},
+		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut},
+		fresh: func(t *testing.T) (string, *sql.DB) {
+			u := mysqltest.CreateDatabase(t, srv.URL())
+			db, err := mysql.Open(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return u, db
+		},
+		restart: func(t *testing.T) { srv.Restart(t) },
+	})
+}
+
+func TestSQLite(t *testing.T) {
+	t.Parallel()
+	runSuite(t, backend{
+		dialect: "sqlite",
+		modes:   []string{"lease"},
+		faults:  []fault{faultKill, faultStop},
+		fresh: func(t *testing.T) (string, *sql.DB) {
+			path := filepath.Join(t.TempDir(), "sqlease.db")
+			db, err := sqlite.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return "sqlite:" + path, db
+		},
+	})
+}
+
+// --- one trial ---
+
+// submitter creates one-off jobs at 5/s on random nodes it may talk to and
+// remembers those accepted.
+type submitter struct {
+	rc    *fleettest.Receiver
+	nodes func() []*fleettest.Node
+
+	mu       sync.Mutex
+	avoid    map[*fleettest.Node]bool // frozen or dead nodes
+	accepted map[string]time.Time     // job name → when the API answered 2xx
+	seq      int
+}
+
+func (s *submitter) setAvoid(n *fleettest.Node, v bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.avoid[n] = v
+}
+
+// submit creates one one-off job named prefix-<seq> on a random node and
+// returns its name and whether it was accepted.
+func (s *submitter) submit(prefix string) (string, bool) {
+	s.mu.Lock()
+	s.seq++
+	name := fmt.Sprintf("%s-%d", prefix, s.seq)
+	var live []*fleettest.Node
+	for _, n := range s.nodes() {
+		if !s.avoid[n] && !n.Exited() {
+			live = append(live, n)
+		}
+	}
+	s.mu.Unlock()
+	if len(live) == 0 {
+		return name, false
+	}
+	n := live[rand.IntN(len(live))]
+	code, _, err := n.Do("POST", "/v1/jobs", map[string]any{
+		"name":     name,
+		"schedule": map[string]any{},
+		"action":   map[string]any{"http": map[string]any{"url": s.rc.URL + "/once", "timeout": "10s"}},
+		"retry":    map[string]any{"max_attempts": 10, "backoff": "200ms"},
+	})
+	if err != nil || code/100 != 2 {
+		return name, false
+	}
+	s.mu.Lock()
+	s.accepted[name] = time.Now()
+	s.mu.Unlock()
+	return name, true
+}
+
+func (s *submitter) run(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s.submit("once")
+		}
+	}
+}
+
+func (s *submitter) acceptedJobs() map[string]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]time.Time, len(s.accepted))
+	for k, v := range s.accepted {
+		out[k] = v
+	}
+	return out
+}
+
+func createJob(t *testing.T, n *fleettest.Node, job map[string]any) {
+	t.Helper()
+	code, body, err := n.Do("POST", "/v1/jobs", job)
+	if err != nil || code/100 != 2 {
+		t.Fatalf("creating job %v on %s: %d %s %v", job["name"], n.Holder, code, body, err)
+	}
+}
+
+// waitLeader waits for exactly one node of nodes to answer /readyz as
+// leader and returns it with its epoch.
+func waitLeader(t *testing.T, nodes []*fleettest.Node, timeout time.Duration) (*fleettest.Node, int64) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var leaders []*fleettest.Node
+		var epoch int64
+		var desc []string
+		for _, n := range nodes {
+			r := n.Readyz()
+			desc = append(desc, n.Holder+": "+r.Body)
+			if r.Code == 200 && r.Mode == "leader" {
+				leaders, epoch = append(leaders, n), r.Epoch
+			}
+		}
+		if len(leaders) == 1 {
+			return leaders[0], epoch
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no single leader within %v: %s", timeout, strings.Join(desc, "; "))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// acquiredAfter waits up to timeout for a leader_acquired log line with an
+// epoch above epoch on any node but skip (nil: any node) and returns when
+// the test read it, the node and the epoch.
+func acquiredAfter(nodes []*fleettest.Node, skip *fleettest.Node, marks map[*fleettest.Node]int, epoch int64, timeout time.Duration) (time.Time, *fleettest.Node, int64, bool) {
+	type hit struct {
+		l fleettest.LogLine
+		n *fleettest.Node
+	}
+	ch := make(chan hit, len(nodes))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, n := range nodes {
+		if n == skip {
+			continue
+		}
+		go func() {
+			l, ok := n.TryWaitLogFrom(marks[n], timeout, func(l fleettest.LogLine) bool {
+				return ctx.Err() != nil || l.Msg == "leader_acquired" && l.Int("lease_epoch") > epoch
+			})
+			if ok && ctx.Err() == nil {
+				ch <- hit{l, n}
+			}
+		}()
+	}
+	select {
+	case h := <-ch:
+		return h.l.Recv, h.n, h.l.Int("lease_epoch"), true
+	case <-time.After(timeout):
+		return time.Time{}, nil, 0, false
+	}
+}
+
+func trial(t *testing.T, b backend, mode string, f fault) {
+	ctx := context.Background()
+	url, admin := b.fresh(t)
+	rc := fleettest.NewReceiver(t)
+	proxies := map[string]*fleettest.Proxy{}
+	if f == faultCut {
+		// Each node reaches the database through a proxy of its own.
+		u, err := neturl.Parse(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range []string{"n1", "n2", "n3"} {
+			proxies[h] = fleettest.NewProxy(t, u.Host)
+		}
+	}
+	d := fleettest.NewDaemons(t, bin, url,
+		"--election", mode,
+		"--lease-duration", leaseDuration.String(),
+		"--renew-interval", renewInterval.String(),
+		"--acquire-interval", acquireInterval.String(),
+		"--schedule-refresh-interval", refreshInterval.String(),
+		"--shutdown-timeout", "5s")
+	if f == faultCut {
+		d.DBFor = func(holder string) string {
+			u, _ := neturl.Parse(url)
+			u.Host = proxies[holder].Addr()
+			return u.String()
+		}
+	}
+	nodes := d.Start("n1", "n2", "n3")
+	leader, epoch0 := waitLeader(t, nodes, leaseFailover+5*time.Second)
+
+	retry := map[string]any{"max_attempts": 10, "backoff": "200ms"}
+	createJob(t, nodes[0], map[string]any{"name": "tick", "schedule": map[string]any{"every": "1s"}, "missed_runs": "run_all",
+		"action": map[string]any{"http": map[string]any{"url": rc.URL + "/tick", "timeout": "10s"}}, "retry": retry})
+	createJob(t, nodes[1], map[string]any{"name": "slow", "schedule": map[string]any{"every": "2s"},
+		"action": map[string]any{"http": map[string]any{"url": rc.URL + "/slow/delay/1500ms", "timeout": "10s"}}, "retry": retry})
+
+	sub := &submitter{rc: rc, nodes: d.Nodes, avoid: map[*fleettest.Node]bool{}, accepted: map[string]time.Time{}}
+	subCtx, stopSub := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go sub.run(subCtx, &wg)
+	defer func() { stopSub(); wg.Wait() }()
+
+	// The fault hits while the leader is inside the slow job's HTTP request.
+	inflight, ok := rc.WaitFor(10*time.Second, func(dl fleettest.Delivery) bool {
+		return dl.Job == "slow" && dl.End.IsZero() && dl.Holder == leader.Holder && time.Since(dl.Start) > 100*time.Millisecond
+	})
+	if !ok {
+		t.Fatalf("leader %s@%d never sent the slow job: deliveries %v", leader.Holder, epoch0, rc.Deliveries())
+	}
+
+	marks := map[*fleettest.Node]int{}
+	for _, n := range nodes {
+		marks[n] = n.Mark()
+	}
+	var (
+		failover   time.Duration // fault → another node's leader_acquired
+		failedOver bool
+		bound      time.Duration
+		newLeader  string
+	)
+	measure := func(from time.Time, skip *fleettest.Node, timeout time.Duration) {
+		at, n, ep, ok := acquiredAfter(nodes, skip, marks, epoch0, timeout)
+		if ok {
+			failover, failedOver, newLeader = at.Sub(from), true, fmt.Sprintf("%s@%d", n.Holder, ep)
+		}
+	}
+	t0 := time.Now()
+	switch f {
+	case faultKill:
+		sub.setAvoid(leader, true)
+		leader.Kill()
+		bound = leaseFailover
+		if mode == "advisory" {
+			bound = crashFailover
+		}
+		measure(t0, leader, bound+5*time.Second)
+	case faultStop:
+		sub.setAvoid(leader, true)
+		leader.Stop()
+		leader.WaitStopped(5 * time.Second)
+		bound = leaseFailover
+		measure(t0, leader, stopFor)
+		if rest := stopFor - time.Since(t0); rest > 0 {
+			time.Sleep(rest) // the leader stays frozen for 2.5 × lease whatever happens
+		}
+		leader.Cont()
+		sub.setAvoid(leader, false)
+	case faultCut:
+		// The leader lives on, cut off from the database (its sessions end:
+		// the proxy closes both sides) for 2.5 × lease.
+		proxies[leader.Holder].Down()
+		bound = leaseFailover
+		measure(t0, leader, stopFor)
+		if rest := stopFor - time.Since(t0); rest > 0 {
+			time.Sleep(rest)
+		}
+		proxies[leader.Holder].Up(t)
+	case faultRestart:
+		b.restart(t)
+	case faultTerminate:
+		n, err := fleettest.TerminateBackends(ctx, admin, b.dialect)
+		if err != nil {
+			t.Fatalf("terminating the backends: %v", err)
+		}
+		t.Logf("terminated %d backends", n)
+	case faultRebuild:
+		// Lock the jobs table, kill the leader, and once the new leader's
+		// schedule load waits on the lock, terminate every backend: the
+		// fault hits the rebuild, whatever its timing.
+		blocked, release, err := fleettest.BlockJobs(ctx, admin, b.dialect, "sqlease_jobs")
+		if err != nil {
+			t.Fatalf("locking the jobs table: %v", err)
+		}
+		sub.setAvoid(leader, true)
+		t0 = time.Now()
+		leader.Kill()
+		bound = leaseFailover
+		if mode == "advisory" {
+			bound = crashFailover
+		}
+		measure(t0, leader, bound+5*time.Second)
+		waited := false
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if ok, err := blocked(ctx); err == nil && ok {
+				waited = true
+				break
+			}
+		}
+		n, err := fleettest.TerminateBackends(ctx, admin, b.dialect)
+		release()
+		if err != nil {
+			t.Fatalf("terminating the backends: %v", err)
+		}
+		if !waited {
+			t.Errorf("the new leader's schedule load never waited on the locked jobs table (new leader %s): the fault may have missed the rebuild", newLeader)
+		}
+		t.Logf("rebuild fault: new leader %s; its schedule load waited on the lock: %v; terminated %d backends", newLeader, waited, n)
+	}
+	faultEnd := time.Now()
+
+	// Failover bound.
+	if bound > 0 {
+		if !failedOver {
+			t.Errorf("FAILOVER: no other node acquired the lease within %v of the %s of leader %s@%d (bound %v)",
+				time.Since(t0).Round(time.Millisecond), f, leader.Holder, epoch0, bound)
+		} else {
+			record(b.dialect, mode, f, failover)
+			t.Logf("failover %v to %s (bound %v)", failover.Round(time.Millisecond), newLeader, bound)
+			if failover > bound {
+				t.Errorf("FAILOVER: %s took over %v after the %s of leader %s@%d; bound %v",
+					newLeader, failover.Round(time.Millisecond), f, leader.Holder, epoch0, bound)
+			}
+		}
+	}
+
+	// The fleet keeps dispatching: a one-off job submitted now runs within
+	// the bound.
+	var probe string
+	for deadline := time.Now().Add(dispatchBound); ; time.Sleep(50 * time.Millisecond) {
+		name, ok := sub.submit("probe")
+		if ok {
+			probe = name
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("NO API: no node accepted a job within %v of the end of the %s", dispatchBound, f)
+		}
+	}
+	probeAt := sub.acceptedJobs()[probe]
+	if dl, ok := rc.WaitFor(dispatchBound, func(dl fleettest.Delivery) bool { return dl.Job == probe }); !ok {
+		t.Errorf("NOT DISPATCHING: job %s, accepted %v after the %s, did not run within %v; leaders now: %s",
+			probe, probeAt.Sub(faultEnd).Round(time.Millisecond), f, dispatchBound, leaders(d.Running()))
+	} else {
+		recordDispatch(b.dialect, mode, f, dl.Start.Sub(t0))
+		t.Logf("probe %s ran %v after the fault began, by %s@%d", probe, dl.Start.Sub(t0).Round(time.Millisecond), dl.Holder, dl.Epoch)
+	}
+
+	// Two seconds more of load after recovery, then stop submitting and let
+	// every accepted job run.
+	time.Sleep(2 * time.Second)
+	stopSub()
+	wg.Wait()
+	accepted := sub.acceptedJobs()
+	var lost []string
+	for deadline := time.Now().Add(dispatchBound); ; time.Sleep(20 * time.Millisecond) {
+		ran := map[string]bool{}
+		for _, dl := range rc.Deliveries() {
+			ran[dl.Job] = true
+		}
+		lost = lost[:0]
+		for name := range accepted {
+			if !ran[name] {
+				lost = append(lost, name)
+			}
+		}
+		if len(lost) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	slices.Sort(lost)
+	if len(lost) > 0 {
+		var when []string
+		for _, n := range lost {
+			when = append(when, fmt.Sprintf("%s (accepted %+v after the fault began)", n, accepted[n].Sub(t0).Round(time.Millisecond)))
+		}
+		t.Errorf("LOST JOBS: %d of %d accepted one-off jobs never ran: %s", len(lost), len(accepted), strings.Join(when, ", "))
+	}
+	// The interrupted slow occurrence must be answered, by someone.
+	if _, ok := rc.WaitFor(dispatchBound+2*time.Second, func(dl fleettest.Delivery) bool {
+		return dl.Key == inflight.Key && !dl.End.IsZero() && !dl.HungUp
+	}); !ok {
+		t.Errorf("LOST OCCURRENCE: %s, in flight at the fault (%s), was never answered; its deliveries: %v; the nodes' log lines about it:\n%s",
+			inflight.Key, inflight, deliveriesOf(rc, inflight.Key), occurrenceLog(d, inflight))
+	}
+	t.Logf("the occurrence in flight at the fault: %v", deliveriesOf(rc, inflight.Key))
+	checkRunAll(t, rc, "tick", time.Second, t0)
+
+	d.Shutdown(15*time.Second, d.Running()...)
+
+	killedAt := func(holder string) time.Time {
+		if n := d.Node(holder); n != nil {
+			return n.KilledAt()
+		}
+		return time.Time{}
+	}
+	for _, o := range rc.Overlaps(killedAt) {
+		t.Errorf("OVERLAP: %s (fault %s began %s); the nodes' log lines about it:\n%s", o, f, t0.Format("15:04:05.000"), occurrenceLog(d, o.First))
+	}
+	leases, err := ledger.Leases(ctx, admin, "sqlease_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range ledger.Verify(rc.Ledger(), leases) {
+		t.Errorf("LEDGER: %s (deliveries as actions; fault %s began %s)", v, f, t0.Format("15:04:05.000"))
+	}
+}
+
+// checkRunAll fails the test if the run_all job's occurrences have a gap
+// (each scheduled_for must follow the previous one by every) or none was
+// scheduled after the time after.
+func checkRunAll(t *testing.T, rc *fleettest.Receiver, job string, every time.Duration, after time.Time) {
+	t.Helper()
+	seen := map[time.Time]bool{}
+	for _, dl := range rc.Deliveries() {
+		if dl.Job != job {
+			continue
+		}
+		sf, err := time.Parse(time.RFC3339Nano, dl.SF)
+		if err != nil {
+			t.Errorf("delivery %s: bad Sqlease-Scheduled-For %q", dl, dl.SF)
+			continue
+		}
+		seen[sf] = true
+	}
+	sfs := make([]time.Time, 0, len(seen))
+	for sf := range seen {
+		sfs = append(sfs, sf)
+	}
+	slices.SortFunc(sfs, time.Time.Compare)
+	if len(sfs) == 0 || !sfs[len(sfs)-1].After(after) {
+		t.Errorf("LOST OCCURRENCES: run_all job %s ran no occurrence scheduled after the fault began (%s); occurrences run: %v",
+			job, after.Format(time.RFC3339Nano), sfs)
+		return
+	}
+	for i := 1; i < len(sfs); i++ {
+		if gap := sfs[i].Sub(sfs[i-1]); gap != every {
+			t.Errorf("LOST OCCURRENCES: run_all job %s: %d occurrence(s) between %s and %s never ran",
+				job, int(gap/every)-1, sfs[i-1].Format(time.RFC3339Nano), sfs[i].Format(time.RFC3339Nano))
+		}
+	}
+}
+
+// occurrenceLog returns the nodes' log lines about dl's occurrence (its
+// job and scheduled_for), and every leadership change, in the test's
+// order of reading them.
+func occurrenceLog(d *fleettest.Daemons, dl fleettest.Delivery) string {
+	var lines []fleettest.LogLine
+	for _, n := range d.Nodes() {
+		for _, l := range n.Log() {
+			if l.Str("job") == dl.Job && l.Str("scheduled_for") == dl.SF ||
+				strings.HasPrefix(l.Msg, "leader_") && l.Msg != "leader_observed" || l.Msg == "schedule_rebuilt" {
+				lines = append(lines, l)
+			}
+		}
+	}
+	slices.SortStableFunc(lines, func(a, b fleettest.LogLine) int { return a.Recv.Compare(b.Recv) })
+	var b strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&b, "    %s\n", l)
+	}
+	return b.String()
+}
+
+func deliveriesOf(rc *fleettest.Receiver, key string) []fleettest.Delivery {
+	var out []fleettest.Delivery
+	for _, dl := range rc.Deliveries() {
+		if dl.Key == key {
+			out = append(out, dl)
+		}
+	}
+	return out
+}
+
+func leaders(nodes []*fleettest.Node) string {
+	var out []string
+	for _, n := range nodes {
+		r := n.Readyz()
+		out = append(out, fmt.Sprintf("%s: %s", n.Holder, r.Body))
+	}
+	return strings.Join(out, "; ")
+}
+
+// --- figures ---
+
+var (
+	figMu     sync.Mutex
+	failovers = map[string][]time.Duration{}
+	dispatch  = map[string][]time.Duration{}
+)
+
+func record(dialect, mode string, f fault, d time.Duration) {
+	figMu.Lock()
+	defer figMu.Unlock()
+	k := fmt.Sprintf("%s %s %s", dialect, mode, f)
+	failovers[k] = append(failovers[k], d)
+}
+
+func recordDispatch(dialect, mode string, f fault, d time.Duration) {
+	figMu.Lock()
+	defer figMu.Unlock()
+	k := fmt.Sprintf("%s %s %s", dialect, mode, f)
+	dispatch[k] = append(dispatch[k], d)
+}
+
+// logFigures prints the medians measured by the suites (from TestMain,
+// once every test, parallel ones included, has finished).
+func logFigures() {
+	figMu.Lock()
+	defer figMu.Unlock()
+	for _, m := range []struct {
+		what string
+		m    map[string][]time.Duration
+	}{{"failover (fault → another node's leader_acquired)", failovers}, {"dispatch (fault → first delivery of a job submitted after it)", dispatch}} {
+		keys := make([]string, 0, len(m.m))
+		for k := range m.m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			ds := slices.Clone(m.m[k])
+			slices.Sort(ds)
+			fmt.Printf("faults: %s: %s: median %v of %d\n", m.what, k, ds[len(ds)/2].Round(time.Millisecond), len(ds))
+		}
+	}
+}
