@@ -71,6 +71,13 @@ type dispatch struct {
 func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch) (next time.Time) {
 	log := s.runLogger(c)
 	run, ok, planned, hasNext := Plan(c.Schedule, c.MissedRuns, c.SkipIfOlderThan, c.NextRunAt, c.Now)
+	if interrupted(c) && !run.Equal(c.NextRunAt) {
+		// An attempt of the due occurrence started and never finished (its
+		// executor died or lost its lock): that occurrence was accepted and
+		// is retried (SPEC G3), whatever the missed-runs policy says of the
+		// occurrences after it — they follow the policy once it is done.
+		run, ok = c.NextRunAt, true
+	}
 	if !hasNext {
 		planned = time.Time{}
 	}
@@ -136,6 +143,16 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 		return time.Time{}
 	}
 	return s.runStarted(ctx, c, r, d, log)
+}
+
+// interrupted reports whether an attempt of c's due occurrence started and
+// did not finish: a stale lock was taken over (Reclaimed) with attempts
+// counted, attempts are left, and the occurrence is not older than
+// skip_if_older_than. (Where the dialect cannot tell a reclaim, a job
+// waiting to retry a failed attempt counts too: it is retried the same.)
+func interrupted(c *sqlstore.Claimed) bool {
+	return c.Reclaimed && c.Attempt > 0 && c.Attempt < c.Retry.MaxAttempts &&
+		(c.SkipIfOlderThan <= 0 || !c.NextRunAt.Before(c.Now.Add(-c.SkipIfOlderThan)))
 }
 
 // fastStart reports whether a claimed job can be started by a batch start

@@ -228,3 +228,94 @@ func TestLeadResignsWhenRefreshKeepsFailing(t *testing.T) {
 		})
 	})
 }
+
+// An occurrence whose attempt was interrupted is retried even when later
+// occurrences fell due meanwhile: the missed-runs policy (run_once here)
+// collapses occurrences that never started, not one that was accepted and
+// started (SPEC G3). Leader mode and claim mode.
+func TestInterruptedOccurrenceRetriedPastLaterOnes(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		for _, mode := range []string{"leader", "claim"} {
+			t.Run(mode, func(t *testing.T) {
+				ctx := context.Background()
+				st := newStore(t)
+				admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+				for _, other := range []string{"every-leader", "every-claim"} { // the dialect's database is shared
+					if err := admin.Delete(ctx, other); err != nil && !errors.Is(err, sqlease.ErrNoJob) {
+						t.Fatal(err)
+					}
+				}
+				name := "every-" + mode
+				every := 200 * time.Millisecond
+				j, _, err := admin.Create(ctx, sqlease.Job{Name: name, Schedule: sqlease.Schedule{Every: every},
+					MissedRuns: sqlease.RunOnce, LockTimeout: time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A dead executor's attempt 1 of the due occurrence.
+				var due time.Time
+				var tok sqlease.Token
+				if mode == "leader" {
+					l, err := st.Acquire(ctx, "lead", "old", 200*time.Millisecond)
+					if err != nil {
+						t.Fatal(err)
+					}
+					tok = l.Token()
+					err = st.Fenced(ctx, tok, func(tx *sql.Tx) error {
+						c, ok, err := st.ClaimJob(ctx, tx, j.ID, tok)
+						if err != nil || !ok {
+							return errors.Join(err, errors.New("not claimed"))
+						}
+						due = c.NextRunAt
+						_, err = st.StartRun(ctx, tx, c.Lock, c.Name, c.NextRunAt, 1, tok.Epoch)
+						return err
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					claimed, err := st.ClaimDue(ctx, "dead", 1)
+					if err != nil || len(claimed) != 1 {
+						t.Fatalf("claim: %v %d", err, len(claimed))
+					}
+					c := claimed[0]
+					due = c.NextRunAt
+					if _, err := st.StartRun(ctx, nil, c.Lock, c.Name, c.NextRunAt, 1, c.Lock.Epoch); err != nil {
+						t.Fatal(err)
+					}
+				}
+				time.Sleep(1100 * time.Millisecond) // later occurrences fall due; the lock and lease go stale
+
+				rec := &recorder{}
+				s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle})
+				if mode == "leader" {
+					var l sqlease.Lease
+					waitFor(t, 5*time.Second, "the old lease to expire", func() bool {
+						l, err = st.Acquire(ctx, "lead", "new", time.Minute)
+						return err == nil
+					})
+					lctx, cancel := context.WithCancel(ctx)
+					done := make(chan error, 1)
+					go func() { done <- s.Lead(lctx, &settledGate{st: st, tok: l.Token()}, l.Token()) }()
+					t.Cleanup(func() { cancel(); <-done })
+				} else {
+					runClaim(t, s)
+				}
+				var first sqlease.Run
+				waitFor(t, 10*time.Second, "a run", func() bool {
+					for _, r := range rec.snapshot() {
+						if r.Job == name {
+							first = r
+							return true
+						}
+					}
+					return false
+				})
+				if !first.ScheduledFor.Equal(due) || first.Attempt != 2 {
+					t.Fatalf("first run after the crash: occurrence %s attempt %d, want the interrupted %s as attempt 2",
+						first.ScheduledFor, first.Attempt, due)
+				}
+			})
+		}
+	})
+}
