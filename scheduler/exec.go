@@ -117,6 +117,18 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 			case <-ctx.Done():
 				t.Stop()
 				return time.Time{}
+			case <-s.drained:
+				// Shutting down: nothing started; give the claim back so
+				// that the next owner retries it (after its own wait).
+				t.Stop()
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer cancel()
+				if err := d.fenced(rctx, func(tx *sql.Tx) error {
+					return s.store.ReleaseUnrun(rctx, tx, c.Lock, c.NextRunAt, c.Attempt)
+				}); err != nil {
+					log.Warn("run_release_failed", slog.String("error", err.Error()))
+				}
+				return time.Time{}
 			case <-t.C:
 			}
 		}
@@ -146,12 +158,15 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 }
 
 // interrupted reports whether an attempt of c's due occurrence started and
-// did not finish: a stale lock was taken over (Reclaimed) with attempts
-// counted, attempts are left, and the occurrence is not older than
-// skip_if_older_than. (Where the dialect cannot tell a reclaim, a job
-// waiting to retry a failed attempt counts too: it is retried the same.)
+// did not finish, so that the occurrence must be retried whatever later
+// occurrences fell due meanwhile: a stale lock was taken over (Reclaimed)
+// with attempts counted, attempts are left, the occurrence is not older
+// than skip_if_older_than, and the policy is not skip (a skip job runs only
+// the occurrences from now on; the interrupted run is marked abandoned).
+// Where the dialect cannot tell a reclaim, a job waiting to retry a failed
+// attempt counts too: it is retried the same.
 func interrupted(c *sqlstore.Claimed) bool {
-	return c.Reclaimed && c.Attempt > 0 && c.Attempt < c.Retry.MaxAttempts &&
+	return c.Reclaimed && c.Attempt > 0 && c.Attempt < c.Retry.MaxAttempts && c.MissedRuns != sqlease.Skip &&
 		(c.SkipIfOlderThan <= 0 || !c.NextRunAt.Before(c.Now.Add(-c.SkipIfOlderThan)))
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -318,4 +320,65 @@ func TestInterruptedOccurrenceRetriedPastLaterOnes(t *testing.T) {
 			})
 		}
 	})
+}
+
+// A retry deferred until the prior term ends does not hold up a drain: it
+// gives its claim back at once (nothing was started), and the occurrence is
+// left for the next owner with its attempt count.
+func TestDeferredRetryDoesNotHoldUpDrain(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "jobs.db"), "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.DB().Close()
+	admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+	j, _, err := admin.Create(ctx, sqlease.Job{Name: "interrupted", Schedule: sqlease.Schedule{Every: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := st.Acquire(ctx, "lead", "old", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Fenced(ctx, old.Token(), func(tx *sql.Tx) error {
+		c, _, err := st.ClaimJob(ctx, tx, j.ID, old.Token())
+		if err != nil {
+			return err
+		}
+		_, err = st.StartRun(ctx, tx, c.Lock, c.Name, c.NextRunAt, 1, old.Epoch)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var l sqlease.Lease
+	waitFor(t, 5*time.Second, "the old lease to expire", func() bool {
+		l, err = st.Acquire(ctx, "lead", "new", time.Minute)
+		return err == nil
+	})
+	rec := &recorder{}
+	s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Lead(lctx, &settledGate{st: st, tok: l.Token(), settled: time.Now().Add(time.Minute)}, l.Token())
+	}()
+	defer func() { cancel(); <-done }()
+	waitFor(t, 5*time.Second, "the leader to claim it", func() bool {
+		got, _ := st.Job(ctx, "interrupted")
+		return got.LockedBy == "new"
+	})
+	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer dcancel()
+	began := time.Now()
+	if err := s.Drain(dctx); err != nil {
+		t.Fatalf("drain with a deferred retry: %v after %s", err, time.Since(began))
+	}
+	got, err := st.Job(ctx, "interrupted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.LockedBy != "" || got.Attempt != 1 || rec.count() != 0 {
+		t.Fatalf("after the drain: locked by %q, attempt %d, %d runs; want unlocked, attempt 1, none", got.LockedBy, got.Attempt, rec.count())
+	}
 }

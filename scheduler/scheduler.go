@@ -274,6 +274,7 @@ type Scheduler struct {
 
 	drainMu  sync.Mutex
 	draining bool           // Drain was called: start no new runs
+	drained  chan struct{}  // closed by Drain
 	inflight sync.WaitGroup // claims in progress and runs executing now
 
 	stateMu sync.Mutex
@@ -336,7 +337,10 @@ func (s *Scheduler) begin() bool {
 // error if runs were still in flight when ctx ended.
 func (s *Scheduler) Drain(ctx context.Context) error {
 	s.drainMu.Lock()
-	s.draining = true
+	if !s.draining {
+		s.draining = true
+		close(s.drained)
+	}
 	s.drainMu.Unlock()
 	done := make(chan struct{})
 	go func() { s.inflight.Wait(); close(done) }()
@@ -361,7 +365,7 @@ func New(cfg Config) (*Scheduler, error) {
 		leaderSlots = DefaultMaxConcurrent
 	}
 	cfg = cfg.withDefaults()
-	return &Scheduler{cfg: cfg, store: cfg.Store, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxConcurrent),
+	return &Scheduler{cfg: cfg, store: cfg.Store, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxConcurrent), drained: make(chan struct{}),
 		leaderSem: make(chan struct{}, leaderSlots)}, nil
 }
 
