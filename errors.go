@@ -1,6 +1,9 @@
 package sqlease
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrNotLeader is returned by the acting gate (election.Elector.Require and
@@ -12,6 +15,14 @@ var (
 	// Elector.Fenced, when the token no longer holds the lease: another holder
 	// took it over, the epoch moved on, or it expired in database time.
 	ErrLeaseLost = errors.New("sqlease: lease lost")
+
+	// ErrFenceFailed is returned by LeaseStore.Fenced (and Elector.Fenced)
+	// when the fence itself failed: the lease row no longer carries the
+	// token unexpired, or the transaction outlived the lease. It wraps
+	// ErrLeaseLost. Errors of the callback's own writes — a job lock lost
+	// inside the transaction, a constraint — do not wrap it: they do not
+	// say that the lease is lost.
+	ErrFenceFailed = fmt.Errorf("%w: fence failed", ErrLeaseLost)
 
 	// ErrLeaseHeld is returned by LeaseStore.Acquire when another holder (or
 	// this one, under an unexpired earlier epoch) holds the lease.

@@ -626,14 +626,18 @@ func (e *Elector) Ensure(tok sqlease.Token) error {
 
 // Fenced runs fn in a transaction fenced by tok (see sqlease.LeaseStore.Fenced)
 // after checking the gate. It returns an error wrapping ErrNotLeader when the
-// gate is closed for tok, and ErrLeaseLost when the database fence fails — in
-// which case leadership is dropped at once.
+// gate is closed for tok, and ErrFenceFailed (an ErrLeaseLost) when the
+// database fence fails — in which case leadership is dropped at once. An
+// error of fn's own writes is returned as is and costs no leadership.
 func (e *Elector) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) error {
 	if err := e.Ensure(tok); err != nil {
 		return err
 	}
 	err := e.cfg.Store.Fenced(ctx, tok, fn)
-	if errors.Is(err, sqlease.ErrLeaseLost) {
+	// Only the fence's own failure says the lease is lost; an error of
+	// fn's writes (a job deleted under its run, bad bytes in one row)
+	// belongs to that write alone.
+	if errors.Is(err, sqlease.ErrFenceFailed) {
 		if e.closeGate(tok) {
 			select {
 			case e.lost <- struct{}{}:

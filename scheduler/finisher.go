@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -138,9 +139,29 @@ func (f *finisher) write(group []finishItem, reqs []sqlstore.FinishReq) []sqlsto
 			return err
 		})
 	})
+	errs := make([]error, len(group))
+	if err != nil && len(group) > 1 && !errors.Is(err, sqlease.ErrFenceFailed) && !errors.Is(err, sqlease.ErrNotLeader) &&
+		!errors.Is(err, sqlease.ErrTransient) && ctx.Err() == nil {
+		// One run's trouble (a value the database refuses, a constraint)
+		// must not cost the others their outcome: write them one by one,
+		// so that only the bad one fails.
+		done, err = make([]bool, len(group)), nil
+		for i := range reqs {
+			errs[i] = f.fence(ctx, func(tx *sql.Tx) error {
+				d, err := f.store.FinishRuns(ctx, tx, reqs[i:i+1])
+				if err == nil {
+					done[i] = d[0]
+				}
+				return err
+			})
+		}
+	}
 	for i, it := range group {
 		r := it.req
 		werr := err
+		if werr == nil {
+			werr = errs[i]
+		}
 		if werr == nil && !done[i] {
 			werr = fmt.Errorf("finish run %s attempt %d as %s: job lock %d/%s@%d: %w", r.Run.IdempotencyKey(), r.Run.Attempt,
 				r.Finish.Outcome, r.Lock.JobID, r.Lock.Holder, r.Lock.Epoch, sqlease.ErrLeaseLost)

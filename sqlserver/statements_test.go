@@ -50,6 +50,7 @@ var documented = map[string]stmt{
 	"Queries.FenceLock":     {3, []string{leases}}, // (name, holder, epoch)
 	"Queries.FenceCheck":    {3, []string{leases}}, // (name, holder, epoch)
 
+	"Jobs.AbandonDeleted": {1, []string{jobs, runs}}, // (name)
 	"Jobs.Now":            {0, nil},
 	"Jobs.InsertJob":      {12, []string{jobs}},
 	"Jobs.JobByName":      {1, []string{jobs}},
@@ -347,7 +348,7 @@ func TestOneClock(t *testing.T) {
 	got, _ := statements(t, dialect(t, prefix))
 	reads := []string{"Queries.Acquire", "Queries.Renew", "Queries.Release", "Queries.Get", "Queries.List", "Queries.FenceLock",
 		"Queries.FenceCheck", "Jobs.Now", "Jobs.InsertJob", "Jobs.SetPaused", "Jobs.Trigger", "Jobs.ClaimDue", "Jobs.ClaimJob",
-		"Jobs.AbandonRunning", "Jobs.StartJob", "Jobs.InsertRun", "Jobs.Heartbeat", "Jobs.FinishRun", "Jobs.ReleaseJob",
+		"Jobs.AbandonRunning", "Jobs.AbandonDeleted", "Jobs.StartJob", "Jobs.InsertRun", "Jobs.Heartbeat", "Jobs.FinishRun", "Jobs.ReleaseJob",
 		"Jobs.Stats", "Jobs.PruneRuns", "Jobs.DueWindow"}
 	for key, text := range got {
 		n := strings.Count(text, "SYSUTCDATETIME()")

@@ -152,7 +152,7 @@ func (s *Store) FinishRuns(ctx context.Context, tx *sql.Tx, reqs []FinishReq) (d
 		}
 		outcomes[k] = string(r.Finish.Outcome)
 		if r.Finish.Error != "" {
-			e := r.Finish.Error
+			e := CleanText(r.Finish.Error)
 			errs[k] = &e
 		}
 		sfs[k], runAttempts[k] = r.Run.ScheduledFor.UTC(), int32(r.Run.Attempt)

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sqlease/sqlease"
 )
@@ -82,6 +84,10 @@ type JobQueries struct {
 	// (holder, lease_epoch, id, lease_epoch). Read: (id), JobColumns and the
 	// claim's now.
 	ClaimJobWR WriteRead
+	// AbandonDeleted: (name). Marks the runs still 'running' of the job
+	// about to be deleted abandoned, with the reason; in DeleteJob's
+	// transaction, so no run of a deleted job stays running forever.
+	AbandonDeleted string
 	// AbandonRunning: (job_id). Marks the job's runs still 'running'
 	// abandoned; it runs while the job is locked, so it may find them by the
 	// job's next_run_at, the occurrence a locked job's run is for.
@@ -349,14 +355,25 @@ func (s *Store) Jobs(ctx context.Context, after string, limit int) ([]StoredJob,
 // DeleteJob deletes a job; its runs stay in the ledger. It returns
 // sqlease.ErrNoJob when there is none.
 func (s *Store) DeleteJob(ctx context.Context, name string) error {
-	res, err := s.db.ExecContext(ctx, s.q().DeleteJob, name)
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		// Close its runs in flight first: the executor's own finish then
+		// finds no job and writes nothing.
+		if _, err := tx.ExecContext(ctx, s.q().AbandonDeleted, name); err != nil {
+			return s.classify(err)
+		}
+		res, err := tx.ExecContext(ctx, s.q().DeleteJob, name)
+		if err != nil {
+			return s.classify(err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return s.classify(err)
+		} else if n == 0 {
+			return sqlease.ErrNoJob
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("delete job %q: %w", name, s.classify(err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("delete job %q: %w", name, s.classify(err))
-	} else if n == 0 {
-		return fmt.Errorf("delete job %q: %w", name, sqlease.ErrNoJob)
+		return fmt.Errorf("delete job %q: %w", name, err)
 	}
 	return nil
 }
@@ -557,6 +574,27 @@ func (s *Store) Heartbeat(ctx context.Context, l Lock) error {
 	return nil
 }
 
+// MaxTextBytes bounds a free text the store writes (a run's error).
+const MaxTextBytes = 4096
+
+// CleanText makes free text storable in every dialect: NUL bytes (which
+// PostgreSQL's text refuses) become U+FFFD as does invalid UTF-8 (which
+// PostgreSQL and MySQL's utf8mb4 refuse), and it is cut to MaxTextBytes on a
+// rune boundary, the cut marked. One run's odd output must never fail the
+// write of its outcome — nor, in a batch, of the others'.
+func CleanText(s string) string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
+	if len(s) <= MaxTextBytes {
+		return s
+	}
+	const mark = " …[truncated]"
+	cut := MaxTextBytes - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
 // Finish is how a run ends.
 type Finish struct {
 	Outcome sqlease.Outcome
@@ -579,7 +617,7 @@ type Finish struct {
 func (s *Store) FinishRun(ctx context.Context, tx *sql.Tx, l Lock, run sqlease.Run, f Finish) error {
 	var errText, backoff any
 	if f.Error != "" {
-		errText = f.Error
+		errText = CleanText(f.Error)
 	}
 	if f.Backoff > 0 {
 		backoff = f.Backoff.Milliseconds()

@@ -331,8 +331,8 @@ func (s *Store) resetSession(ctx context.Context, conn *sql.Conn) {
 // fenceExpired adds ErrLeaseLost to an error that means the database ended
 // the fenced transaction because its lease ran out (Dialect.FenceExpired).
 func (s *Store) fenceExpired(tok sqlease.Token, err error) error {
-	if s.d.FenceExpired != nil && s.d.FenceExpired(err) && !errors.Is(err, sqlease.ErrLeaseLost) {
-		return fmt.Errorf("fenced write under %s: %w: the transaction outlived the lease: %w", tok, sqlease.ErrLeaseLost, err)
+	if s.d.FenceExpired != nil && s.d.FenceExpired(err) && !errors.Is(err, sqlease.ErrFenceFailed) {
+		return fmt.Errorf("fenced write under %s: %w: the transaction outlived the lease: %w", tok, sqlease.ErrFenceFailed, err)
 	}
 	return err
 }
@@ -348,7 +348,7 @@ func (s *Store) fence(ctx context.Context, tx *sql.Tx, query string, tok sqlease
 		}
 	}
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("fenced write under %s: %w", tok, sqlease.ErrLeaseLost)
+		return fmt.Errorf("fenced write under %s: %w", tok, sqlease.ErrFenceFailed)
 	}
 	if err != nil {
 		return s.fenceExpired(tok, fmt.Errorf("fenced write under %s: %w", tok, s.classify(err)))
