@@ -22,8 +22,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/sqlstore"
 )
@@ -33,10 +34,17 @@ func Open(dsn string) (*sql.DB, error) {
 	if dsn == "" {
 		return nil, fmt.Errorf("%w: postgres connection string is empty", sqlease.ErrInvalidConfig)
 	}
-	db, err := sql.Open("pgx", dsn)
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("open postgres: %w", err)
+		return nil, fmt.Errorf("%w: postgres connection string: %v", sqlease.ErrInvalidConfig, err)
 	}
+	// A 2xx means durable (G6): sqlease's commits wait for the WAL flush
+	// even where the server's default is synchronous_commit = off, unless
+	// the connection string sets it explicitly.
+	if _, set := cfg.RuntimeParams["synchronous_commit"]; !set {
+		cfg.RuntimeParams["synchronous_commit"] = "on"
+	}
+	db := stdlib.OpenDB(*cfg)
 	return sqlstore.TunePool(db, sqlstore.DefaultMaxIdleConns), nil
 }
 
