@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/sqlease/sqlease"
@@ -204,11 +205,24 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	var trust *lockTrust
+	if d.heartbeat {
+		// Claim mode: the run trusts its lock only until a margin before it
+		// can go stale, from the last heartbeat that succeeded (or now, just
+		// after the claim): then it is cancelled and refused by Ensure,
+		// before another worker may reclaim the job — also when waking from
+		// a pause, whatever the heartbeats did.
+		trust = newLockTrust(c.LockTimeout, func() { cancel(errLockLost) })
+		defer trust.stop()
+	}
 	check := func() error {
 		if ensure != nil {
 			if err := ensure(); err != nil {
 				return err
 			}
+		}
+		if trust != nil && !trust.ok() {
+			return fmt.Errorf("%w: the run's lock may have gone stale (no heartbeat succeeded in time)", sqlease.ErrLeaseLost)
 		}
 		if err := context.Cause(runCtx); err != nil {
 			return fmt.Errorf("%w: %w", sqlease.ErrLeaseLost, err)
@@ -222,7 +236,7 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		// The heartbeat loop starts only when the first beat is due, so a
 		// short run costs no goroutine and no ticker for it.
 		hbDone = make(chan struct{})
-		hb = time.AfterFunc(s.heartbeatEvery(c), func() { s.heartbeat(runCtx, cancel, c, log, hbDone) })
+		hb = time.AfterFunc(s.heartbeatEvery(c), func() { s.heartbeat(runCtx, cancel, c, trust, log, hbDone) })
 	}
 
 	started := time.Now()
@@ -327,16 +341,65 @@ func (s *Scheduler) callHandler(ctx context.Context, r sqlease.Run) (err error) 
 }
 
 // heartbeatEvery is the heartbeat interval of a run of c.
+// A configured interval is capped so that two beats fit before the run's
+// local deadline (lockTrust).
 func (s *Scheduler) heartbeatEvery(c *sqlstore.Claimed) time.Duration {
 	if s.cfg.HeartbeatInterval != 0 {
-		return s.cfg.HeartbeatInterval
+		return min(s.cfg.HeartbeatInterval, (c.LockTimeout-lockMargin(c.LockTimeout))/2)
 	}
 	return c.LockTimeout / 4
 }
 
-// heartbeat extends the run's lock until ctx ends; it cancels the run at once
-// when the lock is lost and after HeartbeatFailures consecutive failures.
-func (s *Scheduler) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, c *sqlstore.Claimed, log *runLog, done chan<- struct{}) {
+// lockMargin is how long before its lock can go stale a claim-mode run stops
+// trusting it: a quarter of lock_timeout covers the latency of the beat that
+// refreshed it and the clock-rate drift of the host.
+func lockMargin(lockTimeout time.Duration) time.Duration { return lockTimeout / 4 }
+
+// lockTrust is a claim-mode run's local deadline: the send time of its last
+// successful heartbeat (at first, of its start) + lock_timeout - margin, on
+// the monotonic clock. onExpiry runs when it passes without a renewal.
+type lockTrust struct {
+	ttl   time.Duration // lock_timeout - margin
+	mu    sync.Mutex
+	until time.Time
+	timer *time.Timer
+}
+
+func newLockTrust(lockTimeout time.Duration, onExpiry func()) *lockTrust {
+	t := &lockTrust{ttl: lockTimeout - lockMargin(lockTimeout), until: time.Now().Add(lockTimeout - lockMargin(lockTimeout))}
+	t.timer = time.AfterFunc(t.ttl, onExpiry)
+	return t
+}
+
+// renewed moves the deadline on after a heartbeat sent at sentAt succeeded.
+func (t *lockTrust) renewed(sentAt time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if u := sentAt.Add(t.ttl); u.After(t.until) {
+		t.until = u
+		if t.timer.Stop() {
+			t.timer.Reset(time.Until(u))
+		}
+	}
+}
+
+// left is the time to the deadline.
+func (t *lockTrust) left() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return time.Until(t.until)
+}
+
+func (t *lockTrust) ok() bool { return t.left() > 0 }
+
+func (t *lockTrust) stop() { t.timer.Stop() }
+
+// heartbeat extends the run's lock until ctx ends. Each beat may take at
+// most the time left before the run's local deadline; the run is cancelled
+// at once when the lock is lost, after HeartbeatFailures consecutive
+// failures, and — by trust's timer — when the deadline passes, so a run
+// whose database hangs stops well before another worker may reclaim it.
+func (s *Scheduler) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, c *sqlstore.Claimed, trust *lockTrust, log *runLog, done chan<- struct{}) {
 	defer close(done)
 	every := s.heartbeatEvery(c)
 	t := time.NewTicker(every)
@@ -353,7 +416,13 @@ func (s *Scheduler) heartbeat(ctx context.Context, cancel context.CancelCauseFun
 		if ctx.Err() != nil {
 			return
 		}
-		hctx, hcancel := context.WithTimeout(ctx, every)
+		left := trust.left()
+		if left <= 0 {
+			cancel(errLockLost)
+			return
+		}
+		sentAt := time.Now()
+		hctx, hcancel := context.WithTimeout(ctx, min(every, left))
 		err := s.store.Heartbeat(hctx, c.Lock)
 		hcancel()
 		if ctx.Err() != nil {
@@ -362,6 +431,7 @@ func (s *Scheduler) heartbeat(ctx context.Context, cancel context.CancelCauseFun
 		switch {
 		case err == nil:
 			failures = 0
+			trust.renewed(sentAt)
 			continue
 		case errors.Is(err, sqlease.ErrLeaseLost):
 			failures = s.cfg.HeartbeatFailures

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -122,4 +124,67 @@ func TestRunErrorTextIsCleaned(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A claim-mode run whose heartbeats hang (the database holds them) is
+// cancelled, and refused by Ensure, before its lock can go stale — not
+// after HeartbeatFailures beats of lock_timeout/4 each, at about the moment
+// another worker may reclaim the job.
+func TestHangingHeartbeatsCancelBeforeTheLockGoesStale(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "jobs.db")
+	st, err := sqlite.OpenStore(ctx, path, "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.DB().Close()
+	lockTimeout := time.Second
+	admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+	if _, _, err := admin.Create(ctx, sqlease.Job{Name: "long", LockTimeout: lockTimeout}); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		after   time.Duration
+		ensured error
+	}
+	started := make(chan time.Time, 1)
+	cancelled := make(chan outcome, 1)
+	s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: func(ctx context.Context, r sqlease.Run) error {
+		t0 := time.Now()
+		started <- t0
+		<-ctx.Done()
+		cancelled <- outcome{time.Since(t0), scheduler.Ensure(ctx)}
+		return ctx.Err()
+	}})
+	runClaim(t, s)
+	<-started
+	// Another connection takes the database's write lock: every heartbeat
+	// now waits (SQLite's busy wait does not end with the beat's context).
+	hold, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	conn, err := hold.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	var got outcome
+	select {
+	case got = <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run was not cancelled while its heartbeats hung")
+	}
+	_, _ = conn.ExecContext(ctx, "ROLLBACK")
+	t.Logf("cancelled %s after the start (lock_timeout %s, heartbeat every %s)", got.after, lockTimeout, lockTimeout/4)
+	if got.after >= lockTimeout {
+		t.Fatalf("cancelled %s after the start: not before the lock could go stale (%s)", got.after, lockTimeout)
+	}
+	if got.ensured == nil {
+		t.Fatal("Ensure passed after the run's local deadline")
+	}
 }
