@@ -137,7 +137,9 @@ type Node struct {
 	mu      sync.Mutex
 	entries []*entry
 	running bool
-	share   int // this node's fair share, as last computed
+	runCtx  context.Context // while running: the context new entries' electors run under
+	wg      sync.WaitGroup  // the running electors and the membership loop
+	share   int             // this node's fair share, as last computed
 }
 
 // entry is one registered singleton, type-erased.
@@ -146,6 +148,9 @@ type entry struct {
 	interval time.Duration
 	el       *election.Elector
 	run      func(ctx context.Context, tok sqlease.Token) // the leading callback
+
+	cancel context.CancelFunc // stops its elector (Unregister)
+	done   chan struct{}      // closed when its elector has returned
 
 	mu        sync.Mutex
 	leading   bool
@@ -196,7 +201,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 // HolderID returns this node's holder id.
 func (n *Node) HolderID() string { return n.cfg.HolderID }
 
-// Register adds a singleton to n. Call it before n.Run.
+// Register adds a singleton to n; on a running node it starts competing for
+// it at once.
 func Register[S any](n *Node, cfg Config[S]) error {
 	if err := sqlease.ValidateJobName(cfg.Name); err != nil {
 		return fmt.Errorf("singleton: %w", err)
@@ -215,9 +221,6 @@ func Register[S any](n *Node, cfg Config[S]) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.running {
-		return fmt.Errorf("singleton %q: register before Node.Run", cfg.Name)
-	}
 	for _, e := range n.entries {
 		if e.name == cfg.Name {
 			return fmt.Errorf("%w: singleton %q is registered twice", sqlease.ErrConflict, cfg.Name)
@@ -235,34 +238,89 @@ func Register[S any](n *Node, cfg Config[S]) error {
 	}
 	e.el = el
 	e.run = func(ctx context.Context, tok sqlease.Token) { runTerm(ctx, n, e, cfg, tok) }
+	if n.running && n.runCtx.Err() == nil {
+		if err := n.cfg.Store.EnsureSingleton(n.runCtx, e.name); err != nil {
+			return err
+		}
+		n.start(e)
+	}
 	n.entries = append(n.entries, e)
 	return nil
 }
 
-// Run competes for every registered singleton and runs those this node
-// holds, until ctx ends; then it stops the bodies and releases the leases.
+// start runs e's elector under the node's context (n.mu held).
+func (n *Node) start(e *entry) {
+	ctx, cancel := context.WithCancel(n.runCtx)
+	e.cancel, e.done = cancel, make(chan struct{})
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer close(e.done)
+		_ = e.el.Run(ctx)
+	}()
+}
+
+// Unregister stops competing for the singleton name: its body is stopped
+// and its lease released if this node held it. It reports whether name was
+// registered.
+func (n *Node) Unregister(name string) bool {
+	n.mu.Lock()
+	var e *entry
+	for i, x := range n.entries {
+		if x.name == name {
+			e = x
+			n.entries = append(n.entries[:i:i], n.entries[i+1:]...)
+			break
+		}
+	}
+	n.mu.Unlock()
+	if e == nil {
+		return false
+	}
+	if e.cancel != nil {
+		e.cancel()
+		<-e.done
+	}
+	return true
+}
+
+// Names returns the registered singletons' names.
+func (n *Node) Names() []string {
+	var out []string
+	for _, e := range n.snapshot() {
+		out = append(out, e.name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Run competes for every registered singleton (and those registered while
+// it runs) and runs those this node holds, until ctx ends; then it stops
+// the bodies and releases the leases.
 func (n *Node) Run(ctx context.Context) error {
 	n.mu.Lock()
 	if n.running {
 		n.mu.Unlock()
 		return errors.New("singleton: node is already running")
 	}
-	n.running = true
-	entries := append([]*entry(nil), n.entries...)
-	n.mu.Unlock()
-	for _, e := range entries {
+	for _, e := range n.entries {
 		if err := n.cfg.Store.EnsureSingleton(ctx, e.name); err != nil {
+			n.mu.Unlock()
 			return err
 		}
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); n.membership(ctx) }()
-	for _, e := range entries {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = e.el.Run(ctx) }()
+	n.running, n.runCtx = true, ctx
+	for _, e := range n.entries {
+		n.start(e)
 	}
-	wg.Wait()
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.membership(ctx) }()
+	n.mu.Unlock()
+	<-ctx.Done()
+	n.wg.Wait()
+	n.mu.Lock()
+	n.running = false
+	n.mu.Unlock()
 	return nil
 }
 

@@ -365,3 +365,37 @@ func TestStaleHeartbeat(t *testing.T) {
 		t.Fatalf("heartbeat not stored: %+v %v", row, err)
 	}
 }
+
+// Singletons can be added to and removed from a running node (the daemon
+// follows its table): a removed one stops at once and its lease is free for
+// another node.
+func TestRegisterAndUnregisterWhileRunning(t *testing.T) {
+	st, err := sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "s.db"), "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.DB().Close()
+	var stopped atomic.Int32
+	cfg := singleton.Config[v1]{Name: "late", OnStopped: func(sqlease.Token) { stopped.Add(1) },
+		Body: func(ctx context.Context, in *singleton.Instance[v1]) error { <-ctx.Done(); return nil }}
+	a := newNode(t, st, "a", func(*singleton.Node) {})
+	if err := singleton.Register(a.Node, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := singleton.Register(a.Node, cfg); !errors.Is(err, sqlease.ErrConflict) {
+		t.Fatalf("registering twice: %v", err)
+	}
+	waitFor(t, 5*time.Second, "a to run it", func() bool { return len(a.Status()) == 1 && a.Status()[0].Running })
+	b := newNode(t, st, "b", func(n *singleton.Node) {
+		if err := singleton.Register(n, cfg); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !a.Unregister("late") || a.Unregister("late") {
+		t.Fatal("Unregister: want true once, then false")
+	}
+	if stopped.Load() != 1 || len(a.Status()) != 0 {
+		t.Fatalf("after Unregister: stopped %d, status %+v", stopped.Load(), a.Status())
+	}
+	waitFor(t, 5*time.Second, "b to take it over", func() bool { return b.Status()[0].Running })
+}
