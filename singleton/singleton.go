@@ -584,22 +584,24 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 		}
 		log.Info("singleton_stopped")
 	}()
-	if err := e.el.Fenced(ctx, tok, func(tx *sql.Tx) error { return n.cfg.Store.StartSingleton(ctx, tx, cfg.Name, tok) }); err != nil {
-		if ctx.Err() == nil {
-			log.Warn("singleton_start_failed", slog.String("error", err.Error()))
-			e.el.Resign(tok, "singleton start failed: "+err.Error())
-		}
-		return
-	}
 	if cfg.OnStarted != nil {
 		cfg.OnStarted(ctx, tok)
 	}
 	backoff := n.cfg.RestartBackoff
 	for ctx.Err() == nil {
-		state, err := load(ctx, n, cfg, log)
+		// Each start is recorded (started_at, restarts) under the fence.
+		err := e.el.Fenced(ctx, tok, func(tx *sql.Tx) error { return n.cfg.Store.StartSingleton(ctx, tx, cfg.Name, tok) })
+		if errors.Is(err, sqlease.ErrLeaseLost) || errors.Is(err, sqlease.ErrNotLeader) {
+			return // the term is over
+		}
+		var state S
+		if err == nil {
+			state, err = load(ctx, n, cfg, log)
+		}
 		if err != nil {
-			log.Warn("singleton_load_failed", slog.String("error", err.Error()))
+			log.Warn("singleton_start_failed", slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
 		} else {
+			e.beat(n.cfg.Clock.Now()) // a start counts as a heartbeat
 			in := &Instance[S]{name: cfg.Name, tok: tok, node: n, e: e, state: state}
 			log.Info("singleton_started")
 			err = callBody(ctx, cfg.Body, in)

@@ -10,7 +10,7 @@ import (
 func singletonQueries(prefix string) sqlstore.SingletonQueries {
 	t := prefix + "_singletons"
 	r := strings.NewReplacer("{t}", quote(t), "{pk}", quote(t+"_pk"), "{now}", "SYSUTCDATETIME()", "{n}", nowTable, "{bin}", binary)
-	cols := `state, state_saved_at, heartbeat_at, holder_id, lease_epoch, started_at, restarts, {now}`
+	cols := `state, state_saved_at, heartbeat_at, holder_id, lease_epoch, started_at, restarts, spec, spec_hash, paused, {now}`
 	return sqlstore.SingletonQueries{
 		Migrations: []string{r.Replace(`IF OBJECT_ID(N'{t}', N'U') IS NULL
 CREATE TABLE {t} (
@@ -22,6 +22,9 @@ CREATE TABLE {t} (
 	lease_epoch    bigint         NOT NULL DEFAULT 0,
 	started_at     datetime2(7),
 	restarts       bigint         NOT NULL DEFAULT 0,
+	spec           nvarchar(max),
+	spec_hash      nvarchar(64),
+	paused         bit NOT NULL DEFAULT 0,
 	created_at     datetime2(7)   NOT NULL,
 	CONSTRAINT {pk} PRIMARY KEY (name)
 )`)},
@@ -35,6 +38,9 @@ CREATE TABLE {t} (
 FROM {t} AS s CROSS JOIN {n} AS n WHERE s.name = @p3`),
 		Save: r.Replace(`UPDATE s SET state = @p1, state_saved_at = n.now, heartbeat_at = n.now
 FROM {t} AS s CROSS JOIN {n} AS n WHERE s.name = @p2 AND s.holder_id = @p3 AND s.lease_epoch = @p4`),
+		Create:    r.Replace(`INSERT INTO {t} (name, spec, spec_hash, created_at) VALUES (@p1, @p2, @p3, {now})`),
+		SetPaused: r.Replace(`UPDATE {t} SET paused = @p1 WHERE name = @p2 AND spec IS NOT NULL`),
+		Delete:    r.Replace(`DELETE FROM {t} WHERE name = @p1 AND spec IS NOT NULL`),
 		Heartbeat: r.Replace(`UPDATE {t} SET heartbeat_at = {now} WHERE name = @p1 AND holder_id = @p2 AND lease_epoch = @p3`),
 	}
 }

@@ -57,6 +57,9 @@ var documented = map[string]stmt{
 	"Singletons.Start":     {3, []string{singletons}}, // (holder, epoch, name)
 	"Singletons.Save":      {4, []string{singletons}}, // (state, name, holder, epoch)
 	"Singletons.Heartbeat": {3, []string{singletons}}, // (name, holder, epoch)
+	"Singletons.Create":    {3, []string{singletons}}, // (name, spec, spec_hash)
+	"Singletons.SetPaused": {2, []string{singletons}}, // (paused, name)
+	"Singletons.Delete":    {1, []string{singletons}}, // (name)
 
 	"Jobs.Now":            {0, nil},
 	"Jobs.InsertJob":      {12, []string{jobs}},
@@ -357,7 +360,8 @@ func TestOneClock(t *testing.T) {
 		"Queries.FenceCheck", "Jobs.Now", "Jobs.InsertJob", "Jobs.SetPaused", "Jobs.Trigger", "Jobs.ClaimDue", "Jobs.ClaimJob",
 		"Jobs.AbandonRunning", "Jobs.StartJob", "Jobs.InsertRun", "Jobs.Heartbeat", "Jobs.FinishRun", "Jobs.ReleaseJob",
 		"Jobs.Stats", "Jobs.PruneRuns", "Jobs.DueWindow",
-		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat"}
+		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat",
+		"Singletons.Create"}
 	for key, text := range got {
 		n := strings.Count(text, "SYSUTCDATETIME()")
 		want := 0

@@ -21,7 +21,8 @@ type SingletonQueries struct {
 	// Ensure: (name). Inserts the row (no state, epoch 0) unless it exists.
 	Ensure string
 	// Get: (name). (state|NULL, state_saved_at|NULL, heartbeat_at|NULL,
-	// holder_id|NULL, lease_epoch, started_at|NULL, restarts, now).
+	// holder_id|NULL, lease_epoch, started_at|NULL, restarts, spec|NULL,
+	// spec_hash|NULL, paused, now).
 	Get string
 	// List: (). (name, then Get's columns) ordered by name.
 	List string
@@ -35,6 +36,13 @@ type SingletonQueries struct {
 	// Heartbeat: (name, holder, epoch). heartbeat_at = now, under the same
 	// condition. Rows affected.
 	Heartbeat string
+	// Create: (name, spec, spec_hash). Inserts a daemon singleton (its spec
+	// is the JSON of the API); a unique violation when the name exists.
+	Create string
+	// SetPaused: (paused, name). Daemon singletons only; rows affected.
+	SetPaused string
+	// Delete: (name). Daemon singletons only; rows affected.
+	Delete string
 }
 
 // SingletonRow is one singleton's stored record.
@@ -48,6 +56,11 @@ type SingletonRow struct {
 	Epoch        int64
 	StartedAt    time.Time
 	Restarts     int64
+	// Spec is a daemon singleton's definition (the API's JSON), nil for a
+	// library singleton; SpecHash tells an identical definition.
+	Spec     []byte
+	SpecHash string
+	Paused   bool
 	// Now is the database clock at the read.
 	Now time.Time
 }
@@ -68,9 +81,9 @@ func (s *Store) EnsureSingleton(ctx context.Context, name string) error {
 func scanSingleton(sc scanner, r *SingletonRow, withName bool) error {
 	var state sql.NullString
 	var saved, beat, started nullTime
-	var holder sql.NullString
+	var holder, spec, hash sql.NullString
 	var now dbTime
-	dest := []any{&state, &saved, &beat, &holder, &r.Epoch, &started, &r.Restarts, &now}
+	dest := []any{&state, &saved, &beat, &holder, &r.Epoch, &started, &r.Restarts, &spec, &hash, &r.Paused, &now}
 	if withName {
 		dest = append([]any{&r.Name}, dest...)
 	}
@@ -80,7 +93,10 @@ func scanSingleton(sc scanner, r *SingletonRow, withName bool) error {
 	if state.Valid {
 		r.State = []byte(state.String)
 	}
-	r.StateSavedAt, r.HeartbeatAt, r.StartedAt, r.Holder, r.Now = saved.T, beat.T, started.T, holder.String, now.T
+	if spec.Valid {
+		r.Spec = []byte(spec.String)
+	}
+	r.StateSavedAt, r.HeartbeatAt, r.StartedAt, r.Holder, r.SpecHash, r.Now = saved.T, beat.T, started.T, holder.String, hash.String, now.T
 	return nil
 }
 
@@ -146,4 +162,47 @@ func (s *Store) SaveSingleton(ctx context.Context, tx *sql.Tx, name string, tok 
 // HeartbeatSingleton stamps the heartbeat in tx, as SaveSingleton.
 func (s *Store) HeartbeatSingleton(ctx context.Context, tx *sql.Tx, name string, tok sqlease.Token) error {
 	return s.singletonWrite(ctx, tx, "heartbeat singleton "+name, s.sq().Heartbeat, tok, name, tok.Holder, tok.Epoch)
+}
+
+// CreateSingleton inserts a daemon singleton with its spec. When the name
+// is taken it returns created=false and the existing row; the caller
+// compares SpecHash to tell a retry from a clash.
+func (s *Store) CreateSingleton(ctx context.Context, name string, spec []byte, hash string) (SingletonRow, bool, error) {
+	_, err := s.db.ExecContext(ctx, s.sq().Create, name, string(spec), hash)
+	created := err == nil
+	if err != nil && (s.d.IsUniqueViolation == nil || !s.d.IsUniqueViolation(err)) {
+		return SingletonRow{}, false, fmt.Errorf("create singleton %q: %w", name, s.classify(err))
+	}
+	r, err := s.Singleton(ctx, name)
+	if err != nil {
+		return SingletonRow{}, false, err
+	}
+	return r, created, nil
+}
+
+// SetSingletonPaused pauses or resumes a daemon singleton. It returns
+// sqlease.ErrNoJob when there is no daemon singleton of that name.
+func (s *Store) SetSingletonPaused(ctx context.Context, name string, paused bool) error {
+	return s.singletonAdmin(ctx, "pause singleton "+name, s.sq().SetPaused, paused, name)
+}
+
+// DeleteSingleton deletes a daemon singleton and its state. It returns
+// sqlease.ErrNoJob when there is no daemon singleton of that name.
+func (s *Store) DeleteSingleton(ctx context.Context, name string) error {
+	return s.singletonAdmin(ctx, "delete singleton "+name, s.sq().Delete, name)
+}
+
+func (s *Store) singletonAdmin(ctx context.Context, what, query string, args ...any) error {
+	res, err := s.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, s.classify(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, s.classify(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: %w", what, sqlease.ErrNoJob)
+	}
+	return nil
 }
