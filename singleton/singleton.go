@@ -369,6 +369,14 @@ func (n *Node) membership(ctx context.Context) {
 		case <-t.C:
 		}
 		t.Reset(n.cfg.RenewInterval)
+		if len(n.snapshot()) == 0 {
+			// No singletons here: no member lease, no statements.
+			if !tok.IsZero() {
+				_ = n.cfg.Leases.Release(ctx, tok)
+				tok = sqlease.Token{}
+			}
+			continue
+		}
 		if tok.IsZero() {
 			if l, err := n.cfg.Leases.Acquire(ctx, name, n.cfg.HolderID, n.cfg.LeaseDuration); err == nil {
 				tok = l.Token()

@@ -101,6 +101,14 @@ type Dialect struct {
 	IsUniqueViolation func(error) bool
 }
 
+// Migrations are the dialect's schema statements in the order Migrate
+// applies them: lease, scheduler, then singleton tables.
+func (d Dialect) Migrations() []string {
+	out := append([]string{}, d.Queries.Migrations...)
+	out = append(out, d.Jobs.Migrations...)
+	return append(out, d.Singletons.Migrations...)
+}
+
 // Store implements sqlease.LeaseStore on a *sql.DB.
 type Store struct {
 	db *sql.DB
@@ -134,9 +142,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		// Closing the session would free it as well.
 		defer conn.ExecContext(context.WithoutCancel(ctx), s.d.Queries.MigrateUnlock)
 	}
-	stmts := append(s.d.Queries.Migrations[:len(s.d.Queries.Migrations):len(s.d.Queries.Migrations)], s.d.Jobs.Migrations...)
-	stmts = append(stmts, s.d.Singletons.Migrations...)
-	for i, stmt := range stmts {
+	for i, stmt := range s.d.Migrations() {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("sqlease: %s migration %d: %w", s.d.Name, i+1, s.classify(err))
 		}

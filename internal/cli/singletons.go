@@ -144,6 +144,8 @@ type singletonHost struct {
 	api  string // this node's base URL, for SQLEASE_API
 	log  *slog.Logger
 
+	kick chan struct{} // a write through this node: sync now
+
 	mu         sync.Mutex
 	registered map[string]string   // name -> spec hash it was registered with
 	runs       map[string]*procRun // name -> the run on this node
@@ -157,9 +159,14 @@ type procRun struct {
 }
 
 func newSingletonHost(admin singletonAdmin, node *singleton.Node, api string, log *slog.Logger) *singletonHost {
-	return &singletonHost{singletonAdmin: admin, node: node, api: api, log: log,
+	return &singletonHost{singletonAdmin: admin, node: node, api: api, log: log, kick: make(chan struct{}, 1),
 		registered: map[string]string{}, runs: map[string]*procRun{}}
 }
+
+// syncEvery is how often a node re-reads the singletons table: a change
+// made through another node (or the CLI) reaches it within that; one made
+// through this node's API at once.
+const syncEvery = 5 * time.Second
 
 // run follows the table until ctx ends.
 func (h *singletonHost) run(ctx context.Context) {
@@ -170,12 +177,36 @@ func (h *singletonHost) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-h.kick:
 		}
 		if err := h.sync(ctx); err != nil && ctx.Err() == nil {
 			h.log.Warn("singleton_sync_failed", slog.String("error", err.Error()))
 		}
-		t.Reset(time.Second)
+		t.Reset(syncEvery)
 	}
+}
+
+// changed makes run sync now (after a write through this node's API).
+func (h *singletonHost) changed() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (h *singletonHost) Create(ctx context.Context, raw []byte) (httpapi.Singleton, bool, error) {
+	defer h.changed()
+	return h.singletonAdmin.Create(ctx, raw)
+}
+
+func (h *singletonHost) SetPaused(ctx context.Context, name string, paused bool) (httpapi.Singleton, error) {
+	defer h.changed()
+	return h.singletonAdmin.SetPaused(ctx, name, paused)
+}
+
+func (h *singletonHost) Delete(ctx context.Context, name string) error {
+	defer h.changed()
+	return h.singletonAdmin.Delete(ctx, name)
 }
 
 // sync registers the active daemon singletons with the node and
