@@ -163,10 +163,14 @@ func newSingletonHost(admin singletonAdmin, node *singleton.Node, api string, lo
 		registered: map[string]string{}, runs: map[string]*procRun{}}
 }
 
-// syncEvery is how often a node re-reads the singletons table: a change
-// made through another node (or the CLI) reaches it within that; one made
-// through this node's API at once.
-const syncEvery = 5 * time.Second
+// syncEvery is how often a node re-reads the singletons table while it has
+// daemon singletons, syncIdle while there are none (an idle fleet costs
+// the database little): a change made through another node (or the CLI)
+// reaches it within that; one made through this node's API at once.
+const (
+	syncEvery = 5 * time.Second
+	syncIdle  = 15 * time.Second
+)
 
 // run follows the table until ctx ends.
 func (h *singletonHost) run(ctx context.Context) {
@@ -182,7 +186,13 @@ func (h *singletonHost) run(ctx context.Context) {
 		if err := h.sync(ctx); err != nil && ctx.Err() == nil {
 			h.log.Warn("singleton_sync_failed", slog.String("error", err.Error()))
 		}
-		t.Reset(syncEvery)
+		h.mu.Lock()
+		every := syncEvery
+		if len(h.registered) == 0 {
+			every = syncIdle
+		}
+		h.mu.Unlock()
+		t.Reset(every)
 	}
 }
 
