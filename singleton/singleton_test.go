@@ -399,3 +399,24 @@ func TestRegisterAndUnregisterWhileRunning(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "b to take it over", func() bool { return b.Status()[0].Running })
 }
+
+func sqliteStore(tb testing.TB) (*sqlstore.Store, error) {
+	s, err := sqlite.OpenStore(context.Background(), filepath.Join(tb.TempDir(), "s.db"), "sqlease")
+	if err == nil {
+		tb.Cleanup(func() { s.DB().Close() })
+	}
+	return s, err
+}
+
+func postgresStore(tb testing.TB) *sqlstore.Store {
+	url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
+	if url == "" {
+		tb.Skip("SQLEASE_TEST_POSTGRES_URL not set; bash scripts/test.sh sets it")
+	}
+	s, err := postgres.OpenStore(context.Background(), pgtest.CreateDatabase(tb, url), "sqlease")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.DB().Close() })
+	return s
+}
