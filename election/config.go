@@ -66,6 +66,16 @@ type Config struct {
 	// ReleaseTimeout bounds the release on shutdown. Default
 	// DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
+	// Willing, when set, is asked before this instance acquires a free
+	// (missing or expired) lease: while it answers false the instance leaves
+	// the lease to others for ReluctantFor, and takes it after that if no
+	// one did, so that a lease is never left unheld. Package singleton uses
+	// it to spread singletons over the fleet. It does not hold back an
+	// advisory takeover through the session lock (the fast path).
+	Willing func() bool
+	// ReluctantFor is how long an unwilling instance leaves a free lease to
+	// others. Default 3 AcquireIntervals.
+	ReluctantFor time.Duration
 	// ResignHoldoff is how long an instance that resigned (Resign) stays a
 	// follower before competing again, so that another instance takes the
 	// lease. Default LeaseDuration.
@@ -120,6 +130,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReleaseTimeout == 0 {
 		c.ReleaseTimeout = DefaultReleaseTimeout
+	}
+	if c.ReluctantFor == 0 {
+		c.ReluctantFor = 3 * c.AcquireInterval
 	}
 	if c.ResignHoldoff == 0 {
 		c.ResignHoldoff = c.LeaseDuration
@@ -176,6 +189,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReleaseTimeout <= 0 {
 		bad("release_timeout must be positive, got %s", c.ReleaseTimeout)
+	}
+	if c.ReluctantFor < 0 {
+		bad("reluctant_for must not be negative, got %s", c.ReluctantFor)
 	}
 	if c.ResignHoldoff < 0 {
 		bad("resign_holdoff must not be negative, got %s", c.ResignHoldoff)

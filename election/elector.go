@@ -21,11 +21,12 @@ type Elector struct {
 	log *slog.Logger
 	obs sqlease.Observer
 
-	running atomic.Bool
-	wake    chan struct{}      // nudges a waiting follower to poll now
-	lost    chan struct{}      // a failed fence tells the lead loop
-	resigns chan resignRequest // Resign tells the lead loop
-	probing sync.Mutex         // one Probe at a time
+	running      atomic.Bool
+	missingSince time.Time          // Run's goroutine: when the lease row was first seen missing (Willing)
+	wake         chan struct{}      // nudges a waiting follower to poll now
+	lost         chan struct{}      // a failed fence tells the lead loop
+	resigns      chan resignRequest // Resign tells the lead loop
+	probing      sync.Mutex         // one Probe at a time
 
 	mu           sync.Mutex
 	tok          sqlease.Token      // zero while following
@@ -157,6 +158,17 @@ func (e *Elector) Run(ctx context.Context) error {
 	return nil
 }
 
+// missingFor reports whether the lease row has been seen missing for at
+// least d, counting from the first read that found none (Run's goroutine
+// only).
+func (e *Elector) missingFor(d time.Duration) bool {
+	now := e.cfg.Clock.Now()
+	if e.missingSince.IsZero() {
+		e.missingSince = now
+	}
+	return now.Sub(e.missingSince) >= d
+}
+
 // holdOff keeps an instance that resigned out of the competition for
 // ResignHoldoff, so that another one takes the lease over.
 func (e *Elector) holdOff(ctx context.Context) {
@@ -221,9 +233,13 @@ func (e *Elector) Wake() {
 // grace, so that followWait polls again when it is due.
 func (e *Elector) tryAcquire(ctx context.Context, grace time.Duration) (sqlease.Lease, time.Time, error) {
 	cur, err := e.cfg.Store.Lease(ctx, e.cfg.LeaseName)
+	if err == nil && e.cfg.Willing != nil && cur.Expired() && !e.cfg.Willing() {
+		// Leave a free lease to a willing instance for a while.
+		grace = max(grace, e.cfg.ReluctantFor)
+	}
 	switch {
 	case errors.Is(err, sqlease.ErrNoLease):
-		if grace > 0 {
+		if grace > 0 || e.cfg.Willing != nil && !e.cfg.Willing() && !e.missingFor(e.cfg.ReluctantFor) {
 			return sqlease.Lease{}, time.Time{}, sqlease.ErrLeaseHeld
 		}
 	case err != nil:
@@ -233,6 +249,7 @@ func (e *Elector) tryAcquire(ctx context.Context, grace time.Duration) (sqlease.
 		}
 		return sqlease.Lease{}, time.Time{}, err
 	default:
+		e.missingSince = time.Time{}
 		e.setErr(nil)
 		e.observe(cur)
 		if !cur.Expired() {

@@ -97,6 +97,14 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	case st.Leading:
 		mode = "leader"
 	}
+	if a.cfg.Singletons != nil && (mode == "leader" || mode == "follower") {
+		// A node running a stuck singleton is not ready (the dead man's
+		// switch); the mode stays as it is.
+		if stale := a.cfg.Singletons.Stale(); len(stale) > 0 {
+			reason = "singleton_stale"
+			detail = "singleton_stale=" + strings.Join(stale, ",")
+		}
+	}
 
 	var b strings.Builder
 	field := func(k, v string) {
@@ -129,7 +137,7 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 		b.WriteString(" " + detail)
 	}
 	status := http.StatusOK
-	if mode != "leader" && mode != "follower" {
+	if mode != "leader" && mode != "follower" || reason != "" {
 		status = http.StatusServiceUnavailable
 	}
 	writeText(w, status, b.String())

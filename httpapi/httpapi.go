@@ -89,6 +89,10 @@ type Config struct {
 	// LeaderDispatch says that the leader runs the jobs (scheduler.Lead):
 	// /readyz then says mode=leader only while the scheduler dispatches.
 	LeaderDispatch bool
+	// Singletons serves /v1/singletons, and /readyz answers 503 with
+	// singleton_stale=<name> while one this node runs is stale. Nil leaves
+	// the routes out.
+	Singletons Singletons
 }
 
 // api is the handler New returns.
@@ -145,6 +149,7 @@ func New(cfg Config) http.Handler {
 	a.mux.HandleFunc("POST /v1/jobs/{name}/trigger", a.write(a.jobChange(cfg.Scheduler.Trigger)))
 	a.mux.HandleFunc("GET /v1/jobs/{name}/runs", a.listRuns)
 	a.mux.HandleFunc("GET /v1/leases", a.listLeases)
+	a.routeSingletons()
 	return a
 }
 

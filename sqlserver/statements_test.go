@@ -25,9 +25,10 @@ import (
 const prefix = "qqzp"
 
 const (
-	leases = prefix + "_leases"
-	jobs   = prefix + "_jobs"
-	runs   = prefix + "_runs"
+	leases     = prefix + "_leases"
+	jobs       = prefix + "_jobs"
+	runs       = prefix + "_runs"
+	singletons = prefix + "_singletons"
 )
 
 // stmt is what sqlstore documents for one statement: its argument count and
@@ -49,6 +50,16 @@ var documented = map[string]stmt{
 	"Queries.List":          {0, []string{leases}}, // ()
 	"Queries.FenceLock":     {3, []string{leases}}, // (name, holder, epoch)
 	"Queries.FenceCheck":    {3, []string{leases}}, // (name, holder, epoch)
+
+	"Singletons.Ensure":    {1, []string{singletons}}, // (name)
+	"Singletons.Get":       {1, []string{singletons}}, // (name)
+	"Singletons.List":      {0, []string{singletons}}, // ()
+	"Singletons.Start":     {3, []string{singletons}}, // (holder, epoch, name)
+	"Singletons.Save":      {4, []string{singletons}}, // (state, name, holder, epoch)
+	"Singletons.Heartbeat": {3, []string{singletons}}, // (name, holder, epoch)
+	"Singletons.Create":    {3, []string{singletons}}, // (name, spec, spec_hash)
+	"Singletons.SetPaused": {2, []string{singletons}}, // (paused, name)
+	"Singletons.Delete":    {1, []string{singletons}}, // (name)
 
 	"Jobs.AbandonDeleted": {1, []string{jobs, runs}}, // (name)
 	"Jobs.Now":            {0, nil},
@@ -107,7 +118,7 @@ func statements(t *testing.T, d sqlstore.Dialect) (map[string]string, []string) 
 	for _, group := range []struct {
 		name string
 		v    reflect.Value
-	}{{"Queries", reflect.ValueOf(d.Queries)}, {"Jobs", reflect.ValueOf(d.Jobs)}} {
+	}{{"Queries", reflect.ValueOf(d.Queries)}, {"Jobs", reflect.ValueOf(d.Jobs)}, {"Singletons", reflect.ValueOf(d.Singletons)}} {
 		for i := range group.v.NumField() {
 			f := group.v.Type().Field(i)
 			key := group.name + "." + f.Name
@@ -218,7 +229,7 @@ func TestPlaceholders(t *testing.T) {
 func TestTables(t *testing.T) {
 	d := dialect(t, prefix)
 	got, migrations := statements(t, d)
-	tables := []string{leases, jobs, runs}
+	tables := []string{leases, jobs, runs, singletons}
 	for key, text := range got {
 		var names []string
 		for _, m := range bracketedRE.FindAllStringSubmatch(text, -1) {
@@ -349,7 +360,9 @@ func TestOneClock(t *testing.T) {
 	reads := []string{"Queries.Acquire", "Queries.Renew", "Queries.Release", "Queries.Get", "Queries.List", "Queries.FenceLock",
 		"Queries.FenceCheck", "Jobs.Now", "Jobs.InsertJob", "Jobs.SetPaused", "Jobs.Trigger", "Jobs.ClaimDue", "Jobs.ClaimJob",
 		"Jobs.AbandonRunning", "Jobs.AbandonDeleted", "Jobs.StartJob", "Jobs.InsertRun", "Jobs.Heartbeat", "Jobs.FinishRun", "Jobs.ReleaseJob",
-		"Jobs.Stats", "Jobs.PruneRuns", "Jobs.DueWindow"}
+		"Jobs.Stats", "Jobs.PruneRuns", "Jobs.DueWindow",
+		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat",
+		"Singletons.Create"}
 	for key, text := range got {
 		n := strings.Count(text, "SYSUTCDATETIME()")
 		want := 0

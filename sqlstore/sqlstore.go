@@ -88,6 +88,8 @@ type Dialect struct {
 	TxOptions *sql.TxOptions
 	// Jobs are the scheduler's statements.
 	Jobs JobQueries
+	// Singletons are the statements of package singleton.
+	Singletons SingletonQueries
 	// Time converts a time parameter for the driver; nil passes time.Time
 	// in UTC. SQLite needs its text form so that comparisons stay textual.
 	Time func(time.Time) any
@@ -97,6 +99,14 @@ type Dialect struct {
 	FenceExpired func(error) bool
 	// IsUniqueViolation reports a unique-key violation.
 	IsUniqueViolation func(error) bool
+}
+
+// Migrations are the dialect's schema statements in the order Migrate
+// applies them: lease, scheduler, then singleton tables.
+func (d Dialect) Migrations() []string {
+	out := append([]string{}, d.Queries.Migrations...)
+	out = append(out, d.Jobs.Migrations...)
+	return append(out, d.Singletons.Migrations...)
 }
 
 // Store implements sqlease.LeaseStore on a *sql.DB.
@@ -117,7 +127,7 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() Dialect { return s.d }
 
-// Migrate applies the dialect's migrations (lease, then scheduler tables) in
+// Migrate applies the dialect's migrations (lease, scheduler, then singleton tables) in
 // order. They are idempotent.
 func (s *Store) Migrate(ctx context.Context) error {
 	conn, err := s.db.Conn(ctx)
@@ -132,7 +142,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		// Closing the session would free it as well.
 		defer conn.ExecContext(context.WithoutCancel(ctx), s.d.Queries.MigrateUnlock)
 	}
-	for i, stmt := range append(s.d.Queries.Migrations[:len(s.d.Queries.Migrations):len(s.d.Queries.Migrations)], s.d.Jobs.Migrations...) {
+	for i, stmt := range s.d.Migrations() {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("sqlease: %s migration %d: %w", s.d.Name, i+1, s.classify(err))
 		}

@@ -95,6 +95,7 @@ func Run(t *testing.T, h Harness) {
 		{"ContextDeadlineWhileBlocked", testContextDeadlineWhileBlocked},
 		{"ContextCancelledInFenced", testContextCancelledInFenced},
 		{"DatabaseTime", testDatabaseTime},
+		{"SingletonState", testSingletonState},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h.New(t)) })

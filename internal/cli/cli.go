@@ -65,7 +65,7 @@ scheduled occurrence of each job exactly once, fenced by the lease epoch.`,
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(serveCmd(env), migrateCmd(env), schemaCmd(env), statusCmd(env), jobsCmd(env), versionCmd(env))
+	root.AddCommand(serveCmd(env), migrateCmd(env), schemaCmd(env), statusCmd(env), jobsCmd(env), singletonsCmd(env), versionCmd(env))
 	// Unknown subcommands are usage errors too.
 	root.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {

@@ -139,5 +139,5 @@ func schemaOf(dialect, prefix string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(append([]string{}, d.Queries.Migrations...), d.Jobs.Migrations...), nil
+	return d.Migrations(), nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/sqlease/sqlease/prom"
 	"github.com/sqlease/sqlease/resilient"
 	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/singleton"
 	"github.com/sqlease/sqlease/sqlserver"
 	"github.com/sqlease/sqlease/sqlstore"
 )
@@ -44,15 +45,16 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 // Node is one running sqlease serve: the elector, the scheduler and the HTTP
 // API on one database.
 type Node struct {
-	cfg      Config
-	log      *slog.Logger
-	elector  *election.Elector
-	sched    *scheduler.Scheduler
-	store    *sqlstore.Store
-	server   *http.Server
-	listener net.Listener
-	stopping atomic.Bool
-	close    func()
+	cfg        Config
+	log        *slog.Logger
+	elector    *election.Elector
+	sched      *scheduler.Scheduler
+	singletons *singletonHost
+	store      *sqlstore.Store
+	server     *http.Server
+	listener   net.Listener
+	stopping   atomic.Bool
+	close      func()
 }
 
 // NewNode opens the database (migrating it when configured), builds the
@@ -148,13 +150,26 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	}
 	obs.WatchElector(n.elector.Status)
 
+	// Daemon singletons: each on a lease of its own, with the node's
+	// timings and election mode.
+	smetrics := newSingletonMetrics(reg)
+	snode, err := singleton.NewNode(singleton.NodeConfig{Store: store, Leases: ecfg.Store, SessionLocker: ecfg.SessionLocker,
+		HolderID: holder, LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, AcquireInterval: cfg.AcquireInterval,
+		Logger: log, Observer: smetrics})
+	if err != nil {
+		n.close()
+		return nil, usageError{firstLine(err)}
+	}
+	smetrics.node = snode
+	n.singletons = newSingletonHost(singletonAdmin{store: store, leases: store}, snode, "http://"+localAddr(ln.Addr()), log)
+
 	n.listener = ln
 	n.server = &http.Server{
 		Handler: httpapi.New(httpapi.Config{
 			Scheduler: n.sched, Leases: store, Elector: n.elector,
 			Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 			APIToken: cfg.APIToken, Stopping: n.stopping.Load, Logger: log,
-			LeaderDispatch: cfg.Dispatch == "leader",
+			LeaderDispatch: cfg.Dispatch == "leader", Singletons: n.singletons,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -188,6 +203,9 @@ func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = n.elector.Run(workCtx) }()
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = n.singletons.node.Run(workCtx) }()
+	go func() { defer wg.Done(); n.singletons.run(workCtx) }()
 	if n.cfg.Dispatch == "claim" {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = n.sched.Run(workCtx) }()
@@ -230,6 +248,19 @@ func (n *Node) Run(ctx context.Context) error {
 		err = nil
 	}
 	return err
+}
+
+// localAddr is how a process on this machine reaches the listener:
+// loopback in place of a wildcard address.
+func localAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 func isLoopback(addr string) bool {

@@ -11,7 +11,7 @@ import (
 func statusCmd(env Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the leases (holder, epoch, time left) and a summary of the jobs",
+		Short: "Show the leases (holder, epoch, time left), a summary of the jobs and the singletons",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := load(cmd.Flags(), env.Getenv, false)
@@ -46,6 +46,19 @@ func statusCmd(env Env) *cobra.Command {
 			}
 			fmt.Fprintf(env.Stdout, "\njobs: %d total, %d active, %d paused, %d due now, %d running\n",
 				st.Total, st.Total-st.Paused, st.Paused, st.Due, st.Running)
+			singletons, err := singletonAdmin{store: s, leases: s}.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if len(singletons) > 0 {
+				fmt.Fprintln(env.Stdout)
+				w = tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "SINGLETON\tSTATUS\tHOLDER\tEPOCH\tHEARTBEAT AT\tRESTARTS")
+				for _, x := range singletons {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\n", x.Name, x.Status, x.Holder, x.Epoch, x.HeartbeatAt, x.Restarts)
+				}
+				w.Flush()
+			}
 			return nil
 		},
 	}

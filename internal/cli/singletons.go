@@ -1,0 +1,394 @@
+package cli
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/action"
+	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/singleton"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// singletonAdmin is the daemon singletons' definitions and fleet status, on
+// the database alone: the HTTP API and `sqlease singletons` share it.
+type singletonAdmin struct {
+	store  *sqlstore.Store
+	leases sqlease.LeaseStore
+}
+
+// view builds the API's form of a daemon singleton from its row.
+func (s singletonAdmin) view(ctx context.Context, row sqlstore.SingletonRow) (httpapi.Singleton, error) {
+	spec, err := action.ParseProcessSpec(row.Spec)
+	if err != nil {
+		return httpapi.Singleton{}, fmt.Errorf("singleton %q: stored definition: %w", row.Name, err)
+	}
+	lease, err := s.leases.Lease(ctx, singleton.LeasePrefix+row.Name)
+	if err != nil && !errors.Is(err, sqlease.ErrNoLease) {
+		return httpapi.Singleton{}, err
+	}
+	state := json.RawMessage(row.State)
+	if state == nil {
+		state = spec.InitialState
+	}
+	out := httpapi.Singleton{Name: row.Name, Command: spec.Command, Env: spec.Env,
+		Heartbeat: spec.Heartbeat.String(), StopTimeout: spec.StopTimeout.String(),
+		Status: singleton.FleetStatus(row, lease, time.Duration(spec.Heartbeat)), State: state,
+		StateSavedAt: stamp(row.StateSavedAt), HeartbeatAt: stamp(row.HeartbeatAt), StartedAt: stamp(row.StartedAt),
+		Restarts: row.Restarts}
+	if out.Status != singleton.StatusUnplaced && out.Status != singleton.StatusPaused {
+		out.Holder, out.Epoch = lease.Holder, lease.Epoch
+	}
+	return out, nil
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// daemonRow reads a daemon singleton's row: ErrNoJob for none or for a
+// library singleton.
+func (s singletonAdmin) daemonRow(ctx context.Context, name string) (sqlstore.SingletonRow, error) {
+	row, err := s.store.Singleton(ctx, name)
+	if err != nil {
+		return row, err
+	}
+	if row.Spec == nil {
+		return row, fmt.Errorf("singleton %q is a library singleton: %w", name, sqlease.ErrNoJob)
+	}
+	return row, nil
+}
+
+func (s singletonAdmin) Create(ctx context.Context, raw []byte) (httpapi.Singleton, bool, error) {
+	spec, err := action.ParseProcessSpec(raw)
+	if err != nil {
+		return httpapi.Singleton{}, false, err
+	}
+	canon, err := json.Marshal(spec)
+	if err != nil {
+		return httpapi.Singleton{}, false, err
+	}
+	sum := sha256.Sum256(canon)
+	hash := hex.EncodeToString(sum[:])
+	row, created, err := s.store.CreateSingleton(ctx, spec.Name, canon, hash)
+	if err != nil {
+		return httpapi.Singleton{}, false, err
+	}
+	if !created && row.SpecHash != hash {
+		return httpapi.Singleton{}, false, fmt.Errorf("%w: name: a singleton named %q exists with a different definition", sqlease.ErrConflict, spec.Name)
+	}
+	out, err := s.view(ctx, row)
+	return out, created, err
+}
+
+func (s singletonAdmin) List(ctx context.Context) ([]httpapi.Singleton, error) {
+	rows, err := s.store.Singletons(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []httpapi.Singleton
+	for _, row := range rows {
+		if row.Spec == nil {
+			continue
+		}
+		v, err := s.view(ctx, row)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (s singletonAdmin) Get(ctx context.Context, name string) (httpapi.Singleton, error) {
+	row, err := s.daemonRow(ctx, name)
+	if err != nil {
+		return httpapi.Singleton{}, err
+	}
+	return s.view(ctx, row)
+}
+
+func (s singletonAdmin) SetPaused(ctx context.Context, name string, paused bool) (httpapi.Singleton, error) {
+	if err := s.store.SetSingletonPaused(ctx, name, paused); err != nil {
+		return httpapi.Singleton{}, err
+	}
+	return s.Get(ctx, name)
+}
+
+func (s singletonAdmin) Delete(ctx context.Context, name string) error {
+	return s.store.DeleteSingleton(ctx, name)
+}
+
+// singletonHost runs the daemon singletons on a node: it follows the
+// table (every second), supervises the process of each singleton this node
+// holds, and serves the processes' state and heartbeat calls.
+type singletonHost struct {
+	singletonAdmin
+	node *singleton.Node
+	api  string // this node's base URL, for SQLEASE_API
+	log  *slog.Logger
+
+	kick chan struct{} // a write through this node: sync now
+
+	mu         sync.Mutex
+	registered map[string]string   // name -> spec hash it was registered with
+	runs       map[string]*procRun // name -> the run on this node
+}
+
+// procRun is a singleton process running on this node.
+type procRun struct {
+	epoch  int64
+	secret [32]byte // sha256 of the run's token
+	in     *singleton.Instance[json.RawMessage]
+}
+
+func newSingletonHost(admin singletonAdmin, node *singleton.Node, api string, log *slog.Logger) *singletonHost {
+	return &singletonHost{singletonAdmin: admin, node: node, api: api, log: log, kick: make(chan struct{}, 1),
+		registered: map[string]string{}, runs: map[string]*procRun{}}
+}
+
+// syncEvery is how often a node re-reads the singletons table while it has
+// daemon singletons, syncIdle while there are none (an idle fleet costs
+// the database little): a change made through another node (or the CLI)
+// reaches it within that; one made through this node's API at once.
+const (
+	syncEvery = 5 * time.Second
+	syncIdle  = 15 * time.Second
+)
+
+// run follows the table until ctx ends.
+func (h *singletonHost) run(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-h.kick:
+		}
+		if err := h.sync(ctx); err != nil && ctx.Err() == nil {
+			h.log.Warn("singleton_sync_failed", slog.String("error", err.Error()))
+		}
+		h.mu.Lock()
+		every := syncEvery
+		if len(h.registered) == 0 {
+			every = syncIdle
+		}
+		h.mu.Unlock()
+		t.Reset(every)
+	}
+}
+
+// changed makes run sync now (after a write through this node's API).
+func (h *singletonHost) changed() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (h *singletonHost) Create(ctx context.Context, raw []byte) (httpapi.Singleton, bool, error) {
+	defer h.changed()
+	return h.singletonAdmin.Create(ctx, raw)
+}
+
+func (h *singletonHost) SetPaused(ctx context.Context, name string, paused bool) (httpapi.Singleton, error) {
+	defer h.changed()
+	return h.singletonAdmin.SetPaused(ctx, name, paused)
+}
+
+func (h *singletonHost) Delete(ctx context.Context, name string) error {
+	defer h.changed()
+	return h.singletonAdmin.Delete(ctx, name)
+}
+
+// sync registers the active daemon singletons with the node and
+// unregisters the paused, deleted and changed ones.
+func (h *singletonHost) sync(ctx context.Context) error {
+	rows, err := h.store.Singletons(ctx)
+	if err != nil {
+		return err
+	}
+	want := map[string]sqlstore.SingletonRow{}
+	for _, row := range rows {
+		if row.Spec != nil && !row.Paused {
+			want[row.Name] = row
+		}
+	}
+	h.mu.Lock()
+	var drop []string
+	for name, hash := range h.registered {
+		if row, ok := want[name]; !ok || row.SpecHash != hash {
+			drop = append(drop, name)
+		}
+	}
+	h.mu.Unlock()
+	for _, name := range drop {
+		h.node.Unregister(name) // stops its process
+		h.mu.Lock()
+		delete(h.registered, name)
+		h.mu.Unlock()
+	}
+	for name, row := range want {
+		h.mu.Lock()
+		_, done := h.registered[name]
+		h.mu.Unlock()
+		if done {
+			continue
+		}
+		spec, err := action.ParseProcessSpec(row.Spec)
+		if err != nil {
+			h.log.Warn("singleton_invalid", slog.String("singleton", name), slog.String("error", err.Error()))
+			continue
+		}
+		if err := singleton.Register(h.node, singleton.Config[json.RawMessage]{Name: name, Initial: spec.InitialState,
+			HeartbeatInterval: time.Duration(spec.Heartbeat), Body: h.body(spec)}); err != nil {
+			return err
+		}
+		h.mu.Lock()
+		h.registered[name] = row.SpecHash
+		h.mu.Unlock()
+	}
+	return nil
+}
+
+// body runs the singleton's process with its run's variables.
+func (h *singletonHost) body(spec action.ProcessSpec) func(ctx context.Context, in *singleton.Instance[json.RawMessage]) error {
+	return func(ctx context.Context, in *singleton.Instance[json.RawMessage]) error {
+		var raw [24]byte
+		_, _ = rand.Read(raw[:])
+		token := hex.EncodeToString(raw[:])
+		r := &procRun{epoch: in.Token().Epoch, secret: sha256.Sum256([]byte(token)), in: in}
+		h.mu.Lock()
+		h.runs[spec.Name] = r
+		h.mu.Unlock()
+		defer func() {
+			h.mu.Lock()
+			if h.runs[spec.Name] == r {
+				delete(h.runs, spec.Name)
+			}
+			h.mu.Unlock()
+		}()
+		state := in.State()
+		if len(state) == 0 {
+			state = json.RawMessage("null")
+		}
+		tok := in.Token()
+		env := []string{"SQLEASE_SINGLETON=" + spec.Name, "SQLEASE_EPOCH=" + strconv.FormatInt(tok.Epoch, 10),
+			"SQLEASE_HOLDER=" + tok.Holder, "SQLEASE_STATE=" + string(state), "SQLEASE_API=" + h.api,
+			"SQLEASE_SINGLETON_TOKEN=" + token}
+		h.log.Info("singleton_process_started", slog.String("singleton", spec.Name), slog.Int64("lease_epoch", tok.Epoch))
+		err := action.RunProcess(ctx, spec, env)
+		h.log.Info("singleton_process_exited", slog.String("singleton", spec.Name), slog.Int64("lease_epoch", tok.Epoch),
+			slog.Any("error", err))
+		return err
+	}
+}
+
+// current returns the run of name on this node for a process's call: its
+// epoch must be current here and the secret the run's.
+func (h *singletonHost) current(name string, epoch int64, secret string) (*procRun, error) {
+	h.mu.Lock()
+	r := h.runs[name]
+	h.mu.Unlock()
+	if r == nil || r.epoch != epoch {
+		return nil, fmt.Errorf("%w: singleton %q does not run under epoch %d on this node: the process must exit", sqlease.ErrConflict, name, epoch)
+	}
+	got := sha256.Sum256([]byte(secret))
+	if subtle.ConstantTimeCompare(got[:], r.secret[:]) != 1 {
+		return nil, httpapi.ErrUnauthorized
+	}
+	return r, nil
+}
+
+func (h *singletonHost) SaveState(ctx context.Context, name string, epoch int64, secret string, state []byte) error {
+	r, err := h.current(name, epoch, secret)
+	if err != nil {
+		return err
+	}
+	if len(state) > action.MaxStateBytes || !json.Valid(state) {
+		return fmt.Errorf("%w: state: must be a JSON value of at most %d bytes", sqlease.ErrInvalidConfig, action.MaxStateBytes)
+	}
+	if err := r.in.Save(ctx, json.RawMessage(state)); err != nil {
+		if errors.Is(err, sqlease.ErrLeaseLost) {
+			return fmt.Errorf("%w: singleton %q: epoch %d is no longer current: the process must exit", sqlease.ErrConflict, name, epoch)
+		}
+		return err
+	}
+	return nil
+}
+
+func (h *singletonHost) Heartbeat(ctx context.Context, name string, epoch int64, secret string) error {
+	r, err := h.current(name, epoch, secret)
+	if err != nil {
+		return err
+	}
+	if err := r.in.Heartbeat(ctx); err != nil {
+		if errors.Is(err, sqlease.ErrLeaseLost) {
+			return fmt.Errorf("%w: singleton %q: epoch %d is no longer current: the process must exit", sqlease.ErrConflict, name, epoch)
+		}
+		return err
+	}
+	return nil
+}
+
+func (h *singletonHost) Stale() []string { return h.node.Stale() }
+
+// singletonMetrics exports this node's singletons: the dead man's switch's
+// heartbeat age, whether it runs here, and state decode failures.
+type singletonMetrics struct {
+	node    *singleton.Node
+	age     *prometheus.Desc
+	running *prometheus.Desc
+	decode  *prometheus.CounterVec
+}
+
+func newSingletonMetrics(reg prometheus.Registerer) *singletonMetrics {
+	m := &singletonMetrics{
+		age: prometheus.NewDesc("sqlease_singleton_heartbeat_age_seconds",
+			"Seconds since the last heartbeat (or start) of a singleton this node runs.", []string{"singleton"}, nil),
+		running: prometheus.NewDesc("sqlease_singleton_running",
+			"1 while this node runs the singleton, else 0.", []string{"singleton"}, nil),
+		decode: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sqlease_singleton_state_decode_failures_total",
+			Help: "Saved states that could not be decoded; the singleton started from its initial state."}, []string{"singleton"}),
+	}
+	reg.MustRegister(m, m.decode)
+	return m
+}
+
+func (m *singletonMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- m.age; ch <- m.running }
+
+func (m *singletonMetrics) Collect(ch chan<- prometheus.Metric) {
+	if m.node == nil {
+		return
+	}
+	for _, st := range m.node.Status() {
+		run := 0.0
+		if st.Running {
+			run = 1
+			ch <- prometheus.MustNewConstMetric(m.age, prometheus.GaugeValue, st.HeartbeatAge.Seconds(), st.Name)
+		}
+		ch <- prometheus.MustNewConstMetric(m.running, prometheus.GaugeValue, run, st.Name)
+	}
+}
+
+// StateDecodeFailed and Running make it the node's singleton.Observer.
+func (m *singletonMetrics) StateDecodeFailed(name string) { m.decode.WithLabelValues(name).Inc() }
+func (m *singletonMetrics) Running(string, bool)          {}

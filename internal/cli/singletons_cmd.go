@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/httpapi"
+)
+
+// singletonsCmd administers daemon singletons directly in the database, as
+// /v1/singletons does; the nodes pick changes up within a second.
+func singletonsCmd(env Env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "singletons add|list|get|pause|resume|delete",
+		Short: "Create, inspect and change singletons (the HTTP API's JSON, straight to the database)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usagef("singletons: missing subcommand; see sqlease singletons --help")
+		},
+	}
+	withAdmin := func(cmd *cobra.Command, fn func(ctx context.Context, a singletonAdmin) (any, error)) error {
+		cfg, err := load(cmd.Flags(), env.Getenv, false)
+		if err != nil {
+			return err
+		}
+		st, err := openStore(cmd.Context(), cfg.DB, cfg.TablePrefix, false)
+		if err != nil {
+			return err
+		}
+		defer st.DB().Close()
+		out, err := fn(cmd.Context(), singletonAdmin{store: st, leases: st})
+		if errors.Is(err, sqlease.ErrInvalidConfig) || errors.Is(err, sqlease.ErrInvalidName) {
+			return usageError{err}
+		}
+		if err != nil || out == nil {
+			return err
+		}
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+
+	var file string
+	add := &cobra.Command{
+		Use:   "add -f FILE|-",
+		Short: "Create a singleton from its JSON (as POST /v1/singletons); idempotent for the same content",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return usagef("file: -f FILE (or - for standard input) is required")
+			}
+			var r io.Reader = env.Stdin
+			if file != "-" {
+				f, err := os.Open(file)
+				if err != nil {
+					return usagef("file: %v", err)
+				}
+				defer f.Close()
+				r = f
+			}
+			raw, err := io.ReadAll(io.LimitReader(r, 1<<20))
+			if err != nil {
+				return usagef("file: %v", err)
+			}
+			return withAdmin(cmd, func(ctx context.Context, a singletonAdmin) (any, error) {
+				s, created, err := a.Create(ctx, raw)
+				if err == nil && !created {
+					fmt.Fprintf(env.Stderr, "singleton %q already exists with the same content\n", s.Name)
+				}
+				return s, err
+			})
+		},
+	}
+	add.Flags().StringVarP(&file, "file", "f", "", "the singleton's JSON, or - for standard input")
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List singletons with their status, holder and epoch",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withAdmin(cmd, func(ctx context.Context, a singletonAdmin) (any, error) {
+				l, err := a.List(ctx)
+				if l == nil {
+					l = []httpapi.Singleton{}
+				}
+				return httpapi.SingletonList{Singletons: l}, err
+			})
+		},
+	}
+	one := func(use, short string, fn func(ctx context.Context, a singletonAdmin, name string) (any, error)) *cobra.Command {
+		c := &cobra.Command{Use: use + " NAME", Short: short, Args: oneArg("NAME")}
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			return withAdmin(cmd, func(ctx context.Context, a singletonAdmin) (any, error) { return fn(ctx, a, args[0]) })
+		}
+		addFlags(c.Flags(), false)
+		return c
+	}
+	get := one("get", "Show a singleton: status, holder, epoch, state, heartbeat", func(ctx context.Context, a singletonAdmin, name string) (any, error) {
+		return a.Get(ctx, name)
+	})
+	pause := one("pause", "Stop a singleton everywhere, keeping its state", func(ctx context.Context, a singletonAdmin, name string) (any, error) {
+		return a.SetPaused(ctx, name, true)
+	})
+	resume := one("resume", "Run a paused singleton again", func(ctx context.Context, a singletonAdmin, name string) (any, error) {
+		return a.SetPaused(ctx, name, false)
+	})
+	del := one("delete", "Stop a singleton everywhere and drop it with its state", func(ctx context.Context, a singletonAdmin, name string) (any, error) {
+		if err := a.Delete(ctx, name); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(env.Stdout, "deleted %s\n", name)
+		return nil, nil
+	})
+	for _, c := range []*cobra.Command{add, list} {
+		addFlags(c.Flags(), false)
+	}
+	cmd.AddCommand(add, list, get, pause, resume, del)
+	return cmd
+}

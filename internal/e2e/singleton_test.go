@@ -1,0 +1,302 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// counterScript is a daemon singleton written in bash (no Go, no curl): it
+// resumes from $SQLEASE_STATE, counts, and saves every count through its
+// node's API under its epoch with its run's token; it exits when the node
+// answers 409 (its epoch is over). It appends its pid to $PIDS.
+const counterScript = `#!/usr/bin/env bash
+echo $$ >> "$PIDS"
+n=$(printf '%s' "$SQLEASE_STATE" | sed -n 's/.*"n":\([0-9]*\).*/\1/p')
+n=${n:-0}
+hostport=${SQLEASE_API#http://}
+host=${hostport%:*}
+port=${hostport##*:}
+while :; do
+	n=$((n + 1))
+	body="{\"n\":$n}"
+	exec 3<>"/dev/tcp/$host/$port" || exit 1
+	printf 'PUT /v1/singletons/%s/state HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nSqlease-Epoch: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+		"$SQLEASE_SINGLETON" "$hostport" "$SQLEASE_SINGLETON_TOKEN" "$SQLEASE_EPOCH" ${#body} "$body" >&3
+	IFS= read -r status <&3
+	exec 3<&-
+	case $status in
+	*" 204"*) ;;
+	*" 409"*) exit 0 ;;
+	*) echo "counter: $status" >&2; exit 1 ;;
+	esac
+	sleep 0.05
+done
+`
+
+type singletonView struct {
+	Name     string          `json:"name"`
+	Status   string          `json:"status"`
+	Holder   string          `json:"holder"`
+	Epoch    int64           `json:"epoch"`
+	State    json.RawMessage `json:"state"`
+	Restarts int64           `json:"restarts"`
+}
+
+func (v singletonView) count(t *testing.T) int {
+	var s struct {
+		N int `json:"n"`
+	}
+	if err := json.Unmarshal(v.State, &s); err != nil {
+		t.Fatalf("state %s: %v", v.State, err)
+	}
+	return s.N
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// A daemon singleton written in bash runs on exactly one node; after kill -9
+// of that node alone its process dies with it (no orphan), and another node
+// runs it from the last saved state within the failover bound — the count
+// never goes backwards.
+func TestSingletonProcessFailover(t *testing.T) {
+	for _, b := range []backend{{name: "sqlite", db: sqliteDB}, {name: "postgres", db: postgresDB(t)}} {
+		t.Run(b.name, func(t *testing.T) {
+			dir := t.TempDir()
+			script, pids := filepath.Join(dir, "counter.sh"), filepath.Join(dir, "pids")
+			if err := os.WriteFile(script, []byte(counterScript), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			f := newFleet(t, b.db(t))
+			nodes := f.start("a", "b")
+			def := fmt.Sprintf(`{"name":"counter","command":["bash",%q],"env":{"PIDS":%q},"initial_state":{"n":0},"heartbeat":"1s","stop_timeout":"2s"}`, script, pids)
+			resp, body := nodes[0].do(t, "POST", "/v1/singletons", "", []byte(def))
+			if resp.StatusCode != 201 {
+				t.Fatalf("create: %d %s", resp.StatusCode, body)
+			}
+			if resp, body := nodes[1].do(t, "POST", "/v1/singletons", "", []byte(def)); resp.StatusCode != 200 {
+				t.Fatalf("identical create: %d %s", resp.StatusCode, body)
+			}
+			var v singletonView
+			get := func() singletonView {
+				var v singletonView
+				nodes[1].getJSON(t, "/v1/singletons/counter", &v)
+				return v
+			}
+			if err := poll(20*time.Second, func() (bool, string) {
+				v = get()
+				return v.Status == "running" && v.count(t) >= 10, fmt.Sprintf("%+v", v)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var holder, other *node
+			for _, n := range nodes {
+				if n.holder == v.Holder {
+					holder = n
+				} else {
+					other = n
+				}
+			}
+			if holder == nil {
+				t.Fatalf("holder %q is not a node of the fleet", v.Holder)
+			}
+			before := get()
+			holder.signal(t, syscall.SIGKILL)
+			killed := time.Now()
+			holder.wait(t, 5*time.Second)
+
+			// The dead node's process is gone with it.
+			started, _ := os.ReadFile(pids)
+			var first []int
+			for _, line := range strings.Fields(string(started)) {
+				pid, _ := strconv.Atoi(line)
+				first = append(first, pid)
+			}
+			if err := poll(3*time.Second, func() (bool, string) {
+				for _, pid := range first {
+					if alive(pid) {
+						return false, fmt.Sprintf("pid %d of the killed node's singleton still runs", pid)
+					}
+				}
+				return true, ""
+			}); err != nil {
+				t.Fatal(err)
+			}
+
+			var after singletonView
+			if err := poll(20*time.Second, func() (bool, string) {
+				var v singletonView
+				other.getJSON(t, "/v1/singletons/counter", &v)
+				after = v
+				return v.Holder == other.holder && v.Status == "running" && v.count(t) > before.count(t), fmt.Sprintf("%+v", v)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(killed)
+			t.Logf("kill -9 of %s: %s runs the singleton (epoch %d → %d) from n=%d, %s later", holder.holder, other.holder,
+				before.Epoch, after.Epoch, before.count(t), took)
+			if after.Epoch <= before.Epoch {
+				t.Fatalf("epoch %d after failover, was %d", after.Epoch, before.Epoch)
+			}
+			if bound := leaseDuration + acquireInterval + 3*time.Second; took > bound {
+				t.Errorf("failover took %s, want within lease + acquire (+ slack) = %s", took, bound)
+			}
+			// Exactly one copy runs: the pids started since the kill, one alive.
+			time.Sleep(300 * time.Millisecond)
+			started, _ = os.ReadFile(pids)
+			var running int
+			for _, line := range strings.Fields(string(started)) {
+				pid, _ := strconv.Atoi(line)
+				if alive(pid) {
+					running++
+				}
+			}
+			if running != 1 {
+				t.Fatalf("%d copies of the singleton run, want 1", running)
+			}
+		})
+	}
+}
+
+// SIGSTOP of the node running a singleton past its lease: another node runs
+// it; after SIGCONT the frozen node's process is stopped, its saves under
+// the old epoch are refused, and the saved count never goes backwards.
+// A singleton that stops heart-beating makes its node's /readyz answer 503
+// with singleton_stale=<name>, and the status says stale.
+func TestSingletonFrozenNodeAndStaleness(t *testing.T) {
+	dir := t.TempDir()
+	script, pids := filepath.Join(dir, "counter.sh"), filepath.Join(dir, "pids")
+	if err := os.WriteFile(script, []byte(counterScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := newFleet(t, sqliteDB(t))
+	nodes := f.start("a", "b")
+	def := fmt.Sprintf(`{"name":"counter","command":["bash",%q],"env":{"PIDS":%q},"heartbeat":"1s","stop_timeout":"1s"}`, script, pids)
+	if resp, body := nodes[0].do(t, "POST", "/v1/singletons", "", []byte(def)); resp.StatusCode != 201 {
+		t.Fatalf("create: %d %s", resp.StatusCode, body)
+	}
+	var counts []int // every count read, in order
+	var v singletonView
+	read := func(n *node) singletonView {
+		var v singletonView
+		n.getJSON(t, "/v1/singletons/counter", &v)
+		if v.State != nil && string(v.State) != "null" {
+			counts = append(counts, v.count(t))
+		}
+		return v
+	}
+	if err := poll(20*time.Second, func() (bool, string) {
+		v = read(nodes[0])
+		return v.Status == "running" && len(counts) > 0 && counts[len(counts)-1] >= 5, fmt.Sprintf("%+v", v)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var holder, other *node
+	for _, n := range nodes {
+		if n.holder == v.Holder {
+			holder = n
+		} else {
+			other = n
+		}
+	}
+	holder.signal(t, syscall.SIGSTOP)
+	if err := poll(20*time.Second, func() (bool, string) {
+		v = read(other)
+		return v.Holder == other.holder && v.Status == "running", fmt.Sprintf("%+v", v)
+	}); err != nil {
+		holder.signal(t, syscall.SIGCONT)
+		t.Fatal(err)
+	}
+	time.Sleep(3 * leaseDuration) // frozen well past its lease
+	holder.signal(t, syscall.SIGCONT)
+	for range 20 {
+		read(other)
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i := 1; i < len(counts); i++ {
+		if counts[i] < counts[i-1] {
+			t.Fatalf("the saved count went backwards: %v", counts)
+		}
+	}
+	started, _ := os.ReadFile(pids)
+	if err := poll(5*time.Second, func() (bool, string) {
+		running := 0
+		for _, line := range strings.Fields(string(started)) {
+			pid, _ := strconv.Atoi(line)
+			if alive(pid) {
+				running++
+			}
+		}
+		return running == 1, fmt.Sprintf("%d copies run", running)
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A singleton that never heart-beats: stale after the grace.
+	quiet := `{"name":"quiet","command":["sleep","3600"],"heartbeat":"300ms","stop_timeout":"1s"}`
+	if resp, body := other.do(t, "POST", "/v1/singletons", "", []byte(quiet)); resp.StatusCode != 201 {
+		t.Fatalf("create quiet: %d %s", resp.StatusCode, body)
+	}
+	var runner *node
+	if err := poll(20*time.Second, func() (bool, string) {
+		var q singletonView
+		other.getJSON(t, "/v1/singletons/quiet", &q)
+		for _, n := range nodes {
+			if n.holder == q.Holder {
+				runner = n
+			}
+		}
+		return q.Status == "stale" && runner != nil, fmt.Sprintf("%+v", q)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(5*time.Second, func() (bool, string) {
+		r := runner.readyz()
+		return r.code == 503 && strings.Contains(r.body, "singleton_stale=quiet"), r.String()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The process API: a wrong token is 401, an epoch that is not current
+	// on the node 409; neither changes anything.
+	var q singletonView
+	runner.getJSON(t, "/v1/singletons/quiet", &q)
+	call := func(n *node, epoch int64, token string) int {
+		req, _ := http.NewRequest("POST", n.url("/v1/singletons/quiet/heartbeat"), nil)
+		req.Header.Set("Sqlease-Epoch", strconv.FormatInt(epoch, 10))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := call(runner, q.Epoch, "not-the-token"); got != 401 {
+		t.Fatalf("heartbeat with a wrong token: %d, want 401", got)
+	}
+	if got := call(runner, q.Epoch+1, "not-the-token"); got != 409 {
+		t.Fatalf("heartbeat under an epoch not current here: %d, want 409", got)
+	}
+	code, metrics := runner.get("/metrics")
+	if code != 200 || !strings.Contains(metrics, `sqlease_singleton_heartbeat_age_seconds{singleton="quiet"}`) {
+		t.Fatalf("metrics lack the heartbeat age of quiet: %d", code)
+	}
+	// Pausing it stops it everywhere: the node is ready again.
+	if resp, body := other.do(t, "POST", "/v1/singletons/quiet/pause", "", []byte(`{}`)); resp.StatusCode != 200 {
+		t.Fatalf("pause: %d %s", resp.StatusCode, body)
+	}
+	if err := poll(10*time.Second, func() (bool, string) {
+		r := runner.readyz()
+		return r.code == 200, r.String()
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

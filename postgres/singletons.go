@@ -1,0 +1,42 @@
+package postgres
+
+import (
+	"strings"
+
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// singletonQueries returns the singleton statements for the table prefix.
+func singletonQueries(prefix string) sqlstore.SingletonQueries {
+	r := strings.NewReplacer("{t}", prefix+"_singletons", "{now}", "clock_timestamp()")
+	cols := `state, state_saved_at, heartbeat_at, holder_id, lease_epoch, started_at, restarts, spec, spec_hash, paused, {now}`
+	return sqlstore.SingletonQueries{
+		Migrations: []string{r.Replace(`CREATE TABLE IF NOT EXISTS {t} (
+	name           text        NOT NULL PRIMARY KEY,
+	state          text,
+	state_saved_at timestamptz,
+	heartbeat_at   timestamptz,
+	holder_id      text,
+	lease_epoch    bigint      NOT NULL DEFAULT 0,
+	started_at     timestamptz,
+	restarts       bigint      NOT NULL DEFAULT 0,
+	spec           text,
+	spec_hash      text,
+	paused         boolean NOT NULL DEFAULT false,
+	created_at     timestamptz NOT NULL
+)`)},
+		Ensure: r.Replace(`INSERT INTO {t} (name, created_at) VALUES ($1, {now}) ON CONFLICT (name) DO NOTHING`),
+		Get:    r.Replace(`SELECT ` + cols + ` FROM {t} WHERE name = $1`),
+		List:   r.Replace(`SELECT name, ` + cols + ` FROM {t} ORDER BY name`),
+		// One clock reading per statement: clock_timestamp() changes
+		// within one.
+		Start: r.Replace(`UPDATE {t} SET holder_id = $1, lease_epoch = $2, started_at = n.now, heartbeat_at = n.now, restarts = restarts + 1
+FROM (SELECT {now} AS now) AS n WHERE name = $3`),
+		Save: r.Replace(`UPDATE {t} SET state = $1, state_saved_at = n.now, heartbeat_at = n.now
+FROM (SELECT {now} AS now) AS n WHERE name = $2 AND holder_id = $3 AND lease_epoch = $4`),
+		Create:    r.Replace(`INSERT INTO {t} (name, spec, spec_hash, created_at) VALUES ($1, $2, $3, {now})`),
+		SetPaused: r.Replace(`UPDATE {t} SET paused = $1 WHERE name = $2 AND spec IS NOT NULL`),
+		Delete:    r.Replace(`DELETE FROM {t} WHERE name = $1 AND spec IS NOT NULL`),
+		Heartbeat: r.Replace(`UPDATE {t} SET heartbeat_at = {now} WHERE name = $1 AND holder_id = $2 AND lease_epoch = $3`),
+	}
+}

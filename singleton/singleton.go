@@ -1,0 +1,681 @@
+// Package singleton runs long-lived work on exactly one node of a fleet
+// (SPEC §4 "Singletons"): a named task whose body runs on the node that
+// holds the singleton's own lease, with state that survives failover and a
+// dead man's switch.
+//
+// # Guarantees
+//
+// Every node that wants a singleton registers it with its Node; the one that
+// holds the lease "singleton:<name>" runs the body, the others wait. The
+// body's context ends when the lease is lost (or can no longer be trusted:
+// the elector's local deadline). Save writes the state in a transaction
+// fenced by that lease and conditional on the (holder, epoch) that started
+// this run, so a deposed instance — a paused process that wakes after its
+// lease was taken over — can never overwrite a newer state: its Save returns
+// an error wrapping sqlease.ErrLeaseLost and changes nothing. A new holder
+// loads the last saved state before its body starts.
+//
+// State is JSON. Loading is best-effort (seed 003): fields the type no longer
+// has are dropped, fields the saved state lacks keep the initial state's
+// values, and a state that cannot be decoded at all falls back to the
+// initial state with a Warn log and Observer.StateDecodeFailed — never a
+// crash loop.
+//
+// # Spreading over the fleet
+//
+// Each singleton has its own lease, and a node holds no more than its fair
+// share, ⌈singletons / live nodes⌉, while another node is willing: it does
+// not take a free lease beyond its share (for a few acquire intervals, so no
+// singleton stays unplaced), and gives a surplus back (Resign: released at
+// once, the node then leaves it alone for a lease duration). Live nodes are
+// known by a member lease each node renews, "member:<holder id>".
+//
+// # Dead man's switch
+//
+// The body calls Heartbeat (Save counts as one) at least every
+// HeartbeatInterval. A running singleton whose last heartbeat is older than
+// 2 × HeartbeatInterval, after a start grace of 2 × HeartbeatInterval, is
+// stale: Node.Stale names it, for readiness checks and metrics.
+package singleton
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// Defaults.
+const (
+	DefaultHeartbeatInterval = 30 * time.Second
+	DefaultRestartBackoff    = time.Second
+	maxRestartBackoff        = 30 * time.Second
+)
+
+// LeasePrefix and MemberPrefix start the names of singleton and member
+// leases.
+const (
+	LeasePrefix  = "singleton:"
+	MemberPrefix = "member:"
+)
+
+// Config describes one singleton of state type S.
+type Config[S any] struct {
+	// Name is the singleton's name: 1–128 characters of a-z 0-9 . _ -,
+	// starting with a letter or digit (as job names).
+	Name string
+	// Initial is the state before anything was saved, and the defaults of
+	// fields a saved state lacks.
+	Initial S
+	// Body runs while this node holds the singleton. It should return when
+	// ctx ends. If it returns while the node still holds the singleton, it
+	// is started again (with the state last saved) after a backoff.
+	Body func(ctx context.Context, in *Instance[S]) error
+	// HeartbeatInterval is how often the body promises to call Heartbeat
+	// (or Save). Default DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration
+	// OnStarted runs when this node gains the singleton, before the body
+	// first starts, with the fencing token; OnStopped when it loses it.
+	OnStarted func(ctx context.Context, tok sqlease.Token)
+	OnStopped func(tok sqlease.Token)
+}
+
+// Observer receives singleton events for metrics. Nil ignores them.
+type Observer interface {
+	// StateDecodeFailed: a saved state could not be decoded; the body
+	// starts from the initial state.
+	StateDecodeFailed(name string)
+	// Running reports whether this node runs the singleton now.
+	Running(name string, running bool)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) StateDecodeFailed(string) {}
+func (nopObserver) Running(string, bool)     {}
+
+// NodeConfig configures a Node.
+type NodeConfig struct {
+	// Store keeps the singletons' state (required).
+	Store *sqlstore.Store
+	// Leases is the lease store the electors use. Default Store; pass a
+	// resilient.Wrap of it to retry transient errors.
+	Leases sqlease.LeaseStore
+	// SessionLocker selects advisory mode for the singletons' leases.
+	SessionLocker sqlease.SessionLocker
+	// HolderID identifies this node. Default election.DefaultHolderID().
+	HolderID string
+	// LeaseDuration, RenewInterval, AcquireInterval: as election.Config.
+	LeaseDuration, RenewInterval, AcquireInterval time.Duration
+	// RestartBackoff is the first wait before a body that returned is
+	// started again; it doubles up to 30 s. Default DefaultRestartBackoff.
+	RestartBackoff time.Duration
+	// Logger receives events with the singleton's name, holder and epoch.
+	Logger   *slog.Logger
+	Observer Observer
+	// Clock is the local monotonic clock. Nil means the system clock.
+	Clock sqlease.Clock
+}
+
+// Node runs the singletons registered with it, competing for each with the
+// other nodes.
+type Node struct {
+	cfg NodeConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	entries []*entry
+	running bool
+	runCtx  context.Context // while running: the context new entries' electors run under
+	wg      sync.WaitGroup  // the running electors and the membership loop
+	share   int             // this node's fair share, as last computed
+}
+
+// entry is one registered singleton, type-erased.
+type entry struct {
+	name     string
+	interval time.Duration
+	el       *election.Elector
+	run      func(ctx context.Context, tok sqlease.Token) // the leading callback
+
+	cancel context.CancelFunc // stops its elector (Unregister)
+	done   chan struct{}      // closed when its elector has returned
+
+	mu        sync.Mutex
+	leading   bool
+	tok       sqlease.Token
+	startedAt time.Time // local: this term's start
+	lastBeat  time.Time // local: the last successful heartbeat or save
+	acquired  time.Time // local: when the term began, for picking a surplus to give back
+}
+
+// NewNode validates cfg and returns a Node.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("%w: singleton: store is required", sqlease.ErrInvalidConfig)
+	}
+	if cfg.Leases == nil {
+		cfg.Leases = cfg.Store
+	}
+	if cfg.HolderID == "" {
+		cfg.HolderID = election.DefaultHolderID()
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = election.DefaultLeaseDuration
+	}
+	if cfg.RenewInterval == 0 {
+		cfg.RenewInterval = election.DefaultRenewInterval
+	}
+	if cfg.AcquireInterval == 0 {
+		cfg.AcquireInterval = election.DefaultAcquireInterval
+	}
+	if cfg.RestartBackoff <= 0 {
+		cfg.RestartBackoff = DefaultRestartBackoff
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = sqlease.SystemClock{}
+	}
+	if err := sqlease.ValidateHolderID(cfg.HolderID); err != nil {
+		return nil, fmt.Errorf("%w: singleton: holder_id: %v", sqlease.ErrInvalidConfig, err)
+	}
+	return &Node{cfg: cfg, log: cfg.Logger.With(slog.String("holder_id", cfg.HolderID)), share: math.MaxInt}, nil
+}
+
+// HolderID returns this node's holder id.
+func (n *Node) HolderID() string { return n.cfg.HolderID }
+
+// Register adds a singleton to n; on a running node it starts competing for
+// it at once.
+func Register[S any](n *Node, cfg Config[S]) error {
+	if err := sqlease.ValidateJobName(cfg.Name); err != nil {
+		return fmt.Errorf("singleton: %w", err)
+	}
+	if cfg.Body == nil {
+		return fmt.Errorf("%w: singleton %q: body is required", sqlease.ErrInvalidConfig, cfg.Name)
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.HeartbeatInterval < 0 {
+		return fmt.Errorf("%w: singleton %q: heartbeat interval must be positive, got %s", sqlease.ErrInvalidConfig, cfg.Name, cfg.HeartbeatInterval)
+	}
+	if _, err := json.Marshal(cfg.Initial); err != nil {
+		return fmt.Errorf("%w: singleton %q: initial state is not JSON: %v", sqlease.ErrInvalidConfig, cfg.Name, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, e := range n.entries {
+		if e.name == cfg.Name {
+			return fmt.Errorf("%w: singleton %q is registered twice", sqlease.ErrConflict, cfg.Name)
+		}
+	}
+	e := &entry{name: cfg.Name, interval: cfg.HeartbeatInterval}
+	el, err := election.New(election.Config{
+		Store: n.cfg.Leases, SessionLocker: n.cfg.SessionLocker, LeaseName: LeasePrefix + cfg.Name, HolderID: n.cfg.HolderID,
+		LeaseDuration: n.cfg.LeaseDuration, RenewInterval: n.cfg.RenewInterval, AcquireInterval: n.cfg.AcquireInterval,
+		Willing: n.willing, Logger: n.cfg.Logger.With(slog.String("singleton", cfg.Name)), Clock: n.cfg.Clock,
+		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) { e.run(ctx, tok) },
+	})
+	if err != nil {
+		return fmt.Errorf("singleton %q: %w", cfg.Name, err)
+	}
+	e.el = el
+	e.run = func(ctx context.Context, tok sqlease.Token) { runTerm(ctx, n, e, cfg, tok) }
+	if n.running && n.runCtx.Err() == nil {
+		if err := n.cfg.Store.EnsureSingleton(n.runCtx, e.name); err != nil {
+			return err
+		}
+		n.start(e)
+	}
+	n.entries = append(n.entries, e)
+	return nil
+}
+
+// start runs e's elector under the node's context (n.mu held).
+func (n *Node) start(e *entry) {
+	ctx, cancel := context.WithCancel(n.runCtx)
+	e.cancel, e.done = cancel, make(chan struct{})
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer close(e.done)
+		_ = e.el.Run(ctx)
+	}()
+}
+
+// Unregister stops competing for the singleton name: its body is stopped
+// and its lease released if this node held it. It reports whether name was
+// registered.
+func (n *Node) Unregister(name string) bool {
+	n.mu.Lock()
+	var e *entry
+	for i, x := range n.entries {
+		if x.name == name {
+			e = x
+			n.entries = append(n.entries[:i:i], n.entries[i+1:]...)
+			break
+		}
+	}
+	n.mu.Unlock()
+	if e == nil {
+		return false
+	}
+	if e.cancel != nil {
+		e.cancel()
+		<-e.done
+	}
+	return true
+}
+
+// Names returns the registered singletons' names.
+func (n *Node) Names() []string {
+	var out []string
+	for _, e := range n.snapshot() {
+		out = append(out, e.name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Run competes for every registered singleton (and those registered while
+// it runs) and runs those this node holds, until ctx ends; then it stops
+// the bodies and releases the leases.
+func (n *Node) Run(ctx context.Context) error {
+	n.mu.Lock()
+	if n.running {
+		n.mu.Unlock()
+		return errors.New("singleton: node is already running")
+	}
+	for _, e := range n.entries {
+		if err := n.cfg.Store.EnsureSingleton(ctx, e.name); err != nil {
+			n.mu.Unlock()
+			return err
+		}
+	}
+	n.running, n.runCtx = true, ctx
+	for _, e := range n.entries {
+		n.start(e)
+	}
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.membership(ctx) }()
+	n.mu.Unlock()
+	<-ctx.Done()
+	n.wg.Wait()
+	n.mu.Lock()
+	n.running = false
+	n.mu.Unlock()
+	return nil
+}
+
+// willing reports whether this node holds less than its fair share.
+func (n *Node) willing() bool {
+	n.mu.Lock()
+	share := n.share
+	n.mu.Unlock()
+	return n.held() < share
+}
+
+func (n *Node) held() int {
+	k := 0
+	for _, e := range n.snapshot() {
+		if e.el.IsLeader() {
+			k++
+		}
+	}
+	return k
+}
+
+func (n *Node) snapshot() []*entry {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]*entry(nil), n.entries...)
+}
+
+// membership renews this node's member lease, recomputes the fair share
+// from the live members and gives a surplus singleton back.
+func (n *Node) membership(ctx context.Context) {
+	name := MemberPrefix + n.cfg.HolderID
+	var tok sqlease.Token
+	t := time.NewTimer(0)
+	defer t.Stop()
+	defer func() {
+		if !tok.IsZero() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = n.cfg.Leases.Release(rctx, tok)
+			cancel()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		t.Reset(n.cfg.RenewInterval)
+		if len(n.snapshot()) == 0 {
+			// No singletons here: no member lease, no statements.
+			if !tok.IsZero() {
+				_ = n.cfg.Leases.Release(ctx, tok)
+				tok = sqlease.Token{}
+			}
+			continue
+		}
+		if tok.IsZero() {
+			if l, err := n.cfg.Leases.Acquire(ctx, name, n.cfg.HolderID, n.cfg.LeaseDuration); err == nil {
+				tok = l.Token()
+			}
+		} else if _, err := n.cfg.Leases.Renew(ctx, tok, n.cfg.LeaseDuration); err != nil {
+			tok = sqlease.Token{}
+			continue
+		}
+		leases, err := n.cfg.Leases.Leases(ctx)
+		if err != nil {
+			continue
+		}
+		n.rebalance(leases)
+	}
+}
+
+// rebalance computes the fair share and, when this node holds more than it
+// while a live member holds less, resigns its most recently gained
+// singleton.
+func (n *Node) rebalance(leases []sqlease.Lease) {
+	members := map[string]int{}
+	names := map[string]bool{}
+	for _, l := range leases {
+		switch {
+		case strings.HasPrefix(l.Name, MemberPrefix) && !l.Expired():
+			members[strings.TrimPrefix(l.Name, MemberPrefix)] += 0
+		case strings.HasPrefix(l.Name, LeasePrefix):
+			names[strings.TrimPrefix(l.Name, LeasePrefix)] = true
+		}
+	}
+	for _, e := range n.snapshot() {
+		names[e.name] = true
+	}
+	members[n.cfg.HolderID] += 0
+	for _, l := range leases {
+		if strings.HasPrefix(l.Name, LeasePrefix) && !l.Expired() {
+			if _, live := members[l.Holder]; live {
+				members[l.Holder]++
+			}
+		}
+	}
+	share := (len(names) + len(members) - 1) / len(members)
+	n.mu.Lock()
+	n.share = share
+	n.mu.Unlock()
+	under := false
+	for h, k := range members {
+		if h != n.cfg.HolderID && k < share {
+			under = true
+		}
+	}
+	var mine []*entry
+	for _, e := range n.snapshot() {
+		if e.el.IsLeader() {
+			mine = append(mine, e)
+		}
+	}
+	if len(mine) <= share || !under {
+		return
+	}
+	sort.Slice(mine, func(i, j int) bool { return mine[i].acquiredAt().After(mine[j].acquiredAt()) })
+	e := mine[0]
+	if tok, err := e.el.Require(context.Background()); err == nil {
+		n.log.Info("singleton_rebalanced", slog.String("singleton", e.name), slog.Int64("lease_epoch", tok.Epoch),
+			slog.Int("held", len(mine)), slog.Int("share", share), slog.Int("live_nodes", len(members)))
+		e.el.Resign(tok, fmt.Sprintf("rebalance: this node holds %d singletons, its fair share is %d", len(mine), share))
+	}
+}
+
+func (e *entry) acquiredAt() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.acquired
+}
+
+// Status is one singleton as this node sees it.
+type Status struct {
+	Name string
+	// Running: this node runs it now, under Token.
+	Running bool
+	Token   sqlease.Token
+	// HeartbeatAge is the time since the last heartbeat (or the start)
+	// while Running.
+	HeartbeatAge time.Duration
+	// Stale: running, past the start grace, and the heartbeat is older than
+	// 2 × HeartbeatInterval.
+	Stale bool
+	// HeartbeatInterval is the singleton's promise.
+	HeartbeatInterval time.Duration
+}
+
+// Status reports every registered singleton, ordered by name.
+func (n *Node) Status() []Status {
+	now := n.cfg.Clock.Now()
+	var out []Status
+	for _, e := range n.snapshot() {
+		e.mu.Lock()
+		st := Status{Name: e.name, Running: e.leading, Token: e.tok, HeartbeatInterval: e.interval}
+		if e.leading {
+			st.HeartbeatAge = now.Sub(e.lastBeat)
+			st.Stale = now.Sub(e.startedAt) > 2*e.interval && st.HeartbeatAge > 2*e.interval
+		}
+		e.mu.Unlock()
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Stale names the singletons this node runs whose heartbeat is stale, for
+// readiness: a node running a stuck singleton is not ready.
+func (n *Node) Stale() []string {
+	var out []string
+	for _, st := range n.Status() {
+		if st.Stale {
+			out = append(out, st.Name)
+		}
+	}
+	return out
+}
+
+// Instance is one run of a singleton's body on the node that holds it.
+type Instance[S any] struct {
+	name string
+	tok  sqlease.Token
+	node *Node
+	e    *entry
+
+	mu    sync.Mutex
+	state S
+}
+
+// Token is the fencing token of this run: the singleton lease's holder and
+// epoch. Use it to fence writes of your own (election.Elector.Fenced).
+func (in *Instance[S]) Token() sqlease.Token { return in.tok }
+
+// State returns the current state: the one loaded when the run started, or
+// the last one saved since.
+func (in *Instance[S]) State() S {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.state
+}
+
+// Save makes s the singleton's state, durably: in a transaction fenced by
+// the singleton's lease, conditional on this run's holder and epoch. It
+// returns an error wrapping sqlease.ErrLeaseLost (and changes nothing) once
+// this node no longer holds the singleton. A Save is also a heartbeat.
+func (in *Instance[S]) Save(ctx context.Context, s S) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("save singleton %q: encode state: %w", in.name, err)
+	}
+	if err := in.e.el.Fenced(ctx, in.tok, func(tx *sql.Tx) error {
+		return in.node.cfg.Store.SaveSingleton(ctx, tx, in.name, in.tok, b)
+	}); err != nil {
+		return lost(err)
+	}
+	in.mu.Lock()
+	in.state = s
+	in.mu.Unlock()
+	in.e.beat(in.node.cfg.Clock.Now())
+	return nil
+}
+
+// Heartbeat tells the fleet this run is making progress (the dead man's
+// switch). It writes the heartbeat under the same fence as Save.
+func (in *Instance[S]) Heartbeat(ctx context.Context) error {
+	if err := in.e.el.Fenced(ctx, in.tok, func(tx *sql.Tx) error {
+		return in.node.cfg.Store.HeartbeatSingleton(ctx, tx, in.name, in.tok)
+	}); err != nil {
+		return lost(err)
+	}
+	in.e.beat(in.node.cfg.Clock.Now())
+	return nil
+}
+
+// lost makes a closed gate read as a lost lease to the body.
+func lost(err error) error {
+	if errors.Is(err, sqlease.ErrNotLeader) && !errors.Is(err, sqlease.ErrLeaseLost) {
+		return fmt.Errorf("%w: %w", sqlease.ErrLeaseLost, err)
+	}
+	return err
+}
+
+func (e *entry) beat(at time.Time) {
+	e.mu.Lock()
+	e.lastBeat = at
+	e.mu.Unlock()
+}
+
+func (e *entry) setLeading(on bool, tok sqlease.Token, at time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.leading, e.tok = on, tok
+	if on {
+		e.startedAt, e.lastBeat, e.acquired = at, at, at
+	}
+}
+
+// runTerm is a singleton's OnStartedLeading: record the start, load the
+// state and run the body — again, after a backoff, if it returns while the
+// term lasts.
+func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok sqlease.Token) {
+	log := n.log.With(slog.String("singleton", cfg.Name), slog.Int64("lease_epoch", tok.Epoch))
+	e.setLeading(true, tok, n.cfg.Clock.Now())
+	n.cfg.Observer.Running(cfg.Name, true)
+	defer func() {
+		e.setLeading(false, sqlease.Token{}, time.Time{})
+		n.cfg.Observer.Running(cfg.Name, false)
+		if cfg.OnStopped != nil {
+			cfg.OnStopped(tok)
+		}
+		log.Info("singleton_stopped")
+	}()
+	if cfg.OnStarted != nil {
+		cfg.OnStarted(ctx, tok)
+	}
+	backoff := n.cfg.RestartBackoff
+	for ctx.Err() == nil {
+		// Each start is recorded (started_at, restarts) under the fence.
+		err := e.el.Fenced(ctx, tok, func(tx *sql.Tx) error { return n.cfg.Store.StartSingleton(ctx, tx, cfg.Name, tok) })
+		if errors.Is(err, sqlease.ErrLeaseLost) || errors.Is(err, sqlease.ErrNotLeader) {
+			return // the term is over
+		}
+		var state S
+		if err == nil {
+			state, err = load(ctx, n, cfg, log)
+		}
+		if err != nil {
+			log.Warn("singleton_start_failed", slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
+		} else {
+			e.beat(n.cfg.Clock.Now()) // a start counts as a heartbeat
+			in := &Instance[S]{name: cfg.Name, tok: tok, node: n, e: e, state: state}
+			log.Info("singleton_started")
+			err = callBody(ctx, cfg.Body, in)
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("singleton_body_returned", slog.Any("error", err), slog.Duration("restart_in", backoff))
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxRestartBackoff)
+	}
+}
+
+func callBody[S any](ctx context.Context, body func(context.Context, *Instance[S]) error, in *Instance[S]) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("singleton body panicked: %v", p)
+		}
+	}()
+	return body(ctx, in)
+}
+
+// load reads the saved state and decodes it best-effort over a copy of the
+// initial state.
+func load[S any](ctx context.Context, n *Node, cfg Config[S], log *slog.Logger) (S, error) {
+	row, err := n.cfg.Store.Singleton(ctx, cfg.Name)
+	if err != nil {
+		return cfg.Initial, err
+	}
+	state, ok := Decode(row.State, cfg.Initial)
+	if !ok {
+		log.Warn("singleton_state_undecodable", slog.String("hint", "the body starts from the initial state; the saved one is overwritten by its next Save"),
+			slog.Int("state_bytes", len(row.State)))
+		n.cfg.Observer.StateDecodeFailed(cfg.Name)
+	}
+	return state, nil
+}
+
+// Decode decodes a saved state best-effort (seed 003): over a deep copy of
+// initial, so that fields the saved state lacks keep their initial values;
+// unknown fields are dropped. A nil saved state is the initial state. ok is
+// false when saved cannot be decoded at all; the result is then initial.
+func Decode[S any](saved []byte, initial S) (state S, ok bool) {
+	state = deepCopy(initial)
+	if saved == nil {
+		return state, true
+	}
+	if err := json.Unmarshal(saved, &state); err != nil {
+		return deepCopy(initial), false
+	}
+	return state, true
+}
+
+// deepCopy copies v through JSON so that decoding into the copy cannot
+// write through maps, slices or pointers shared with the initial state.
+func deepCopy[S any](v S) S {
+	var out S
+	b, err := json.Marshal(v)
+	if err != nil || json.Unmarshal(b, &out) != nil {
+		return v
+	}
+	return out
+}

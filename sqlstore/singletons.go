@@ -1,0 +1,208 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sqlease/sqlease"
+)
+
+// SingletonQueries are the statements of singletons (SPEC §4): one row per
+// singleton with its saved state and heartbeat. Every write that a running
+// singleton makes happens inside a transaction fenced by the singleton's
+// own lease and is also conditional on (holder, epoch), so a deposed
+// instance's save changes nothing. Times come from the database clock.
+type SingletonQueries struct {
+	// Migrations create the table, idempotently.
+	Migrations []string
+	// Ensure: (name). Inserts the row (no state, epoch 0) unless it exists.
+	Ensure string
+	// Get: (name). (state|NULL, state_saved_at|NULL, heartbeat_at|NULL,
+	// holder_id|NULL, lease_epoch, started_at|NULL, restarts, spec|NULL,
+	// spec_hash|NULL, paused, now).
+	Get string
+	// List: (). (name, then Get's columns) ordered by name.
+	List string
+	// Start: (holder, epoch, name). Records a start under (holder, epoch):
+	// started_at = heartbeat_at = now, restarts + 1. Rows affected.
+	Start string
+	// Save: (state, name, holder, epoch). Writes the state, state_saved_at
+	// = heartbeat_at = now, only while the row carries (holder, epoch).
+	// Rows affected.
+	Save string
+	// Heartbeat: (name, holder, epoch). heartbeat_at = now, under the same
+	// condition. Rows affected.
+	Heartbeat string
+	// Create: (name, spec, spec_hash). Inserts a daemon singleton (its spec
+	// is the JSON of the API); a unique violation when the name exists.
+	Create string
+	// SetPaused: (paused, name). Daemon singletons only; rows affected.
+	SetPaused string
+	// Delete: (name). Daemon singletons only; rows affected.
+	Delete string
+}
+
+// SingletonRow is one singleton's stored record.
+type SingletonRow struct {
+	Name string
+	// State is the last saved state (JSON); nil when none was saved.
+	State        []byte
+	StateSavedAt time.Time
+	HeartbeatAt  time.Time
+	Holder       string
+	Epoch        int64
+	StartedAt    time.Time
+	Restarts     int64
+	// Spec is a daemon singleton's definition (the API's JSON), nil for a
+	// library singleton; SpecHash tells an identical definition.
+	Spec     []byte
+	SpecHash string
+	Paused   bool
+	// Now is the database clock at the read.
+	Now time.Time
+}
+
+func (s *Store) sq() *SingletonQueries { return &s.d.Singletons }
+
+// EnsureSingleton creates the row of singleton name unless it exists.
+func (s *Store) EnsureSingleton(ctx context.Context, name string) error {
+	if _, err := s.db.ExecContext(ctx, s.sq().Ensure, name); err != nil {
+		if s.d.IsUniqueViolation != nil && s.d.IsUniqueViolation(err) {
+			return nil // created concurrently
+		}
+		return fmt.Errorf("create singleton %q: %w", name, s.classify(err))
+	}
+	return nil
+}
+
+func scanSingleton(sc scanner, r *SingletonRow, withName bool) error {
+	var state sql.NullString
+	var saved, beat, started nullTime
+	var holder, spec, hash sql.NullString
+	var now dbTime
+	dest := []any{&state, &saved, &beat, &holder, &r.Epoch, &started, &r.Restarts, &spec, &hash, &r.Paused, &now}
+	if withName {
+		dest = append([]any{&r.Name}, dest...)
+	}
+	if err := sc.Scan(dest...); err != nil {
+		return err
+	}
+	if state.Valid {
+		r.State = []byte(state.String)
+	}
+	if spec.Valid {
+		r.Spec = []byte(spec.String)
+	}
+	r.StateSavedAt, r.HeartbeatAt, r.StartedAt, r.Holder, r.SpecHash, r.Now = saved.T, beat.T, started.T, holder.String, hash.String, now.T
+	return nil
+}
+
+// Singleton reads one singleton's record. It returns sqlease.ErrNoJob when
+// there is none.
+func (s *Store) Singleton(ctx context.Context, name string) (SingletonRow, error) {
+	r := SingletonRow{Name: name}
+	err := scanSingleton(s.db.QueryRowContext(ctx, s.sq().Get, name), &r, false)
+	if errors.Is(err, sql.ErrNoRows) {
+		return SingletonRow{}, fmt.Errorf("singleton %q: %w", name, sqlease.ErrNoJob)
+	}
+	if err != nil {
+		return SingletonRow{}, fmt.Errorf("read singleton %q: %w", name, s.classify(err))
+	}
+	return r, nil
+}
+
+// Singletons reads every singleton's record, ordered by name.
+func (s *Store) Singletons(ctx context.Context) ([]SingletonRow, error) {
+	rows, err := s.db.QueryContext(ctx, s.sq().List)
+	var out []SingletonRow
+	if _, err := scanRows(rows, err, func(sc scanner) error {
+		var r SingletonRow
+		if err := scanSingleton(sc, &r, true); err != nil {
+			return err
+		}
+		out = append(out, r)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("list singletons: %w", s.classify(err))
+	}
+	return out, nil
+}
+
+// singletonWrite runs one of the conditional singleton writes inside the
+// lease-fenced transaction tx; 0 rows means tok no longer runs it.
+func (s *Store) singletonWrite(ctx context.Context, tx *sql.Tx, what, query string, tok sqlease.Token, args ...any) error {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, s.classify(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("%s: %w", what, s.classify(err))
+	} else if n == 0 {
+		return fmt.Errorf("%s under %s: %w", what, tok, sqlease.ErrLeaseLost)
+	}
+	return nil
+}
+
+// StartSingleton records, in the transaction tx fenced by the singleton's
+// lease tok, that tok's holder starts running it.
+func (s *Store) StartSingleton(ctx context.Context, tx *sql.Tx, name string, tok sqlease.Token) error {
+	return s.singletonWrite(ctx, tx, "start singleton "+name, s.sq().Start, tok, tok.Holder, tok.Epoch, name)
+}
+
+// SaveSingleton writes state in tx (fenced by tok's lease), only while the
+// row says tok's holder and epoch run it; else an error wrapping
+// sqlease.ErrLeaseLost.
+func (s *Store) SaveSingleton(ctx context.Context, tx *sql.Tx, name string, tok sqlease.Token, state []byte) error {
+	return s.singletonWrite(ctx, tx, "save singleton "+name, s.sq().Save, tok, string(state), name, tok.Holder, tok.Epoch)
+}
+
+// HeartbeatSingleton stamps the heartbeat in tx, as SaveSingleton.
+func (s *Store) HeartbeatSingleton(ctx context.Context, tx *sql.Tx, name string, tok sqlease.Token) error {
+	return s.singletonWrite(ctx, tx, "heartbeat singleton "+name, s.sq().Heartbeat, tok, name, tok.Holder, tok.Epoch)
+}
+
+// CreateSingleton inserts a daemon singleton with its spec. When the name
+// is taken it returns created=false and the existing row; the caller
+// compares SpecHash to tell a retry from a clash.
+func (s *Store) CreateSingleton(ctx context.Context, name string, spec []byte, hash string) (SingletonRow, bool, error) {
+	_, err := s.db.ExecContext(ctx, s.sq().Create, name, string(spec), hash)
+	created := err == nil
+	if err != nil && (s.d.IsUniqueViolation == nil || !s.d.IsUniqueViolation(err)) {
+		return SingletonRow{}, false, fmt.Errorf("create singleton %q: %w", name, s.classify(err))
+	}
+	r, err := s.Singleton(ctx, name)
+	if err != nil {
+		return SingletonRow{}, false, err
+	}
+	return r, created, nil
+}
+
+// SetSingletonPaused pauses or resumes a daemon singleton. It returns
+// sqlease.ErrNoJob when there is no daemon singleton of that name.
+func (s *Store) SetSingletonPaused(ctx context.Context, name string, paused bool) error {
+	return s.singletonAdmin(ctx, "pause singleton "+name, s.sq().SetPaused, paused, name)
+}
+
+// DeleteSingleton deletes a daemon singleton and its state. It returns
+// sqlease.ErrNoJob when there is no daemon singleton of that name.
+func (s *Store) DeleteSingleton(ctx context.Context, name string) error {
+	return s.singletonAdmin(ctx, "delete singleton "+name, s.sq().Delete, name)
+}
+
+func (s *Store) singletonAdmin(ctx context.Context, what, query string, args ...any) error {
+	res, err := s.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, s.classify(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, s.classify(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: %w", what, sqlease.ErrNoJob)
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package storetest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// testSingletonState: a singleton's row is created once; a start, a save
+// and a heartbeat commit only under the lease and only for the (holder,
+// epoch) that started it — a deposed holder's save changes nothing even
+// inside a transaction fenced by its own (still valid, then re-acquired)
+// lease — and times are the database's.
+func testSingletonState(t *testing.T, s *sqlstore.Store) {
+	ctx := context.Background()
+	const name = "counter"
+	for range 2 { // idempotent
+		if err := s.EnsureSingleton(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := s.Singleton(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != nil || r.Epoch != 0 || r.Holder != "" || !r.HeartbeatAt.IsZero() {
+		t.Fatalf("a new singleton: %+v", r)
+	}
+	if _, err := s.Singleton(ctx, "absent"); !errors.Is(err, sqlease.ErrNoJob) {
+		t.Fatalf("missing singleton: %v", err)
+	}
+
+	a := mustAcquire(t, s, "singleton:"+name, "a", 300*time.Millisecond).Token()
+	if err := s.Fenced(ctx, a, func(tx *sql.Tx) error {
+		if err := s.StartSingleton(ctx, tx, name, a); err != nil {
+			return err
+		}
+		return s.SaveSingleton(ctx, tx, name, a, []byte(`{"n":1}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = s.Singleton(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(r.State) != `{"n":1}` || r.Holder != "a" || r.Epoch != a.Epoch || r.Restarts != 1 {
+		t.Fatalf("after a's start and save: %+v", r)
+	}
+	if r.StateSavedAt.IsZero() || r.HeartbeatAt.Before(r.StartedAt) || r.Now.Before(r.StateSavedAt) {
+		t.Fatalf("times: %+v", r)
+	}
+	checkSaneTime(t, "state_saved_at", r.StateSavedAt, time.Now())
+
+	// a's lease expires; b takes it and starts the singleton.
+	waitExpired(t, s, "singleton:"+name)
+	b := mustAcquire(t, s, "singleton:"+name, "b", time.Minute).Token()
+	if err := s.Fenced(ctx, b, func(tx *sql.Tx) error { return s.StartSingleton(ctx, tx, name, b) }); err != nil {
+		t.Fatal(err)
+	}
+	// a's late save is refused by the fence...
+	err = s.Fenced(ctx, a, func(tx *sql.Tx) error { return s.SaveSingleton(ctx, tx, name, a, []byte(`{"n":0}`)) })
+	if !errors.Is(err, sqlease.ErrLeaseLost) {
+		t.Fatalf("a's save after b took over: %v, want ErrLeaseLost", err)
+	}
+	// ... and by the row's (holder, epoch), even inside b's fence.
+	err = s.Fenced(ctx, b, func(tx *sql.Tx) error { return s.SaveSingleton(ctx, tx, name, a, []byte(`{"n":0}`)) })
+	if !errors.Is(err, sqlease.ErrLeaseLost) {
+		t.Fatalf("a save for a's epoch inside b's fence: %v, want ErrLeaseLost", err)
+	}
+	err = s.Fenced(ctx, b, func(tx *sql.Tx) error { return s.HeartbeatSingleton(ctx, tx, name, a) })
+	if !errors.Is(err, sqlease.ErrLeaseLost) {
+		t.Fatalf("a heartbeat for a's epoch inside b's fence: %v, want ErrLeaseLost", err)
+	}
+	before, _ := s.Singleton(ctx, name)
+	if err := s.Fenced(ctx, b, func(tx *sql.Tx) error { return s.HeartbeatSingleton(ctx, tx, name, b) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Fenced(ctx, b, func(tx *sql.Tx) error { return s.SaveSingleton(ctx, tx, name, b, []byte(`{"n":2}`)) }); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = s.Singleton(ctx, name)
+	if string(r.State) != `{"n":2}` || r.Holder != "b" || r.Epoch != b.Epoch || r.Restarts != 2 || r.HeartbeatAt.Before(before.HeartbeatAt) {
+		t.Fatalf("after b's heartbeat and save: %+v (before %+v)", r, before)
+	}
+	all, err := s.Singletons(ctx)
+	if err != nil || len(all) != 1 || all[0].Name != name || string(all[0].State) != `{"n":2}` {
+		t.Fatalf("list: %+v %v", all, err)
+	}
+}
