@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -352,4 +353,77 @@ func decodeDuration(field string, raw json.RawMessage, d *Duration) error {
 		return invalid(field, "%v", err)
 	}
 	return nil
+}
+
+// IsExec reports whether an action's JSON is an exec action.
+func IsExec(raw json.RawMessage) bool {
+	var w struct {
+		Exec json.RawMessage `json:"exec"`
+	}
+	return json.Unmarshal(raw, &w) == nil && len(w.Exec) > 0 && string(w.Exec) != "null"
+}
+
+// Redacted replaces a secret in what the API shows of an action.
+const Redacted = "***"
+
+// Redact returns an action's JSON as reads may show it: the password of
+// an HTTP action's URL and the values of headers that carry credentials
+// (Authorization, Proxy-Authorization, Cookie, and names ending in -Token,
+// -Key, -Secret, -Signature or containing "password") replaced by ***.
+// Anything it cannot parse is returned unchanged (it was validated when
+// stored).
+func Redact(raw json.RawMessage) json.RawMessage {
+	var w map[string]json.RawMessage
+	if json.Unmarshal(raw, &w) != nil || len(w["http"]) == 0 {
+		return raw
+	}
+	var h map[string]any
+	if json.Unmarshal(w["http"], &h) != nil {
+		return raw
+	}
+	changed := false
+	if s, ok := h["url"].(string); ok {
+		if u, err := url.Parse(s); err == nil && u.User != nil {
+			if _, has := u.User.Password(); has {
+				u.User = url.UserPassword(u.User.Username(), Redacted)
+				h["url"] = strings.Replace(u.String(), url.QueryEscape(Redacted), Redacted, 1)
+				changed = true
+			}
+		}
+	}
+	if hdrs, ok := h["headers"].(map[string]any); ok {
+		for k := range hdrs {
+			if SecretHeader(k) {
+				hdrs[k], changed = Redacted, true
+			}
+		}
+	}
+	if !changed {
+		return raw
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return raw
+	}
+	w["http"] = b
+	out, err := json.Marshal(w)
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
+// SecretHeader reports whether a header's value is a credential.
+func SecretHeader(name string) bool {
+	n := strings.ToLower(name)
+	switch n {
+	case "authorization", "proxy-authorization", "cookie", "set-cookie":
+		return true
+	}
+	for _, suffix := range []string{"-token", "-key", "-secret", "-signature", "_token", "_key", "_secret"} {
+		if strings.HasSuffix(n, suffix) {
+			return true
+		}
+	}
+	return strings.Contains(n, "password") || strings.Contains(n, "apikey")
 }

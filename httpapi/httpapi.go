@@ -89,6 +89,17 @@ type Config struct {
 	// LeaderDispatch says that the leader runs the jobs (scheduler.Lead):
 	// /readyz then says mode=leader only while the scheduler dispatches.
 	LeaderDispatch bool
+	// ListenAddr is the address the node listens on ("127.0.0.1:8080",
+	// ":8080"): with a wildcard host any IP literal is a valid Host; a
+	// specific IP is. Loopback names and addresses always are.
+	ListenAddr string
+	// AllowedHosts are the other host names (name or name:port) requests
+	// may be addressed to, e.g. a DNS name behind a proxy; "*" allows any.
+	// Others are answered 421 (DNS rebinding).
+	AllowedHosts []string
+	// AllowExec lets jobs with exec actions be created or changed; when
+	// ListenAddr is beyond loopback, an API token is required for them too.
+	AllowExec bool
 	// Singletons serves /v1/singletons, and /readyz answers 503 with
 	// singleton_stale=<name> while one this node runs is stale. Nil leaves
 	// the routes out.
@@ -172,8 +183,18 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.log.Debug("http_request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", sw.code()), slog.Duration("took", time.Since(began)))
 	}()
+	if a.guard(sw, r) {
+		return
+	}
 	if _, pattern := a.mux.Handler(r); pattern == "" {
 		a.unrouted(sw, r)
+		return
+	}
+	if a.cfg.APIToken != "" && strings.HasPrefix(r.URL.Path, "/v1/") && !a.authorized(r) && !processPath(r) {
+		// Reads need the token too: job actions may hold secrets, and the
+		// fleet's layout is nobody else's business.
+		sw.Header().Set("WWW-Authenticate", `Bearer realm="sqlease"`)
+		writeProblem(sw, http.StatusUnauthorized, "Authorization: a valid bearer token is required for this request")
 		return
 	}
 	a.mux.ServeHTTP(sw, r)

@@ -132,6 +132,7 @@ func newNode(t *testing.T, dbPath string, o nodeOpts) *node {
 		Scheduler: n.sched, Leases: store, Elector: n.el,
 		Metrics:  promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}),
 		Stopping: n.stopping.Load, Logger: log,
+		ListenAddr: "127.0.0.1:0", AllowExec: true,
 	}
 	if o.configure != nil {
 		o.configure(&cfg)
@@ -216,7 +217,14 @@ func (n *node) do(method, path, body string, hdr ...string) response {
 	if err != nil {
 		n.t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // unless hdr says otherwise
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	res, err := n.srv.Client().Do(req)
@@ -737,8 +745,8 @@ func TestAuth(t *testing.T) {
 			t.Errorf("%v: detail %q, WWW-Authenticate %q", hdr, p.Detail, res.header.Get("WWW-Authenticate"))
 		}
 	}
-	if names := n.jobNames(); len(names) != 0 {
-		t.Fatalf("unauthorized create wrote %v", names)
+	if res := n.do("GET", "/v1/jobs", "", "Authorization", "Bearer s3cret"); res.status != 200 || strings.Contains(string(res.body), "guarded") {
+		t.Fatalf("unauthorized create wrote: %d %s", res.status, res.body)
 	}
 	if res := n.do("POST", "/v1/jobs", body, "Authorization", "Bearer s3cret"); res.status != 201 {
 		t.Fatalf("authorized create: %d %s", res.status, res.body)
@@ -752,8 +760,15 @@ func TestAuth(t *testing.T) {
 	} {
 		n.do(c.method, c.path, "").problem(t, 401)
 	}
-	// Reads stay open.
-	for _, path := range []string{"/v1/jobs", "/v1/jobs/guarded", "/v1/jobs/guarded/runs", "/v1/leases", "/healthz", "/metrics"} {
+	// With a token, reads need it too (actions may hold secrets); the
+	// probes and metrics stay open.
+	for _, path := range []string{"/v1/jobs", "/v1/jobs/guarded", "/v1/jobs/guarded/runs", "/v1/leases"} {
+		n.do("GET", path, "").problem(t, 401)
+		if res := n.do("GET", path, "", "Authorization", "Bearer s3cret"); res.status != 200 {
+			t.Errorf("GET %s with the token: %d %s", path, res.status, res.body)
+		}
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		if res := n.do("GET", path, ""); res.status != 200 {
 			t.Errorf("GET %s without a token: %d %s", path, res.status, res.body)
 		}

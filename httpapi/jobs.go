@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/action"
@@ -124,7 +126,7 @@ func JobOut(j sqlease.Job) Job {
 			Every: duration(j.Schedule.Every), Cron: j.Schedule.Cron,
 			Timezone: j.Schedule.Timezone, At: timestamp(j.Schedule.At),
 		},
-		Action:          j.Action,
+		Action:          action.Redact(j.Action),
 		MissedRuns:      string(j.MissedRuns),
 		SkipIfOlderThan: duration(j.SkipIfOlderThan),
 		Retry:           RetryJSON{MaxAttempts: j.Retry.MaxAttempts, Backoff: duration(j.Retry.Backoff)},
@@ -198,6 +200,14 @@ func DecodeJob(body io.Reader) (sqlease.Job, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return sqlease.Job{}, badRequest("body: must be a JSON job object, got nothing")
 	}
+	// JSON decoding would turn invalid UTF-8 into U+FFFD silently and
+	// \u0000 into a NUL no database column keeps: refuse both.
+	if !utf8.Valid(raw) {
+		return sqlease.Job{}, badRequest("body: invalid UTF-8")
+	}
+	if bytes.IndexByte(raw, 0) >= 0 || bytes.Contains(bytes.ToLower(raw), []byte(`\u0000`)) {
+		return sqlease.Job{}, badRequest("body: a string contains a NUL character (\\u0000)")
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var w wireJob
@@ -213,6 +223,9 @@ func DecodeJob(body io.Reader) (sqlease.Job, error) {
 	dur := func(field string, raw json.RawMessage, d *time.Duration) {
 		if err := parseDuration(field, raw, d); err != nil {
 			errs = append(errs, err)
+		} else if present(raw) && *d <= 0 {
+			// Zero would silently mean the default: say so instead.
+			errs = append(errs, badRequest("%s: must be positive, got %s (omit it for the default)", field, *d))
 		}
 	}
 	if s := w.Schedule; s != nil {
@@ -229,6 +242,9 @@ func DecodeJob(body io.Reader) (sqlease.Job, error) {
 				errs = append(errs, badRequest("schedule.at: must be an RFC 3339 time string, got %s", s.At))
 			} else if t, err := time.Parse(time.RFC3339Nano, at); err != nil {
 				errs = append(errs, badRequest("schedule.at: must be an RFC 3339 time such as \"2030-01-02T15:04:05Z\", got %q", at))
+			} else if t.Year() < 1970 || t.Year() > 9999 {
+				// The zero time would otherwise mean "once, now" silently.
+				errs = append(errs, badRequest("schedule.at: must be between 1970 and 9999, got %q (omit schedule.at to run once now)", at))
 			} else {
 				j.Schedule.At = t
 			}
@@ -309,6 +325,23 @@ func parseDuration(field string, raw json.RawMessage, d *time.Duration) error {
 	return nil
 }
 
+// MaxActionBytes bounds a stored action (its compact JSON): every list
+// page holds up to its limit of them.
+const MaxActionBytes = 64 << 10
+
+// loopbackListen reports whether the node listens on loopback only.
+func loopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
 // createJob is POST /v1/jobs.
 func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 	j, err := DecodeJob(r.Body)
@@ -322,6 +355,22 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 			j.Key = hk
 		case j.Key != hk:
 			a.fail(w, r, badRequest("key: %q differs from the Idempotency-Key header %q", j.Key, hk))
+			return
+		}
+	}
+	if len(j.Action) > MaxActionBytes {
+		a.fail(w, r, badRequest("action: %d bytes, at most %d", len(j.Action), MaxActionBytes))
+		return
+	}
+	if action.IsExec(j.Action) {
+		switch {
+		case !a.cfg.AllowExec:
+			a.fail(w, r, &requestError{status: http.StatusForbidden, detail: "action.exec: exec actions are disabled on this node " +
+				"(they run commands as the daemon's user); start it with --allow-exec to allow them"})
+			return
+		case a.cfg.APIToken == "" && !loopbackListen(a.cfg.ListenAddr):
+			a.fail(w, r, &requestError{status: http.StatusForbidden, detail: "action.exec: this node listens beyond loopback without " +
+				"--api-token: anyone who reaches it could run commands; set a token to allow exec actions"})
 			return
 		}
 	}
