@@ -40,6 +40,9 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	RunRetention    time.Duration
 	MaxConcurrent   int
+	APITokenFile    string
+	AllowedHosts    string // comma-separated
+	AllowExec       string // "", "true" or "false"; "" means: only when HTTP listens on loopback
 }
 
 // DefaultDB is the embedded SQLite file a node uses when no --db is given.
@@ -101,6 +104,13 @@ func oneOf(name, usage string, f func(*Config) *string, allowed ...string) setti
 	return s
 }
 
+// maxConcurrentLimit bounds --max-concurrent: each run is a goroutine and
+// often a connection; a billion of them is an out-of-memory crash.
+const maxConcurrentLimit = 10_000
+
+// maxDuration bounds every duration setting (run retention apart).
+const maxDuration = 24 * time.Hour
+
 func dur(name, usage string, f func(*Config) *time.Duration) setting {
 	return setting{name: name, usage: usage, serve: true,
 		get: func(c *Config) string { return f(c).String() },
@@ -108,6 +118,10 @@ func dur(name, usage string, f func(*Config) *time.Duration) setting {
 			d, err := time.ParseDuration(v)
 			if err != nil {
 				return fmt.Errorf("must be a duration like 500ms, 20s or 1m, got %q", v)
+			}
+			if d == 0 {
+				// Zero would silently mean the default (or nothing): say so.
+				return fmt.Errorf("must be positive, got %q (zero would mean the default: leave it unset for that)", v)
 			}
 			*f(c) = d
 			return nil
@@ -126,7 +140,10 @@ var settings = []setting{
 	dur("acquire-interval", "how often followers poll the lease", func(c *Config) *time.Duration { return &c.AcquireInterval }),
 	oneOf("dispatch", "who runs jobs: the leader only, or every node claiming due jobs", func(c *Config) *string { return &c.Dispatch }, "leader", "claim"),
 	oneOf("election", "leader election mechanism", func(c *Config) *string { return &c.Election }, "lease", "advisory"),
-	str("api-token", "bearer token required by mutating API calls", func(c *Config) *string { return &c.APIToken }, true, true),
+	str("api-token", "bearer token the API requires (prefer --api-token-file: a command line is visible to every user)", func(c *Config) *string { return &c.APIToken }, true, true),
+	str("api-token-file", "file holding the API token (surrounding whitespace ignored)", func(c *Config) *string { return &c.APITokenFile }, false, true),
+	str("allowed-hosts", "comma-separated host names the API is reached by besides loopback (e.g. behind a proxy); * for any", func(c *Config) *string { return &c.AllowedHosts }, false, true),
+	oneOf("allow-exec", "allow exec actions (default: only when --http listens on loopback)", func(c *Config) *string { return &c.AllowExec }, "true", "false"),
 	oneOf("log-format", "log format", func(c *Config) *string { return &c.LogFormat }, "text", "json"),
 	oneOf("log-level", "log level", func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error"),
 	{name: "migrate", usage: "apply schema migrations at start (true|false)", serve: true,
@@ -150,8 +167,8 @@ var settings = []setting{
 		get: func(c *Config) string { return strconv.Itoa(c.MaxConcurrent) },
 		set: func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return fmt.Errorf("must be a whole number ≥ 0, got %q", v)
+			if err != nil || n < 0 || n > maxConcurrentLimit {
+				return fmt.Errorf("must be a whole number in [0, %d], got %q", maxConcurrentLimit, v)
 			}
 			c.MaxConcurrent = n
 			return nil
@@ -294,7 +311,67 @@ func (c Config) validate() error {
 			return usagef("%s must be positive, got %s", name, d)
 		}
 	}
+	for name, d := range map[string]time.Duration{"lease_duration": c.LeaseDuration, "renew_interval": c.RenewInterval,
+		"acquire_interval": c.AcquireInterval, "poll_interval": c.PollInterval, "schedule_refresh_interval": c.RefreshInterval,
+		"shutdown_timeout": c.ShutdownTimeout} {
+		if d > maxDuration {
+			return usagef("%s must be at most %s, got %s", name, maxDuration, d)
+		}
+	}
+	if c.APIToken != "" && c.APITokenFile != "" {
+		return usagef("api_token: set --api-token or --api-token-file, not both")
+	}
 	return nil
+}
+
+// minTokenBytes is the shortest API token accepted: 16 bytes of a random
+// source is beyond guessing; shorter ones are more often a placeholder.
+const minTokenBytes = 16
+
+// resolveToken reads the token file when one is set and checks the token:
+// surrounding whitespace (a secret file's newline) is dropped — trimmed
+// reports it — and a token left empty or shorter than minTokenBytes is a
+// configuration error.
+func (c *Config) resolveToken() (trimmed bool, err error) {
+	if c.APITokenFile != "" {
+		b, err := os.ReadFile(c.APITokenFile)
+		if err != nil {
+			return false, usagef("api_token_file: cannot read %s: %v", c.APITokenFile, errors.Unwrap(err))
+		}
+		c.APIToken = string(b)
+		if strings.TrimSpace(c.APIToken) == "" {
+			return false, usagef("api_token_file: %s is empty", c.APITokenFile)
+		}
+	}
+	if c.APIToken == "" {
+		return false, nil
+	}
+	t := strings.TrimSpace(c.APIToken)
+	if len(t) < minTokenBytes {
+		return false, usagef("api_token: must be at least %d characters (not counting surrounding whitespace), got %d", minTokenBytes, len(t))
+	}
+	trimmed, c.APIToken = t != c.APIToken, t
+	return trimmed, nil
+}
+
+// allowExec is the effective --allow-exec: its value, or true only when the
+// API listens on loopback.
+func (c Config) allowExec(listen string) bool {
+	if c.AllowExec != "" {
+		return c.AllowExec == "true"
+	}
+	return isLoopback(listen)
+}
+
+// allowedHosts splits --allowed-hosts.
+func (c Config) allowedHosts() []string {
+	var out []string
+	for _, h := range strings.Split(c.AllowedHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // firstLine keeps one error of a joined list: the CLI reports one line.

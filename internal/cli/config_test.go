@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -136,7 +137,7 @@ func TestPrecedenceServe(t *testing.T) {
 		"lease_duration: 1s",
 		"renew_interval: 250ms",
 		"acquire_interval: 100ms",
-		"api_token: file-token",
+		"api_token: file-token-0123456789",
 	}, "\n")+"\n")
 	env := map[string]string{
 		"SQLEASE_CONFIG":     cfg,
@@ -144,9 +145,9 @@ func TestPrecedenceServe(t *testing.T) {
 		"SQLEASE_HTTP":       envAddr,
 		"SQLEASE_HOLDER_ID":  "env-holder",
 		"SQLEASE_LOG_FORMAT": "json",
-		"SQLEASE_API_TOKEN":  "env-token",
+		"SQLEASE_API_TOKEN":  "env-token-0123456789",
 	}
-	log, stop := startServe(t, envAddr, env, "--holder-id", "flag-holder", "--api-token", "flag-token")
+	log, stop := startServe(t, envAddr, env, "--holder-id", "flag-holder", "--api-token", "flag-token-0123456789")
 
 	// holder: flag > env > file; http, db, log format: env > file;
 	// lease name: file > default.
@@ -157,7 +158,15 @@ func TestPrecedenceServe(t *testing.T) {
 	if _, code := get(fileAddr, "/readyz"); code != 0 {
 		t.Errorf("the config file's http address %s answers too", fileAddr)
 	}
-	body, _ := get(envAddr, "/v1/leases")
+	req, _ := http.NewRequest("GET", "http://"+envAddr+"/v1/leases", nil)
+	req.Header.Set("Authorization", "Bearer flag-token-0123456789") // reads need the token too
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body := string(raw)
 	var leases struct {
 		Leases []struct {
 			Name, Holder string
@@ -169,10 +178,11 @@ func TestPrecedenceServe(t *testing.T) {
 		t.Errorf("/v1/leases: %s (%v)", body, err)
 	}
 	// api token: flag > env > file.
-	for token, want := range map[string]int{"flag-token": 201, "env-token": 401, "file-token": 401} {
+	for token, want := range map[string]int{"flag-token-0123456789": 201, "env-token-0123456789": 401, "file-token-0123456789": 401} {
 		req, _ := http.NewRequest("POST", "http://"+envAddr+"/v1/jobs",
 			strings.NewReader(`{"name": "j-`+token+`", "schedule": {"every": "1h"}, "action": {"exec": {"command": ["true"]}}}`))
 		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

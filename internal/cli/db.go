@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -30,7 +31,7 @@ func dialectOf(dbURL string) (dialect, dsn string, err error) {
 		return "sqlite", path, nil
 	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
 		if _, err := url.Parse(dbURL); err != nil {
-			return "", "", usagef("db: invalid postgres URL: %v", redactErr(err))
+			return "", "", usagef("db: invalid postgres URL (%s): %v", redact(dbURL), scrubErr(unwrapURLErr(err), dbURL))
 		}
 		return "postgres", dbURL, nil
 	case strings.HasPrefix(dbURL, "sqlserver://"):
@@ -41,37 +42,24 @@ func dialectOf(dbURL string) (dialect, dsn string, err error) {
 	return "", "", usagef("db: unsupported database URL %q: use sqlite:PATH, postgres://…, sqlserver://… or mysql://…", redact(dbURL))
 }
 
-// redact hides a URL's password for logs and messages.
-func redact(dbURL string) string {
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	// Passwords may also ride in the query string (libpq style).
-	q := u.Query()
-	masked := false
-	for k := range q {
-		if strings.Contains(strings.ToLower(k), "password") || strings.EqualFold(k, "fedauth_token") {
-			q.Set(k, "xxxxx")
-			masked = true
-		}
-	}
-	if masked {
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
-}
-
-// redactErr drops url.Error's copy of the URL, which may hold a password.
-func redactErr(err error) error {
-	if ue, ok := err.(*url.Error); ok {
-		return ue.Err
-	}
-	return err
-}
+// redact hides the database setting's secrets, for logs and messages.
+func redact(dbURL string) string { return redactDSN(dbURL) }
 
 // openStore opens the store of cfg, applying migrations when migrate is set.
-func openStore(ctx context.Context, dbURL, prefix string, migrate bool) (*sqlstore.Store, error) {
+func openStore(ctx context.Context, dbURL, prefix string, migrate bool) (s *sqlstore.Store, err error) {
+	defer func() {
+		// Drivers quote the connection string in their errors: mask its
+		// secrets. A string they cannot parse is a configuration error.
+		if err != nil {
+			if errors.Is(err, sqlease.ErrInvalidConfig) {
+				var ue usageError
+				if !errors.As(err, &ue) {
+					err = usageError{fmt.Errorf("db: %w", err)}
+				}
+			}
+			err = scrubErr(err, dbURL)
+		}
+	}()
 	dialect, dsn, err := dialectOf(dbURL)
 	if err != nil {
 		return nil, err
@@ -79,7 +67,6 @@ func openStore(ctx context.Context, dbURL, prefix string, migrate bool) (*sqlsto
 	if err := sqlease.ValidateTablePrefix(prefix); err != nil {
 		return nil, usagef("table_prefix: %v", err)
 	}
-	var s *sqlstore.Store
 	switch dialect {
 	case "sqlite":
 		db, err := sqlite.Open(dsn)
@@ -140,4 +127,12 @@ func schemaOf(dialect, prefix string) ([]string, error) {
 		return nil, err
 	}
 	return d.Migrations(), nil
+}
+
+// unwrapURLErr drops url.Error's copy of the URL.
+func unwrapURLErr(err error) error {
+	if ue, ok := err.(*url.Error); ok {
+		return ue.Err
+	}
+	return err
 }

@@ -63,9 +63,16 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	trimmed, err := cfg.resolveToken()
+	if err != nil {
+		return nil, err
+	}
 	log := newLogger(logOut, cfg.LogFormat, cfg.LogLevel)
+	if trimmed {
+		log.Warn("api_token_trimmed", slog.String("hint", "the API token had surrounding whitespace (a newline at the end of a secret file?); it was removed"))
+	}
 	// Bind first: a bad address must not create or migrate a database.
-	ln, err := net.Listen("tcp", cfg.HTTP)
+	ln, err := listen(cfg.HTTP)
 	if err != nil {
 		return nil, usagef("http: cannot listen on %s: %v", cfg.HTTP, err)
 	}
@@ -164,16 +171,13 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	n.singletons = newSingletonHost(singletonAdmin{store: store, leases: store}, snode, "http://"+localAddr(ln.Addr()), log)
 
 	n.listener = ln
-	n.server = &http.Server{
-		Handler: httpapi.New(httpapi.Config{
-			Scheduler: n.sched, Leases: store, Elector: n.elector,
-			Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-			APIToken: cfg.APIToken, Stopping: n.stopping.Load, Logger: log,
-			LeaderDispatch: cfg.Dispatch == "leader", Singletons: n.singletons,
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	n.server = newHTTPServer(log, httpapi.New(httpapi.Config{
+		Scheduler: n.sched, Leases: store, Elector: n.elector,
+		Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		APIToken: cfg.APIToken, Stopping: n.stopping.Load, Logger: log,
+		LeaderDispatch: cfg.Dispatch == "leader", Singletons: n.singletons,
+		ListenAddr: cfg.HTTP, AllowedHosts: cfg.allowedHosts(), AllowExec: cfg.allowExec(cfg.HTTP),
+	}))
 	built = true
 	return n, nil
 }

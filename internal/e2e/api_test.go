@@ -69,7 +69,7 @@ type problem struct {
 }
 
 // (e) The API rejects bad input with a problem naming the field and
-// changes nothing; with an API token, writes need it and reads do not;
+// changes nothing; with an API token, writes and /v1 reads need it;
 // /metrics has the leader gauges.
 func TestAPI(t *testing.T) {
 	const token = "e2e-token-0123456789"
@@ -106,7 +106,10 @@ func TestAPI(t *testing.T) {
 			Jobs []json.RawMessage `json:"jobs"`
 			Next string            `json:"next"`
 		}
-		n.getJSON(t, "/v1/jobs", &list) // reads need no token
+		resp, b := n.do(t, "GET", "/v1/jobs", token, nil)
+		if resp.StatusCode != 200 || json.Unmarshal(b, &list) != nil {
+			t.Fatalf("GET /v1/jobs: %d %s", resp.StatusCode, b)
+		}
 		if list.Jobs == nil || len(list.Jobs) != 0 || list.Next != "" {
 			t.Errorf("GET /v1/jobs: %+v, want {\"jobs\": []}", list)
 		}
@@ -135,8 +138,8 @@ func TestAPI(t *testing.T) {
 				expect(t, "POST", "/v1/jobs", token, []byte(tc.body), tc.status, tc.detail...)
 			})
 		}
-		expect(t, "GET", "/v1/jobs?limit=0", "", nil, 400, "limit")
-		expect(t, "GET", "/v1/jobs/nope", "", nil, 404, "name")
+		expect(t, "GET", "/v1/jobs?limit=0", token, nil, 400, "limit")
+		expect(t, "GET", "/v1/jobs/nope", token, nil, 404, "name")
 		expect(t, "POST", "/v1/jobs/nope/trigger", token, nil, 404, "name")
 		noJobs(t)
 	})
@@ -158,9 +161,10 @@ func TestAPI(t *testing.T) {
 			expect(t, "POST", p, token, nil, 200)
 		}
 		expect(t, "DELETE", "/v1/jobs/nightly", "", nil, 401)
-		expect(t, "GET", "/v1/jobs/nightly", "", nil, 200)
+		expect(t, "GET", "/v1/jobs/nightly", "", nil, 401, "Authorization") // reads need the token too
+		expect(t, "GET", "/v1/jobs/nightly", token, nil, 200)
 		expect(t, "DELETE", "/v1/jobs/nightly", token, nil, 204)
-		expect(t, "GET", "/v1/jobs/nightly", "", nil, 404, "nightly")
+		expect(t, "GET", "/v1/jobs/nightly", token, nil, 404, "nightly")
 		noJobs(t)
 	})
 
@@ -175,10 +179,11 @@ func TestAPI(t *testing.T) {
 		if code != 200 || !strings.Contains(body, "# TYPE sqlease_is_leader gauge") {
 			t.Errorf("/metrics: %d, no sqlease_is_leader gauge", code)
 		}
-		// Reads are open even with a token.
-		if code, _ := n.get("/v1/leases"); code != 200 {
-			t.Errorf("GET /v1/leases with a token set: %d", code)
+		// With a token, /v1 reads need it; the probes and metrics do not.
+		if code, _ := n.get("/v1/leases"); code != 401 {
+			t.Errorf("GET /v1/leases without the token: %d, want 401", code)
 		}
+		expect(t, "GET", "/v1/leases", token, nil, 200)
 		if code, body := n.get("/readyz"); code != 200 || !strings.Contains(body, "lease_epoch="+strconv.FormatInt(epoch, 10)) {
 			t.Errorf("/readyz: %d %s", code, body)
 		}
