@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // JobRequest is the body of POST /v1/jobs. Durations are Go duration
@@ -81,6 +83,15 @@ type Job struct {
 type JobList struct {
 	Jobs []Job  `json:"jobs"`
 	Next string `json:"next,omitempty"`
+	// Skipped are rows of this page that cannot be decoded (written by
+	// hand or by another version): reported, not fatal to the listing.
+	Skipped []SkippedJob `json:"skipped,omitempty"`
+}
+
+// SkippedJob is a job row a listing could not decode.
+type SkippedJob struct {
+	Name  string `json:"name"`
+	Error string `json:"error"`
 }
 
 // Run is one run attempt as the API returns it. FinishedAt is null while
@@ -100,6 +111,8 @@ type Run struct {
 // RunList is the body of GET /v1/jobs/{name}/runs, newest first.
 type RunList struct {
 	Runs []Run `json:"runs"`
+	// Next, when set, is the after= value of the next (older) page.
+	Next string `json:"next,omitempty"`
 }
 
 // timestamp formats t as RFC 3339 UTC, "" for the zero time.
@@ -426,20 +439,75 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	jobs, err := a.cfg.Scheduler.Jobs(r.Context(), q.Get("after"), limit+1)
+	jobs, skipped, last, err := a.cfg.Scheduler.JobsChecked(r.Context(), q.Get("after"), limit+1)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
 	out := JobList{Jobs: make([]Job, 0, min(len(jobs), limit))}
-	if len(jobs) > limit {
-		jobs = jobs[:limit]
-		out.Next = jobs[limit-1].Name
+	if len(jobs)+len(skipped) > limit {
+		// One row past the page was read: the page ends before it.
+		if len(jobs) > 0 && jobs[len(jobs)-1].Name == last {
+			jobs = jobs[:len(jobs)-1]
+		} else {
+			skipped = skipped[:len(skipped)-1]
+		}
+		out.Next = pageEnd(jobs, skipped)
 	}
-	for _, j := range jobs {
-		out.Jobs = append(out.Jobs, JobOut(j))
+	budget := maxPageBytes
+	for i, j := range jobs {
+		jo := JobOut(j)
+		if budget -= len(jo.Action) + 512; budget < 0 && i > 0 {
+			// A page of large actions stops early: memory per request
+			// stays bounded whatever the limit.
+			out.Next = out.Jobs[len(out.Jobs)-1].Name
+			skipped = skippedBefore(skipped, out.Next)
+			break
+		}
+		out.Jobs = append(out.Jobs, jo)
+	}
+	for _, c := range skipped {
+		a.log.Warn("job_row_corrupt", slog.String("job", c.Name), slog.String("error", c.Err.Error()))
+		out.Skipped = append(out.Skipped, SkippedJob{Name: c.Name, Error: c.Err.Error()})
 	}
 	a.writeJSON(w, r, http.StatusOK, out)
+}
+
+// parseRunCursor reads a runs page's next value: "<RFC 3339 time>/<attempt>".
+func parseRunCursor(s string) (time.Time, int, bool) {
+	i := strings.LastIndexByte(s, '/')
+	if i < 0 {
+		return time.Time{}, 0, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, s[:i])
+	n, err2 := strconv.Atoi(s[i+1:])
+	return t, n, err == nil && err2 == nil && n >= 0
+}
+
+// maxPageBytes bounds the actions of one list page.
+const maxPageBytes = 1 << 20
+
+// pageEnd is the greatest name of a page's rows.
+func pageEnd(jobs []sqlease.Job, skipped []sqlstore.CorruptRow) string {
+	end := ""
+	if len(jobs) > 0 {
+		end = jobs[len(jobs)-1].Name
+	}
+	if len(skipped) > 0 && skipped[len(skipped)-1].Name > end {
+		end = skipped[len(skipped)-1].Name
+	}
+	return end
+}
+
+// skippedBefore keeps the skipped rows up to name.
+func skippedBefore(skipped []sqlstore.CorruptRow, name string) []sqlstore.CorruptRow {
+	var out []sqlstore.CorruptRow
+	for _, c := range skipped {
+		if c.Name <= name {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // getJob is GET /v1/jobs/{name}.
@@ -482,10 +550,28 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	runs, err := a.cfg.Scheduler.Runs(r.Context(), name, limit)
+	var runs []sqlease.Run
+	if after := r.URL.Query().Get("after"); after != "" {
+		// The cursor is the last run of the previous page: its occurrence
+		// and attempt.
+		at, attempt, ok := parseRunCursor(after)
+		if !ok {
+			a.fail(w, r, badRequest("after: must be the next value of a previous page (RFC 3339 time/attempt), got %q", after))
+			return
+		}
+		runs, err = a.cfg.Scheduler.RunsBefore(r.Context(), name, at, attempt, limit+1)
+	} else {
+		runs, err = a.cfg.Scheduler.Runs(r.Context(), name, limit+1)
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
+	}
+	next := ""
+	if len(runs) > limit {
+		runs = runs[:limit]
+		last := runs[limit-1]
+		next = last.ScheduledFor.UTC().Format(time.RFC3339Nano) + "/" + strconv.Itoa(last.Attempt)
 	}
 	if len(runs) == 0 {
 		if _, err := a.cfg.Scheduler.Job(r.Context(), name); err != nil {
@@ -493,7 +579,7 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out := RunList{Runs: make([]Run, 0, len(runs))}
+	out := RunList{Runs: make([]Run, 0, len(runs)), Next: next}
 	for _, run := range runs {
 		out.Runs = append(out.Runs, RunOut(run))
 	}

@@ -130,6 +130,9 @@ WHERE job_id = ? AND scheduled_for = ? AND attempt = ? AND outcome = 'running'`)
 	next_run_at = ?, attempt = ?, not_before = ` + plusMS(now, "?") + `,
 	last_run_at = {now}, last_modified_at = {now}
 WHERE id = ? AND locked_by = ? AND lock_epoch = ?`),
+		RunsBefore: r.Replace(`SELECT {runcols} FROM {runs}
+WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?) AND (scheduled_for, attempt) < (?, ?)
+ORDER BY scheduled_for DESC, attempt DESC LIMIT ?`),
 		Runs: r.Replace(`SELECT {runcols} FROM {runs}
 WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?) ORDER BY id DESC LIMIT ?`),
 		Stats: r.Replace(`SELECT COUNT(*), COALESCE(SUM(paused), 0),

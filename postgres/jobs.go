@@ -286,6 +286,9 @@ WHERE job_id = $3 AND scheduled_for = $4 AND attempt = $5 AND outcome = 'running
 	last_run_at = n.now, last_modified_at = n.now
 FROM (SELECT clock_timestamp() AS now) n
 WHERE id = $4 AND locked_by = $5 AND lock_epoch = $6`),
+		RunsBefore: r.Replace(`SELECT {runcols} FROM {runs}
+WHERE job_id = (SELECT id FROM {jobs} WHERE name = $1) AND (scheduled_for, attempt) < ($2, $3)
+ORDER BY scheduled_for DESC, attempt DESC LIMIT $4`),
 		Runs: r.Replace(`SELECT {runcols} FROM {runs}
 WHERE job_id = (SELECT id FROM {jobs} WHERE name = $1) ORDER BY scheduled_for DESC, attempt DESC LIMIT $2`),
 		Stats: r.Replace(`SELECT count(*), count(*) FILTER (WHERE paused),

@@ -494,6 +494,17 @@ func (s *Scheduler) Jobs(ctx context.Context, after string, limit int) ([]sqleas
 	return out, err
 }
 
+// JobsChecked is Jobs that skips rows it cannot decode, returning them
+// apart, with the name of the last row read (the next page's cursor).
+func (s *Scheduler) JobsChecked(ctx context.Context, after string, limit int) ([]sqlease.Job, []sqlstore.CorruptRow, string, error) {
+	rows, skipped, last, err := s.store.JobsChecked(ctx, after, limit)
+	out := make([]sqlease.Job, len(rows))
+	for i := range rows {
+		out[i] = rows[i].Job
+	}
+	return out, skipped, last, err
+}
+
 // Delete deletes a job; its run ledger stays.
 func (s *Scheduler) Delete(ctx context.Context, name string) error {
 	return s.store.DeleteJob(ctx, name)
@@ -521,6 +532,12 @@ func (s *Scheduler) Trigger(ctx context.Context, name string) (sqlease.Job, erro
 // Runs returns a job's runs, newest first.
 func (s *Scheduler) Runs(ctx context.Context, name string, limit int) ([]sqlease.Run, error) {
 	return s.store.Runs(ctx, name, limit)
+}
+
+// RunsBefore lists a job's runs older than (scheduledFor, attempt), newest
+// first: the next page of Runs.
+func (s *Scheduler) RunsBefore(ctx context.Context, name string, scheduledFor time.Time, attempt, limit int) ([]sqlease.Run, error) {
+	return s.store.RunsBefore(ctx, name, scheduledFor, attempt, limit)
 }
 
 // prune deletes runs older than RunRetention now and then until ctx ends.

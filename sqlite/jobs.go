@@ -112,6 +112,9 @@ WHERE job_id = ?3 AND scheduled_for = ?4 AND attempt = ?5 AND outcome = 'running
 	next_run_at = ?1, attempt = ?2, not_before = ` + nowPlus("?3") + `,
 	last_run_at = {now}, last_modified_at = {now}
 WHERE id = ?4 AND locked_by = ?5 AND lock_epoch = ?6`),
+		RunsBefore: r.Replace(`SELECT {runcols} FROM {runs}
+WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?1) AND (scheduled_for < ?2 OR scheduled_for = ?2 AND attempt < ?3)
+ORDER BY scheduled_for DESC, attempt DESC LIMIT ?4`),
 		Runs: r.Replace(`SELECT {runcols} FROM {runs}
 WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?1) ORDER BY id DESC LIMIT ?2`),
 		Stats: r.Replace(`SELECT count(*), coalesce(sum(paused), 0),

@@ -154,6 +154,9 @@ WHERE job_id = @p3 AND scheduled_for = @p4 AND attempt = @p5 AND outcome = N'run
 	last_run_at = n.now, last_modified_at = n.now
 FROM {jobs} AS j CROSS JOIN {n} AS n
 WHERE j.id = @p4 AND j.locked_by = @p5 AND j.lock_epoch = @p6`),
+		RunsBefore: r.Replace(`SELECT TOP (@p4) {runcols} FROM {runs}
+WHERE job_id = (SELECT id FROM {jobs} WHERE name = @p1) AND (scheduled_for < @p2 OR scheduled_for = @p2 AND attempt < @p3)
+ORDER BY scheduled_for DESC, attempt DESC`),
 		Runs: r.Replace(`SELECT TOP (@p2) {runcols} FROM {runs}
 WHERE job_id = (SELECT id FROM {jobs} WHERE name = @p1) ORDER BY id DESC`),
 		Stats: r.Replace(`SELECT COUNT_BIG(*),

@@ -62,6 +62,7 @@ var documented = map[string]stmt{
 	"Singletons.Delete":    {1, []string{singletons}}, // (name)
 
 	"Jobs.AbandonDeleted": {1, []string{jobs, runs}}, // (name)
+	"Jobs.RunsBefore":     {4, []string{jobs, runs}}, // (job_name, scheduled_for, attempt, limit)
 	"Jobs.Now":            {0, nil},
 	"Jobs.InsertJob":      {12, []string{jobs}},
 	"Jobs.JobByName":      {1, []string{jobs}},

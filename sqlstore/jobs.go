@@ -145,6 +145,10 @@ type JobQueries struct {
 	ReleaseJob string
 	// Runs: (job_name, limit). RunColumns of the job's runs, newest first.
 	Runs string
+	// RunsBefore: (job_name, scheduled_for, attempt, limit). The next page:
+	// the job's runs before (scheduled_for, attempt) in that order, newest
+	// first.
+	RunsBefore string
 	// Stats: (). (total, paused, due, locked) counts of jobs.
 	Stats string
 	// PruneRuns: (older_than_ms). Deletes finished runs older than that.
@@ -231,7 +235,10 @@ func (js *jobScan) scan(sc scanner) (StoredJob, error) {
 	}
 	j := js.j
 	if err := json.Unmarshal([]byte(js.sched), &j.Schedule); err != nil {
-		return StoredJob{}, fmt.Errorf("job %q: decode schedule: %w", j.Name, err)
+		return StoredJob{}, &CorruptRow{Name: j.Name, Err: fmt.Errorf("decode schedule: %w", err)}
+	}
+	if js.action != "" && !json.Valid([]byte(js.action)) {
+		return StoredJob{}, &CorruptRow{Name: j.Name, Err: errors.New("action is not valid JSON")}
 	}
 	if js.action != "" {
 		j.Action = json.RawMessage(js.action)
@@ -332,24 +339,48 @@ func (s *Store) Job(ctx context.Context, name string) (StoredJob, error) {
 
 // Jobs lists up to limit jobs with names after `after`, ordered by name.
 func (s *Store) Jobs(ctx context.Context, after string, limit int) ([]StoredJob, error) {
+	jobs, _, _, err := s.JobsChecked(ctx, after, limit)
+	return jobs, err
+}
+
+// CorruptRow is a job row that cannot be decoded (written by hand, or by
+// a newer version): listings skip and report it instead of failing.
+type CorruptRow struct {
+	Name string
+	Err  error
+}
+
+func (e *CorruptRow) Error() string { return fmt.Sprintf("job %q: %v", e.Name, e.Err) }
+func (e *CorruptRow) Unwrap() error { return e.Err }
+
+// JobsChecked is Jobs that skips the rows it cannot decode and returns
+// them apart; last is the name of the last row read, corrupt or not (the
+// cursor of the next page).
+func (s *Store) JobsChecked(ctx context.Context, after string, limit int) (jobs []StoredJob, skipped []CorruptRow, last string, err error) {
 	rows, err := s.db.QueryContext(ctx, s.q().ListJobs, after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", s.classify(err))
+		return nil, nil, "", fmt.Errorf("list jobs: %w", s.classify(err))
 	}
 	defer rows.Close()
-	var out []StoredJob
 	js := newJobScan()
 	for rows.Next() {
 		j, err := js.scan(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list jobs: %w", s.classify(err))
+		var bad *CorruptRow
+		switch {
+		case errors.As(err, &bad):
+			skipped = append(skipped, *bad)
+			last = bad.Name
+			continue
+		case err != nil:
+			return nil, nil, "", fmt.Errorf("list jobs: %w", s.classify(err))
 		}
-		out = append(out, j)
+		jobs = append(jobs, j)
+		last = j.Name
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list jobs: %w", s.classify(err))
+		return nil, nil, "", fmt.Errorf("list jobs: %w", s.classify(err))
 	}
-	return out, nil
+	return jobs, skipped, last, nil
 }
 
 // DeleteJob deletes a job; its runs stay in the ledger. It returns
@@ -664,6 +695,17 @@ func (s *Store) ReleaseUnrun(ctx context.Context, tx *sql.Tx, l Lock, next time.
 // Runs lists a job's runs, newest first.
 func (s *Store) Runs(ctx context.Context, job string, limit int) ([]sqlease.Run, error) {
 	rows, err := s.db.QueryContext(ctx, s.q().Runs, job, limit)
+	return s.scanRuns(job, rows, err)
+}
+
+// RunsBefore lists up to limit runs of job older than (scheduledFor,
+// attempt), newest first: the page after one that ended there.
+func (s *Store) RunsBefore(ctx context.Context, job string, scheduledFor time.Time, attempt, limit int) ([]sqlease.Run, error) {
+	rows, err := s.db.QueryContext(ctx, s.q().RunsBefore, job, s.timeArg(scheduledFor), attempt, limit)
+	return s.scanRuns(job, rows, err)
+}
+
+func (s *Store) scanRuns(job string, rows *sql.Rows, err error) ([]sqlease.Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list runs of %q: %w", job, s.classify(err))
 	}
