@@ -134,3 +134,7 @@ func (a *api) writeJSON(w http.ResponseWriter, r *http.Request, status int, v an
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }
+
+// StatusOf is the HTTP status an error is answered with (statusOf), for
+// tests and callers that decode jobs themselves.
+func StatusOf(err error) int { return statusOf(err) }

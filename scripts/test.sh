@@ -5,6 +5,9 @@
 #   bash scripts/test.sh ./postgres/...        # go test only these packages
 #   bash scripts/test.sh -run TestFoo ./sqlite # flags too (give packages as well)
 #
+# Without arguments it also runs the fuzz targets for SQLEASE_FUZZTIME (10s)
+# each beyond their seed corpus (which every go test run covers).
+#
 # Arguments, when given, replace "./..." on the go test command line; they come
 # after the defaults (-race -count=1 -timeout 12m), so e.g. -timeout 30m
 # overrides. gofmt and go vet always cover the whole module.
@@ -355,8 +358,10 @@ else
 	start_mariadb
 fi
 
+fuzz=0
 if (($# == 0)); then
 	set -- ./...
+	fuzz=1 # the whole suite also fuzzes for a bounded time
 fi
 say "go test -race -count=1 -timeout 12m $*"
 # go test runs in its own process group (set -m) in the background, so that a
@@ -370,6 +375,18 @@ test_pgid=$!
 set +m
 wait "$test_pgid" || status=$?
 test_pgid=""
+if ((status == 0)) && ((fuzz)); then
+	# The fuzz targets beyond their seed corpus, for a bounded time: any
+	# input either refused with a 4xx-class error or round-tripping.
+	for target in "FuzzDecodeJob ./httpapi" "FuzzConfigFile ./internal/cli"; do
+		set -- $target
+		say "go test -run '^\$' -fuzz $1 -fuzztime ${SQLEASE_FUZZTIME:-10s} $2"
+		if ! go test -run '^$' -fuzz "$1" -fuzztime "${SQLEASE_FUZZTIME:-10s}" "$2" </dev/null; then
+			status=1
+			break
+		fi
+	done
+fi
 if ((status == 0)); then
 	say "PASS"
 else
