@@ -41,7 +41,27 @@ func DSN(path string, busyTimeout time.Duration) string {
 	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Set("_txlock", "immediate")
-	return "file:" + path + "?" + q.Encode()
+	return "file:" + escapePath(path) + "?" + q.Encode()
+}
+
+// escapePath percent-encodes a file path for a file: URI, so that a name
+// with %, ?, # or & opens exactly that file and cannot add parameters
+// (pragmas) of its own: every byte but letters, digits and / . _ ~ - .
+func escapePath(path string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '/', c == '.', c == '_', c == '~', c == '-':
+			b.WriteByte(c)
+		default:
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		}
+	}
+	return b.String()
 }
 
 // Open opens (creating if needed) the SQLite database file at path.
