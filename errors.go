@@ -51,6 +51,11 @@ var (
 	// message names the field and the rule.
 	ErrInvalidConfig = errors.New("sqlease: invalid configuration")
 
+	// ErrStorage is matched (errors.Is) by every error the database
+	// returned to a store call, so that callers can tell a storage fault
+	// (the API answers 503 with its reason) from bad input or a bug.
+	ErrStorage = errors.New("sqlease: database error")
+
 	// ErrTransient is wrapped by dialects around database errors that are
 	// worth retrying: connection loss, deadlock, serialization failure,
 	// "database is locked", cloud throttling.

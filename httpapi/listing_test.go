@@ -108,3 +108,19 @@ func TestRunsPaged(t *testing.T) {
 	}
 	n.do("GET", "/v1/jobs/j/runs?after=garbage", "").problem(t, 400)
 }
+
+// A storage fault is a 503 that names it (and Retry-After), not an opaque
+// 500: the client's request was fine.
+func TestStorageFaultIs503WithReason(t *testing.T) {
+	n := newNode(t, dbPath(t), nodeOpts{noElector: true})
+	if _, err := n.store.DB().Exec(`ALTER TABLE sqlease_jobs RENAME TO sqlease_jobs_away`); err != nil {
+		t.Fatal(err)
+	}
+	res := n.do("GET", "/v1/jobs", "")
+	p := res.problem(t, 503)
+	if !strings.Contains(p.Detail, "database error") || !strings.Contains(p.Detail, "sqlease_jobs") || res.header.Get("Retry-After") == "" {
+		t.Fatalf("storage fault: %s (Retry-After %q)", res.body, res.header.Get("Retry-After"))
+	}
+	res = n.do("POST", "/v1/jobs", `{"name":"a","schedule":{},"action":{"http":{"url":"http://127.0.0.1:9/"}}}`)
+	res.problem(t, 503)
+}

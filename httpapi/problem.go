@@ -65,7 +65,7 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, sqlease.ErrConflict):
 		return http.StatusConflict
-	case errors.Is(err, sqlease.ErrTransient), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case errors.Is(err, sqlease.ErrTransient), errors.Is(err, sqlease.ErrStorage), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -85,6 +85,15 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		detail = fmt.Sprintf("name: no job named %q", r.PathValue("name"))
 	case status == http.StatusServiceUnavailable:
 		detail = "database temporarily unavailable; retry"
+		if errors.Is(err, sqlease.ErrStorage) && !errors.Is(err, sqlease.ErrTransient) {
+			// Name the fault (a read-only file, a missing table, a
+			// refused statement): retrying may not help.
+			detail = "database error: " + strings.TrimSpace(strings.SplitN(cleanDetail(err), "\n", 2)[0])
+			if len(detail) > 300 {
+				detail = detail[:300] + "…"
+			}
+		}
+		w.Header().Set("Retry-After", "1")
 		a.log.Warn("http_unavailable", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 	case status >= 500:
 		detail = "internal error"

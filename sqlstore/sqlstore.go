@@ -151,11 +151,22 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 func (s *Store) classify(err error) error {
-	if err == nil || s.d.Classify == nil {
+	if err == nil || errors.Is(err, sql.ErrNoRows) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return s.d.Classify(err)
+	if s.d.Classify != nil {
+		err = s.d.Classify(err)
+	}
+	return storageError{err}
 }
+
+// storageError marks a database's error as sqlease.ErrStorage; its text
+// and chain are the error's own.
+type storageError struct{ err error }
+
+func (e storageError) Error() string        { return e.err.Error() }
+func (e storageError) Unwrap() error        { return e.err }
+func (e storageError) Is(target error) bool { return target == sqlease.ErrStorage }
 
 func validateToken(tok sqlease.Token) error {
 	if err := sqlease.ValidateLeaseName(tok.Name); err != nil {
