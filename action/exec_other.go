@@ -2,7 +2,10 @@
 
 package action
 
-import "os/exec"
+import (
+	"errors"
+	"os/exec"
+)
 
 // setProcessGroup does nothing: process groups are a Unix feature, so on
 // other systems only the command itself is killed, not what it started.
@@ -13,4 +16,12 @@ func killProcessGroup(cmd *exec.Cmd) {
 	if cmd.Process != nil {
 		_ = cmd.Process.Kill()
 	}
+}
+
+// SetExecUser is not supported here: actions run as the daemon's user.
+func SetExecUser(name string) error {
+	if name != "" {
+		return errors.New("exec_user: running actions as another user needs a Unix system")
+	}
+	return nil
 }

@@ -9,7 +9,7 @@ import (
 // startSupervised puts the command in a process group of its own and has
 // the kernel SIGKILL it when the node dies, even by kill -9.
 func startSupervised(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: execCred.Load()}
 }
 
 // lockThread pins the goroutine to its thread while the child runs: the

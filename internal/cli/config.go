@@ -43,6 +43,7 @@ type Config struct {
 	APITokenFile    string
 	AllowedHosts    string // comma-separated
 	AllowExec       string // "", "true" or "false"; "" means: only when HTTP listens on loopback
+	ExecUser        string
 }
 
 // DefaultDB is the embedded SQLite file a node uses when no --db is given.
@@ -143,6 +144,7 @@ var settings = []setting{
 	str("api-token", "bearer token the API requires (prefer --api-token-file: a command line is visible to every user)", func(c *Config) *string { return &c.APIToken }, true, true),
 	str("api-token-file", "file holding the API token (surrounding whitespace ignored)", func(c *Config) *string { return &c.APITokenFile }, false, true),
 	str("allowed-hosts", "comma-separated host names the API is reached by besides loopback (e.g. behind a proxy); * for any", func(c *Config) *string { return &c.AllowedHosts }, false, true),
+	str("exec-user", "run exec actions and singleton processes as this OS user (the daemon must run as root)", func(c *Config) *string { return &c.ExecUser }, false, true),
 	oneOf("allow-exec", "allow exec actions (default: only when --http listens on loopback)", func(c *Config) *string { return &c.AllowExec }, "true", "false"),
 	oneOf("log-format", "log format", func(c *Config) *string { return &c.LogFormat }, "text", "json"),
 	oneOf("log-level", "log level", func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error"),

@@ -67,6 +67,9 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := action.SetExecUser(cfg.ExecUser); err != nil {
+		return nil, usageError{err}
+	}
 	log := newLogger(logOut, cfg.LogFormat, cfg.LogLevel)
 	if trimmed {
 		log.Warn("api_token_trimmed", slog.String("hint", "the API token had surrounding whitespace (a newline at the end of a secret file?); it was removed"))
