@@ -16,6 +16,9 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +68,11 @@ type HTTP struct {
 	// Content-Type is sent only if given here; User-Agent defaults to
 	// "sqlease".
 	Headers map[string]string `json:"headers,omitempty"`
+	// SecretHeaders are headers whose value the node reads when it sends
+	// the request — from its environment or a file — so that the secret
+	// is never stored in the database nor shown by the API. In JSON they
+	// are headers whose value is {"env": "NAME"} or {"file": "/path"}.
+	SecretHeaders map[string]SecretRef `json:"-"`
 	// Body is the request body.
 	Body string `json:"body,omitempty"`
 	// Timeout bounds the whole request, from connecting to reading the
@@ -136,16 +144,37 @@ func Parse(raw json.RawMessage) (Spec, error) {
 	var s Spec
 	if present(wire.HTTP) {
 		var h struct {
-			URL     string            `json:"url"`
-			Method  string            `json:"method"`
-			Headers map[string]string `json:"headers"`
-			Body    string            `json:"body"`
-			Timeout json.RawMessage   `json:"timeout"`
+			URL     string                     `json:"url"`
+			Method  string                     `json:"method"`
+			Headers map[string]json.RawMessage `json:"headers"`
+			Body    string                     `json:"body"`
+			Timeout json.RawMessage            `json:"timeout"`
 		}
 		if err := decodeStrict("action.http", wire.HTTP, &h); err != nil {
 			return Spec{}, err
 		}
-		s.HTTP = &HTTP{URL: h.URL, Method: h.Method, Headers: h.Headers, Body: h.Body}
+		s.HTTP = &HTTP{URL: h.URL, Method: h.Method, Body: h.Body}
+		for name, raw := range h.Headers {
+			var v string
+			if json.Unmarshal(raw, &v) == nil {
+				if s.HTTP.Headers == nil {
+					s.HTTP.Headers = map[string]string{}
+				}
+				s.HTTP.Headers[name] = v
+				continue
+			}
+			var ref SecretRef
+			if err := decodeStrict("action.http.headers."+name, raw, &ref); err != nil {
+				return Spec{}, invalid("action.http.headers", "value of %q must be a string or {\"env\": \"NAME\"} or {\"file\": \"/path\"}", name)
+			}
+			if err := ref.validate(); err != nil {
+				return Spec{}, invalid("action.http.headers", "value of %q: %v", name, err)
+			}
+			if s.HTTP.SecretHeaders == nil {
+				s.HTTP.SecretHeaders = map[string]SecretRef{}
+			}
+			s.HTTP.SecretHeaders[name] = ref
+		}
 		if err := decodeDuration("action.http.timeout", h.Timeout, &s.HTTP.Timeout); err != nil {
 			return Spec{}, err
 		}
@@ -392,8 +421,9 @@ func Redact(raw json.RawMessage) json.RawMessage {
 		}
 	}
 	if hdrs, ok := h["headers"].(map[string]any); ok {
-		for k := range hdrs {
-			if SecretHeader(k) {
+		for k, v := range hdrs {
+			// A {"env"|"file"} reference names a secret; it holds none.
+			if _, literal := v.(string); literal && SecretHeader(k) {
 				hdrs[k], changed = Redacted, true
 			}
 		}
@@ -426,4 +456,44 @@ func SecretHeader(name string) bool {
 		}
 	}
 	return strings.Contains(n, "password") || strings.Contains(n, "apikey")
+}
+
+// SecretRef names a secret the node reads when it needs it: an
+// environment variable of the node, or a file (read at each use, so a
+// rotated secret applies at the next run). Exactly one is set.
+type SecretRef struct {
+	Env  string `json:"env,omitempty"`
+	File string `json:"file,omitempty"`
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (r SecretRef) validate() error {
+	switch {
+	case (r.Env == "") == (r.File == ""):
+		return errors.New(`must name exactly one of "env" and "file"`)
+	case r.Env != "" && !envName.MatchString(r.Env):
+		return fmt.Errorf("env %q is not a variable name", r.Env)
+	case r.Env != "" && strings.HasPrefix(r.Env, "SQLEASE_"):
+		return fmt.Errorf("env %q: the node's own SQLEASE_ settings are not secrets for actions", r.Env)
+	case r.File != "" && !filepath.IsAbs(r.File):
+		return fmt.Errorf("file %q must be an absolute path", r.File)
+	}
+	return nil
+}
+
+// resolve reads the secret; surrounding whitespace of a file is dropped.
+func (r SecretRef) resolve() (string, error) {
+	if r.Env != "" {
+		v, ok := os.LookupEnv(r.Env)
+		if !ok {
+			return "", fmt.Errorf("environment variable %s is not set on this node", r.Env)
+		}
+		return v, nil
+	}
+	b, err := os.ReadFile(r.File)
+	if err != nil {
+		return "", fmt.Errorf("secret file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }

@@ -52,6 +52,11 @@ func (h *HTTP) validate() error {
 	if !httpMethods[h.method()] {
 		return invalid("action.http.method", "must be GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS, got %q", h.Method)
 	}
+	for name := range h.SecretHeaders {
+		if !isToken(name) {
+			return invalid("action.http.headers", "has an invalid header name %q", name)
+		}
+	}
 	for name, value := range h.Headers {
 		switch {
 		case !isToken(name):
@@ -84,6 +89,19 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 			continue
 		}
 		req.Header.Set(name, value)
+	}
+	for name, ref := range h.SecretHeaders {
+		if reservedHeader(name) {
+			continue
+		}
+		v, err := ref.resolve()
+		if err != nil {
+			return fmt.Errorf("http action not sent: header %s: %w", name, err)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return fmt.Errorf("http action not sent: header %s: the secret contains CR, LF or NUL", name)
+		}
+		req.Header.Set(name, v)
 	}
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", "sqlease")
