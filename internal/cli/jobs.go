@@ -14,6 +14,7 @@ import (
 	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/httpapi"
 	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // jobsCmd administers jobs directly in the database: any node's leader (or
@@ -29,32 +30,13 @@ func jobsCmd(env Env) *cobra.Command {
 		},
 	}
 	withSched := func(cmd *cobra.Command, fn func(ctx context.Context, s *scheduler.Scheduler) (any, error)) error {
-		cfg, err := load(cmd.Flags(), env.Getenv, false)
-		if err != nil {
-			return err
-		}
-		st, err := openStore(cmd.Context(), cfg.DB, cfg.TablePrefix, false)
-		if err != nil {
-			return err
-		}
-		defer st.DB().Close()
-		s, err := scheduler.New(scheduler.Config{Store: st, ValidateAction: action.ValidateJSON})
-		if err != nil {
-			return err
-		}
-		out, err := fn(cmd.Context(), s)
-		if errors.Is(err, sqlease.ErrInvalidConfig) || errors.Is(err, sqlease.ErrInvalidName) {
-			return usageError{err}
-		}
-		if err != nil {
-			return err
-		}
-		if out == nil {
-			return nil
-		}
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return withStore(env, cmd, func(ctx context.Context, st *sqlstore.Store) (any, error) {
+			s, err := scheduler.New(scheduler.Config{Store: st, ValidateAction: action.ValidateJSON})
+			if err != nil {
+				return nil, err
+			}
+			return fn(ctx, s)
+		})
 	}
 
 	var file string
@@ -172,4 +154,29 @@ func jobsCmd(env Env) *cobra.Command {
 	}
 	cmd.AddCommand(add, list, get, pause, resume, trigger, del)
 	return cmd
+}
+
+// withStore runs an administrative command on the database of the
+// command's configuration: fn's result is printed as indented JSON (nil:
+// nothing), and an invalid-input error exits 2.
+func withStore(env Env, cmd *cobra.Command, fn func(ctx context.Context, st *sqlstore.Store) (any, error)) error {
+	cfg, err := load(cmd.Flags(), env.Getenv, false)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(cmd.Context(), cfg.DB, cfg.TablePrefix, false)
+	if err != nil {
+		return err
+	}
+	defer st.DB().Close()
+	out, err := fn(cmd.Context(), st)
+	if errors.Is(err, sqlease.ErrInvalidConfig) || errors.Is(err, sqlease.ErrInvalidName) {
+		return usageError{err}
+	}
+	if err != nil || out == nil {
+		return err
+	}
+	enc := json.NewEncoder(env.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
 }

@@ -2,16 +2,14 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/spf13/cobra"
 
-	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // singletonsCmd administers daemon singletons directly in the database, as
@@ -26,25 +24,9 @@ func singletonsCmd(env Env) *cobra.Command {
 		},
 	}
 	withAdmin := func(cmd *cobra.Command, fn func(ctx context.Context, a singletonAdmin) (any, error)) error {
-		cfg, err := load(cmd.Flags(), env.Getenv, false)
-		if err != nil {
-			return err
-		}
-		st, err := openStore(cmd.Context(), cfg.DB, cfg.TablePrefix, false)
-		if err != nil {
-			return err
-		}
-		defer st.DB().Close()
-		out, err := fn(cmd.Context(), singletonAdmin{store: st, leases: st})
-		if errors.Is(err, sqlease.ErrInvalidConfig) || errors.Is(err, sqlease.ErrInvalidName) {
-			return usageError{err}
-		}
-		if err != nil || out == nil {
-			return err
-		}
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return withStore(env, cmd, func(ctx context.Context, st *sqlstore.Store) (any, error) {
+			return fn(ctx, singletonAdmin{store: st, leases: st})
+		})
 	}
 
 	var file string

@@ -62,6 +62,29 @@ func (v singletonView) count(t *testing.T) int {
 
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
+// startedPIDs reads the pids the singleton processes appended to file.
+func startedPIDs(file string) []int {
+	b, _ := os.ReadFile(file)
+	var out []int
+	for _, line := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(line); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// running counts the singleton processes of file that are alive.
+func running(file string) int {
+	n := 0
+	for _, pid := range startedPIDs(file) {
+		if alive(pid) {
+			n++
+		}
+	}
+	return n
+}
+
 // A daemon singleton written in bash runs on exactly one node; after kill -9
 // of that node alone its process dies with it (no orphan), and another node
 // runs it from the last saved state within the failover bound — the count
@@ -113,12 +136,7 @@ func TestSingletonProcessFailover(t *testing.T) {
 			holder.wait(t, 5*time.Second)
 
 			// The dead node's process is gone with it.
-			started, _ := os.ReadFile(pids)
-			var first []int
-			for _, line := range strings.Fields(string(started)) {
-				pid, _ := strconv.Atoi(line)
-				first = append(first, pid)
-			}
+			first := startedPIDs(pids)
 			if err := poll(3*time.Second, func() (bool, string) {
 				for _, pid := range first {
 					if alive(pid) {
@@ -148,18 +166,12 @@ func TestSingletonProcessFailover(t *testing.T) {
 			if bound := leaseDuration + acquireInterval + 3*time.Second; took > bound {
 				t.Errorf("failover took %s, want within lease + acquire (+ slack) = %s", took, bound)
 			}
-			// Exactly one copy runs: the pids started since the kill, one alive.
-			time.Sleep(300 * time.Millisecond)
-			started, _ = os.ReadFile(pids)
-			var running int
-			for _, line := range strings.Fields(string(started)) {
-				pid, _ := strconv.Atoi(line)
-				if alive(pid) {
-					running++
-				}
-			}
-			if running != 1 {
-				t.Fatalf("%d copies of the singleton run, want 1", running)
+			// Exactly one copy runs, and stays the only one.
+			if err := poll(5*time.Second, func() (bool, string) {
+				n := running(pids)
+				return n == 1, fmt.Sprintf("%d copies of the singleton run, want 1", n)
+			}); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
@@ -225,16 +237,9 @@ func TestSingletonFrozenNodeAndStaleness(t *testing.T) {
 			t.Fatalf("the saved count went backwards: %v", counts)
 		}
 	}
-	started, _ := os.ReadFile(pids)
 	if err := poll(5*time.Second, func() (bool, string) {
-		running := 0
-		for _, line := range strings.Fields(string(started)) {
-			pid, _ := strconv.Atoi(line)
-			if alive(pid) {
-				running++
-			}
-		}
-		return running == 1, fmt.Sprintf("%d copies run", running)
+		n := running(pids)
+		return n == 1, fmt.Sprintf("%d copies run", n)
 	}); err != nil {
 		t.Fatal(err)
 	}
