@@ -55,6 +55,7 @@ func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
 //	reason=renew_deadline_missed  the node believes it leads but missed its renew deadline
 //	reason=dispatch_starting      the node leads and its dispatcher is building its schedule (LeaderDispatch)
 //	reason=dispatch_failing       the node leads but its dispatcher cannot build or refresh its schedule (dispatch_error says why); it resigns the lease unless that recovers
+//	reason=dispatch_stuck         the node leads but its dispatch loop has not turned for twice its refresh period + 5 s (a statement that hangs)
 //
 // A follower's own queries can be rare (an advisory follower waits on its
 // session lock), so when its last contact is older than half of
@@ -88,8 +89,8 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 		detail = "db_error=" + oneWord(st.WriteError.Error())
 	case st.Leading && a.cfg.LeaderDispatch && dispatch.Phase != scheduler.PhaseRunning:
 		mode, reason = "unavailable", "dispatch_starting"
-		if dispatch.Phase == scheduler.PhaseFailing {
-			reason = "dispatch_failing"
+		if dispatch.Phase == scheduler.PhaseFailing || dispatch.Phase == scheduler.PhaseStuck {
+			reason = "dispatch_" + dispatch.Phase
 			if dispatch.Err != nil {
 				detail = "dispatch_error=" + oneWord(dispatch.Err.Error())
 			}

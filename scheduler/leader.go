@@ -96,7 +96,11 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 	defer due.Stop()
 	healthy := true // a failed refresh stops dispatch until one succeeds
 	var failingSince time.Time
+	// The loop turns at least once per refresh period: a longer silence
+	// means it is stuck (a statement that hangs), which Dispatch reports.
+	s.setLoopBound(2*max(every, s.cfg.RefreshInterval) + 5*time.Second)
 	for {
+		s.loopTurned()
 		if healthy {
 			l.dispatchDue(ctx, &wg)
 			if l.sched.Len() == 0 && l.truncated && !l.loadedUntil.After(l.estNow()) {

@@ -382,3 +382,60 @@ func TestDeferredRetryDoesNotHoldUpDrain(t *testing.T) {
 		t.Fatalf("after the drain: locked by %q, attempt %d, %d runs; want unlocked, attempt 1, none", got.LockedBy, got.Attempt, rec.count())
 	}
 }
+
+// A leader whose dispatch loop is stuck (a refresh waiting on a lock held
+// by someone else) says so through Dispatch — readiness answers 503
+// dispatch_stuck — and is running again once the statement returns.
+func TestStuckDispatchLoopIsVisible(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		s := newSched(t, scheduler.Config{Store: st, RefreshInterval: 50 * time.Millisecond, DispatchFailureLimit: time.Minute})
+		e := leadOnce(t, st, s, "a", make(chan error, 1))
+		waitFor(t, 10*time.Second, "leadership", e.IsLeader)
+		waitFor(t, 5*time.Second, "dispatch", func() bool { return s.Dispatch().Phase == scheduler.PhaseRunning })
+		tx, err := st.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lock := map[string]string{"postgres": "LOCK TABLE sqlease_jobs IN ACCESS EXCLUSIVE MODE",
+			"mysql": "SELECT * FROM sqlease_jobs FOR UPDATE", "sqlite": "UPDATE sqlease_jobs SET paused = paused WHERE 0 = 1"}[st.Dialect().Name]
+		if st.Dialect().Name == "mysql" {
+			// A write lock on the whole table: the refresh's read waits.
+			lock = "LOCK TABLES sqlease_jobs WRITE"
+			_ = tx.Rollback()
+			conn, err := st.DB().Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.ExecContext(ctx, lock); err != nil {
+				t.Fatal(err)
+			}
+			defer conn.ExecContext(ctx, "UNLOCK TABLES")
+			waitFor(t, 10*time.Second, "dispatch stuck", func() bool { return s.Dispatch().Phase == scheduler.PhaseStuck })
+			if _, err := conn.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			if _, err := tx.ExecContext(ctx, lock); err != nil {
+				t.Fatal(err)
+			}
+			if st.Dialect().Name == "sqlite" {
+				// In WAL mode a writer holding the lock does not block the
+				// refresh's reads: the loop keeps turning, and says so.
+				deadline := time.Now().Add(1500 * time.Millisecond)
+				for time.Now().Before(deadline) {
+					if p := s.Dispatch().Phase; p != scheduler.PhaseRunning {
+						t.Fatalf("dispatch %s while another connection only holds the write lock", p)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			} else {
+				waitFor(t, 10*time.Second, "dispatch stuck", func() bool { return s.Dispatch().Phase == scheduler.PhaseStuck })
+			}
+			_ = tx.Rollback()
+		}
+		waitFor(t, 10*time.Second, "dispatch running again", func() bool { return s.Dispatch().Phase == scheduler.PhaseRunning })
+	})
+}

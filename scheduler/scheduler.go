@@ -277,8 +277,10 @@ type Scheduler struct {
 	drained  chan struct{}  // closed by Drain
 	inflight sync.WaitGroup // claims in progress and runs executing now
 
-	stateMu sync.Mutex
-	state   DispatchState // leader mode: how Lead is doing
+	stateMu   sync.Mutex
+	state     DispatchState // leader mode: how Lead is doing
+	lastTurn  time.Time     // when Lead's loop last turned
+	loopBound time.Duration // a silence longer than this is a stuck loop
 }
 
 // DispatchState is how leader-mode dispatch is doing (Scheduler.Dispatch).
@@ -298,6 +300,10 @@ const (
 	PhaseStarting = "starting"
 	PhaseRunning  = "running"
 	PhaseFailing  = "failing"
+	// PhaseStuck: running, but the dispatch loop has not turned for twice
+	// its refresh period plus 5 s (a statement that hangs): it dispatches
+	// nothing.
+	PhaseStuck = "stuck"
 )
 
 // Dispatch reports how leader-mode dispatch is doing, for readiness: a node
@@ -305,7 +311,24 @@ const (
 func (s *Scheduler) Dispatch() DispatchState {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
-	return s.state
+	st := s.state
+	if st.Phase == PhaseRunning && s.loopBound > 0 && time.Since(s.lastTurn) > s.loopBound {
+		st.Phase, st.Since = PhaseStuck, s.lastTurn
+		st.Err = fmt.Errorf("the dispatch loop has not turned for %s", time.Since(s.lastTurn).Round(time.Millisecond))
+	}
+	return st
+}
+
+func (s *Scheduler) setLoopBound(d time.Duration) {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	s.loopBound, s.lastTurn = d, time.Now()
+}
+
+func (s *Scheduler) loopTurned() {
+	s.stateMu.Lock()
+	s.lastTurn = time.Now()
+	s.stateMu.Unlock()
 }
 
 func (s *Scheduler) setPhase(phase string, err error) {
