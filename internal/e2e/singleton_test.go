@@ -60,7 +60,21 @@ func (v singletonView) count(t *testing.T) int {
 	return s.N
 }
 
-func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+// alive reports whether pid runs: it exists and is not a zombie (a killed
+// node's child is reaped by whoever adopts it, maybe late).
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state …: the state follows the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
 
 // startedPIDs reads the pids the singleton processes appended to file.
 func startedPIDs(file string) []int {
@@ -90,14 +104,19 @@ func running(file string) int {
 // runs it from the last saved state within the failover bound — the count
 // never goes backwards.
 func TestSingletonProcessFailover(t *testing.T) {
-	for _, b := range []backend{{name: "sqlite", db: sqliteDB}, {name: "postgres", db: postgresDB(t)}} {
+	pg := postgresDB(t)
+	for _, b := range []struct {
+		backend
+		flags []string
+	}{{backend{name: "sqlite", db: sqliteDB}, nil}, {backend{name: "postgres", db: pg}, nil},
+		{backend{name: "postgres-advisory", db: pg}, []string{"--election", "advisory"}}} {
 		t.Run(b.name, func(t *testing.T) {
 			dir := t.TempDir()
 			script, pids := filepath.Join(dir, "counter.sh"), filepath.Join(dir, "pids")
 			if err := os.WriteFile(script, []byte(counterScript), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			f := newFleet(t, b.db(t))
+			f := newFleet(t, b.db(t), b.flags...)
 			nodes := f.start("a", "b")
 			def := fmt.Sprintf(`{"name":"counter","command":["bash",%q],"env":{"PIDS":%q},"initial_state":{"n":0},"heartbeat":"1s","stop_timeout":"2s"}`, script, pids)
 			resp, body := nodes[0].do(t, "POST", "/v1/singletons", "", []byte(def))
@@ -131,12 +150,12 @@ func TestSingletonProcessFailover(t *testing.T) {
 				t.Fatalf("holder %q is not a node of the fleet", v.Holder)
 			}
 			before := get()
+			first := startedPIDs(pids) // the killed node's; the next holder may start its own at once
 			holder.signal(t, syscall.SIGKILL)
 			killed := time.Now()
 			holder.wait(t, 5*time.Second)
 
 			// The dead node's process is gone with it.
-			first := startedPIDs(pids)
 			if err := poll(3*time.Second, func() (bool, string) {
 				for _, pid := range first {
 					if alive(pid) {
