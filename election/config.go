@@ -38,9 +38,11 @@ type Config struct {
 	SessionLocker sqlease.SessionLocker
 	// Changes, when set, signals that a lease changed holder or was
 	// released (PostgreSQL: postgres.ListenLeases). A follower then looks at
-	// once: in lease mode it acquires a released lease without waiting for
-	// its next poll; in advisory mode it refreshes the observed leader, which
-	// it otherwise re-reads only every 60 AcquireIntervals instead of 10.
+	// once, and otherwise only when the lease it saw is due to expire (not
+	// every AcquireInterval): in lease mode it acquires a released lease
+	// without waiting for a poll; in advisory mode it refreshes the observed
+	// leader, which it otherwise re-reads at most every 10 AcquireIntervals
+	// (60 with Changes).
 	Changes <-chan struct{}
 	// LeaseName names the lease; instances with the same name compete.
 	// Default DefaultLeaseName.

@@ -295,7 +295,15 @@ func (e *Elector) followWait(cur sqlease.Lease, err error) time.Duration {
 	if errors.Is(err, sqlease.ErrLeaseHeld) && !cur.ExpiresAt.IsZero() {
 		// Poll just after the expiry the database reported; the millisecond
 		// covers the resolution of database timestamps.
-		if left := cur.Remaining() + time.Millisecond; left > 0 && left < d {
+		left := max(cur.Remaining()+time.Millisecond, time.Millisecond)
+		if e.cfg.Changes != nil {
+			// A release or a new holder wakes the follower (Wake): until
+			// the lease it saw can expire, there is nothing to look at.
+			// An idle fleet then reads the lease about once per lease
+			// duration instead of every acquire interval.
+			return min(left, 60*e.cfg.AcquireInterval)
+		}
+		if left < d {
 			d = left
 		}
 	}
