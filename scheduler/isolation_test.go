@@ -138,7 +138,7 @@ func TestHangingHeartbeatsCancelBeforeTheLockGoesStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.DB().Close()
-	lockTimeout := time.Second
+	lockTimeout := 2 * time.Second // cancelled at 1.5 s: half a second of slack on a busy machine
 	admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
 	if _, _, err := admin.Create(ctx, sqlease.Job{Name: "long", LockTimeout: lockTimeout}); err != nil {
 		t.Fatal(err)

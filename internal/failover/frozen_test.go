@@ -33,7 +33,7 @@ func frozenHandoff(t *testing.T, c *cluster) time.Duration {
 		t.Fatalf("SIGSTOP of leader %s (epoch %d): no action of a higher epoch within %s", old.id, oldEpoch, 4*lease)
 	}
 	took = h.At.Sub(t0)
-	if bound := lease + acquire + 1500*time.Millisecond; took > bound {
+	if bound := lease + acquire + 2300*time.Millisecond; took > bound { // still well before the SIGCONT at 5 s
 		t.Errorf("SIGSTOP of %s → %s acts after %s, want ≤ lease + acquire (+ slack) = %s", old.id, h.Holder, took, bound)
 	}
 	// Keep it frozen past 2.5 × lease, as a long GC pause or VM freeze.
