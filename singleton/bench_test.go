@@ -2,8 +2,12 @@ package singleton_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/sqlease/sqlease"
 
 	"github.com/sqlease/sqlease/singleton"
 	"github.com/sqlease/sqlease/sqlstore"
@@ -55,4 +59,59 @@ func benchStore(b *testing.B, dialect string) *sqlstore.Store {
 		st = postgresStore(b)
 	}
 	return st
+}
+
+// BenchmarkHeldSingletons measures how many singletons one node can hold:
+// it registers b.N singletons on one node (lease 2 s, renewed every 500 ms:
+// b.N × 2 renewals/s), lets them run for 5 s and reports the renewals per
+// second the node kept up and how many terms it lost (a renewal that fell
+// behind its deadline). Run with fixed counts:
+// go test -run '^$' -bench HeldSingletons -benchtime 200x ./singleton
+func BenchmarkHeldSingletons(b *testing.B) {
+	for _, d := range []string{"sqlite", "postgres"} {
+		b.Run(d, func(b *testing.B) {
+			st := benchStore(b, d)
+			n, err := singleton.NewNode(singleton.NodeConfig{Store: st, HolderID: "bench",
+				LeaseDuration: 2 * time.Second, RenewInterval: 500 * time.Millisecond, AcquireInterval: 100 * time.Millisecond})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var mu sync.Mutex
+			started, lost := 0, 0
+			for i := range b.N {
+				if err := singleton.Register(n, singleton.Config[v1]{Name: fmt.Sprintf("s%d", i),
+					OnStarted: func(context.Context, sqlease.Token) { mu.Lock(); started++; mu.Unlock() },
+					OnStopped: func(sqlease.Token) { mu.Lock(); lost++; mu.Unlock() },
+					Body:      func(ctx context.Context, in *singleton.Instance[v1]) error { <-ctx.Done(); return nil }}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = n.Run(ctx) }()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				mu.Lock()
+				s := started
+				mu.Unlock()
+				if s >= b.N || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			mu.Lock()
+			lostBefore := lost
+			mu.Unlock()
+			time.Sleep(5 * time.Second)
+			mu.Lock()
+			lostDuring := lost - lostBefore
+			held := started - lost
+			mu.Unlock()
+			cancel()
+			<-done
+			b.ReportMetric(float64(held), "held")
+			b.ReportMetric(float64(lostDuring), "lost/5s")
+			b.ReportMetric(float64(held)*2, "renewals/s")
+		})
+	}
 }
