@@ -461,10 +461,24 @@ func SecretHeader(name string) bool {
 // SecretRef names a secret the node reads when it needs it: an
 // environment variable of the node, or a file (read at each use, so a
 // rotated secret applies at the next run). Exactly one is set.
+//
+// Whoever may create jobs must not be able to send any of the node's
+// variables or files to a URL of their choosing — HTTP actions need no
+// exec privilege — so the names are confined: variables must be named
+// SQLEASE_SECRET_*, and files are paths relative to the directory named by
+// the node's SQLEASE_SECRETS_DIR, opened without escaping it (no "..", no
+// symbolic link out).
 type SecretRef struct {
 	Env  string `json:"env,omitempty"`
 	File string `json:"file,omitempty"`
 }
+
+// SecretEnvPrefix starts the names of variables actions may reference;
+// SecretsDirEnv names the variable holding the directory of secret files.
+const (
+	SecretEnvPrefix = "SQLEASE_SECRET_"
+	SecretsDirEnv   = "SQLEASE_SECRETS_DIR"
+)
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -472,12 +486,10 @@ func (r SecretRef) validate() error {
 	switch {
 	case (r.Env == "") == (r.File == ""):
 		return errors.New(`must name exactly one of "env" and "file"`)
-	case r.Env != "" && !envName.MatchString(r.Env):
-		return fmt.Errorf("env %q is not a variable name", r.Env)
-	case r.Env != "" && strings.HasPrefix(r.Env, "SQLEASE_"):
-		return fmt.Errorf("env %q: the node's own SQLEASE_ settings are not secrets for actions", r.Env)
-	case r.File != "" && !filepath.IsAbs(r.File):
-		return fmt.Errorf("file %q must be an absolute path", r.File)
+	case r.Env != "" && (!envName.MatchString(r.Env) || !strings.HasPrefix(r.Env, SecretEnvPrefix) || r.Env == SecretEnvPrefix):
+		return fmt.Errorf("env %q must be a variable named %s…", r.Env, SecretEnvPrefix)
+	case r.File != "" && (filepath.IsAbs(r.File) || !filepath.IsLocal(r.File)):
+		return fmt.Errorf("file %q must be a path inside the node's %s directory, relative to it", r.File, SecretsDirEnv)
 	}
 	return nil
 }
@@ -491,9 +503,23 @@ func (r SecretRef) resolve() (string, error) {
 		}
 		return v, nil
 	}
-	b, err := os.ReadFile(r.File)
+	dir := os.Getenv(SecretsDirEnv)
+	if dir == "" {
+		return "", fmt.Errorf("secret file %s: this node has no %s", r.File, SecretsDirEnv)
+	}
+	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return "", fmt.Errorf("secret file: %w", err)
+		return "", fmt.Errorf("secret file %s: %w", r.File, err)
+	}
+	defer root.Close()
+	f, err := root.Open(r.File)
+	if err != nil {
+		return "", fmt.Errorf("secret file %s: %w", r.File, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return "", fmt.Errorf("secret file %s: %w", r.File, err)
 	}
 	return strings.TrimSpace(string(b)), nil
 }
