@@ -380,8 +380,8 @@ if ((status == 0)) && ((fuzz)); then
 	# input either refused with a 4xx-class error or round-tripping.
 	for target in "FuzzDecodeJob ./httpapi" "FuzzConfigFile ./internal/cli"; do
 		set -- $target
-		say "go test -run '^\$' -fuzz $1 -fuzztime ${SQLEASE_FUZZTIME:-10s} $2"
-		if ! go test -run '^$' -fuzz "$1" -fuzztime "${SQLEASE_FUZZTIME:-10s}" "$2" </dev/null; then
+		say "go test -run '^\$' -fuzz $1 -fuzztime ${SQLEASE_FUZZTIME:-10s} -fuzzminimizetime 2s -parallel 1 $2"
+		if ! go test -run '^$' -fuzz "$1" -fuzztime "${SQLEASE_FUZZTIME:-10s}" -fuzzminimizetime 2s -parallel 1 "$2" </dev/null; then
 			status=1
 			break
 		fi

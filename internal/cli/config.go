@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -330,15 +331,32 @@ func (c Config) validate() error {
 // source is beyond guessing; shorter ones are more often a placeholder.
 const minTokenBytes = 16
 
+// maxTokenFileBytes bounds the token file.
+const maxTokenFileBytes = 4096
+
 // resolveToken reads the token file when one is set and checks the token:
 // surrounding whitespace (a secret file's newline) is dropped — trimmed
 // reports it — and a token left empty or shorter than minTokenBytes is a
 // configuration error.
 func (c *Config) resolveToken() (trimmed bool, err error) {
 	if c.APITokenFile != "" {
-		b, err := os.ReadFile(c.APITokenFile)
+		// A regular file, read up to a bound: a device or a FIFO named by
+		// mistake (/dev/zero, /dev/stdin) must not hang or fill memory.
+		fi, err := os.Stat(c.APITokenFile)
 		if err != nil {
 			return false, usagef("api_token_file: cannot read %s: %v", c.APITokenFile, errors.Unwrap(err))
+		}
+		if !fi.Mode().IsRegular() || fi.Size() > maxTokenFileBytes {
+			return false, usagef("api_token_file: %s must be a regular file of at most %d bytes", c.APITokenFile, maxTokenFileBytes)
+		}
+		f, err := os.Open(c.APITokenFile)
+		if err != nil {
+			return false, usagef("api_token_file: cannot read %s: %v", c.APITokenFile, errors.Unwrap(err))
+		}
+		b, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1)) // /proc files say size 0
+		f.Close()
+		if err != nil || len(b) > maxTokenFileBytes {
+			return false, usagef("api_token_file: %s must be a regular file of at most %d bytes", c.APITokenFile, maxTokenFileBytes)
 		}
 		c.APIToken = string(b)
 		if strings.TrimSpace(c.APIToken) == "" {

@@ -51,3 +51,15 @@ func FuzzConfigFile(f *testing.F) {
 		}
 	})
 }
+
+// A token file that is a device must be refused, not read forever (the
+// fuzzer found /dev/zero).
+func TestTokenFileMustBeRegular(t *testing.T) {
+	for _, path := range []string{"/dev/zero", "/dev/null", t.TempDir()} {
+		c := Config{APITokenFile: path}
+		var ue usageError
+		if _, err := c.resolveToken(); !errors.As(err, &ue) {
+			t.Errorf("token file %s: %v, want a configuration error", path, err)
+		}
+	}
+}
