@@ -115,7 +115,7 @@ WHERE id = ? AND paused = 0 AND next_run_at <= {now}
 			Read: r.Replace(`SELECT {cols}, locked_at FROM {jobs} WHERE id = ?`),
 		},
 		AbandonDeleted: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now}, error = 'job deleted while running'
-WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?) AND outcome = 'running'`),
+WHERE job_id = ? AND outcome = 'running'`),
 		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now},
 	error = 'the executing instance stopped heartbeating its lock'
 WHERE job_id = ? AND outcome = 'running'`),

@@ -180,7 +180,7 @@ UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = j.lock_epoch
 FROM c, n WHERE j.id = c.id
 RETURNING {jcols}, n.now, c.prev IS NOT NULL`),
 		AbandonDeleted: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = clock_timestamp(), error = 'job deleted while running'
-WHERE job_id = (SELECT id FROM {jobs} WHERE name = $1) AND outcome = 'running'`),
+WHERE job_id = $1 AND outcome = 'running'`),
 		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = clock_timestamp(),
 	error = 'the executing instance stopped heartbeating its lock'
 WHERE job_id = $1 AND scheduled_for = (SELECT next_run_at FROM {jobs} WHERE id = $1) AND outcome = 'running'`),

@@ -97,7 +97,7 @@ WHERE id = ?1 AND paused = 0 AND next_run_at <= {now}
   AND (locked_by IS NULL OR ` + nowFrom("locked_at", "lock_timeout_ms") + ` < {now} OR lock_lease_epoch < ?3)
 RETURNING {cols}, {now}`),
 		AbandonDeleted: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now}, error = 'job deleted while running'
-WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?1) AND outcome = 'running'`),
+WHERE job_id = ?1 AND outcome = 'running'`),
 		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now},
 	error = 'the executing instance stopped heartbeating its lock'
 WHERE job_id = ?1 AND outcome = 'running'`),

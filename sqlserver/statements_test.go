@@ -61,7 +61,7 @@ var documented = map[string]stmt{
 	"Singletons.SetPaused": {2, []string{singletons}}, // (paused, name)
 	"Singletons.Delete":    {1, []string{singletons}}, // (name)
 
-	"Jobs.AbandonDeleted": {1, []string{jobs, runs}}, // (name)
+	"Jobs.AbandonDeleted": {1, []string{runs}},       // (job_id)
 	"Jobs.RunsBefore":     {4, []string{jobs, runs}}, // (job_name, scheduled_for, attempt, limit)
 	"Jobs.Now":            {0, nil},
 	"Jobs.InsertJob":      {12, []string{jobs}},

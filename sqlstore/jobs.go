@@ -84,9 +84,9 @@ type JobQueries struct {
 	// (holder, lease_epoch, id, lease_epoch). Read: (id), JobColumns and the
 	// claim's now.
 	ClaimJobWR WriteRead
-	// AbandonDeleted: (name). Marks the runs still 'running' of the job
-	// about to be deleted abandoned, with the reason; in DeleteJob's
-	// transaction, so no run of a deleted job stays running forever.
+	// AbandonDeleted: (job_id). Marks the runs still 'running' of the job
+	// just deleted abandoned, with the reason; in DeleteJob's transaction,
+	// after the delete, so no run of a deleted job stays running forever.
 	AbandonDeleted string
 	// AbandonRunning: (job_id). Marks the job's runs still 'running'
 	// abandoned; it runs while the job is locked, so it may find them by the
@@ -383,13 +383,23 @@ func (s *Store) JobsChecked(ctx context.Context, after string, limit int) (jobs 
 	return jobs, skipped, last, nil
 }
 
-// DeleteJob deletes a job; its runs stay in the ledger. It returns
+// DeleteJob deletes a job; its runs stay in the ledger, those still
+// running closed as abandoned ("job deleted while running") in the same
+// transaction, so that the executor's own finish, which then finds no job,
+// writes nothing and no run stays running forever. It returns
 // sqlease.ErrNoJob when there is none.
 func (s *Store) DeleteJob(ctx context.Context, name string) error {
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
-		// Close its runs in flight first: the executor's own finish then
-		// finds no job and writes nothing.
-		if _, err := tx.ExecContext(ctx, s.q().AbandonDeleted, name); err != nil {
+		// The runs are closed by the job's id after the delete: the delete
+		// waits for a start holding the job row, whose run is committed by
+		// the time the next statement looks. Closing them first missed
+		// such a run (PostgreSQL), and it stayed running. The row is only
+		// scanned, not decoded: a job whose spec no longer decodes must
+		// still be deletable.
+		js := newJobScan()
+		if err := tx.QueryRowContext(ctx, s.q().JobByName, name).Scan(js.dest...); errors.Is(err, sql.ErrNoRows) {
+			return sqlease.ErrNoJob
+		} else if err != nil {
 			return s.classify(err)
 		}
 		res, err := tx.ExecContext(ctx, s.q().DeleteJob, name)
@@ -400,6 +410,9 @@ func (s *Store) DeleteJob(ctx context.Context, name string) error {
 			return s.classify(err)
 		} else if n == 0 {
 			return sqlease.ErrNoJob
+		}
+		if _, err := tx.ExecContext(ctx, s.q().AbandonDeleted, js.j.ID); err != nil {
+			return s.classify(err)
 		}
 		return nil
 	})

@@ -95,6 +95,9 @@ func Run(t *testing.T, h Harness) {
 		{"ContextDeadlineWhileBlocked", testContextDeadlineWhileBlocked},
 		{"ContextCancelledInFenced", testContextCancelledInFenced},
 		{"DatabaseTime", testDatabaseTime},
+		{"RunErrorText", testRunErrorText},
+		{"DeleteWhileRunning", testDeleteWhileRunning},
+		{"DeleteRacingStart", testDeleteRacingStart},
 		{"SingletonState", testSingletonState},
 	}
 	for _, tc := range tests {
@@ -505,8 +508,8 @@ func testMissingLease(t *testing.T, s *sqlstore.Store) {
 		t.Errorf("Release of a missing lease = %v, want ErrLeaseLost", err)
 	}
 	called := false
-	if err := s.Fenced(ctx, tok, func(*sql.Tx) error { called = true; return nil }); !errors.Is(err, sqlease.ErrLeaseLost) {
-		t.Errorf("Fenced under a missing lease = %v, want ErrLeaseLost", err)
+	if err := s.Fenced(ctx, tok, func(*sql.Tx) error { called = true; return nil }); !errors.Is(err, sqlease.ErrFenceFailed) {
+		t.Errorf("Fenced under a missing lease = %v, want ErrFenceFailed", err)
 	}
 	if called {
 		t.Error("Fenced called fn under a missing lease")
@@ -555,8 +558,8 @@ func testFencedStaleEpoch(t *testing.T, s *sqlstore.Store) {
 	}
 
 	err := s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error { return led.insert(ctx, tx, a.Epoch, "stale") })
-	if !errors.Is(err, sqlease.ErrLeaseLost) {
-		t.Errorf("Fenced under the stale token = %v, want ErrLeaseLost", err)
+	if !errors.Is(err, sqlease.ErrFenceFailed) || !errors.Is(err, sqlease.ErrLeaseLost) {
+		t.Errorf("Fenced under the stale token = %v, want ErrFenceFailed (an ErrLeaseLost)", err)
 	}
 	if n := led.count(t, a.Epoch); n != 0 {
 		t.Errorf("stale fenced write left %d rows, want 0", n)
@@ -599,6 +602,14 @@ func testFencedFnError(t *testing.T, s *sqlstore.Store) {
 	if n := led.count(t, a.Epoch); n != 1 {
 		t.Errorf("fenced write left %d rows, want 1", n)
 	}
+	// fn's own ErrLeaseLost (a job lock lost inside it) comes back as fn's,
+	// not as a failed fence: the elector drops leadership only on the latter.
+	errLock := fmt.Errorf("storetest: job lock: %w", sqlease.ErrLeaseLost)
+	err = s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error { return errLock })
+	if !errors.Is(err, errLock) || errors.Is(err, sqlease.ErrFenceFailed) {
+		t.Errorf("Fenced whose fn lost a job lock = %v, want fn's error, not ErrFenceFailed", err)
+	}
+	sameRow(t, "row after fn lost a job lock", a, mustLease(t, s, leaseName))
 }
 
 // testFencedFnPanic: a panic in fn propagates and rolls back, releasing the
@@ -645,8 +656,8 @@ func testFencedExpiresDuringFn(t *testing.T, s *sqlstore.Store) {
 		_, err := pollExpired(ctx, s, leaseName)
 		return err
 	})
-	if !errors.Is(err, sqlease.ErrLeaseLost) {
-		t.Fatalf("Fenced whose lease expired during fn = %v, want ErrLeaseLost", err)
+	if !errors.Is(err, sqlease.ErrFenceFailed) {
+		t.Fatalf("Fenced whose lease expired during fn = %v, want ErrFenceFailed", err)
 	}
 	if n := led.count(t, a.Epoch); n != 0 {
 		t.Errorf("expired fenced write left %d rows, want 0", n)
@@ -779,8 +790,8 @@ func testFencedHoldsOffAcquireUntilRollback(t *testing.T, s *sqlstore.Store, abo
 	}
 	hold.release()
 
-	if err := waitErr(t, hold.done, "A's Fenced"); !errors.Is(err, sqlease.ErrLeaseLost) {
-		t.Errorf("A's Fenced past its lease's expiry = %v, want ErrLeaseLost", err)
+	if err := waitErr(t, hold.done, "A's Fenced"); !errors.Is(err, sqlease.ErrFenceFailed) {
+		t.Errorf("A's Fenced past its lease's expiry = %v, want ErrFenceFailed", err)
 	}
 	var r acquireResult
 	if early != nil {
@@ -841,8 +852,8 @@ func testFencedHoldsOffAcquireUntilCommit(t *testing.T, s *sqlstore.Store) {
 	if n := led.count(t, a.Epoch); n != 1 {
 		t.Errorf("A's committed fenced write left %d rows, want 1", n)
 	}
-	if err := s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error { return led.insert(ctx, tx, a.Epoch, "late") }); !errors.Is(err, sqlease.ErrLeaseLost) {
-		t.Errorf("A's Fenced after B's acquire = %v, want ErrLeaseLost", err)
+	if err := s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error { return led.insert(ctx, tx, a.Epoch, "late") }); !errors.Is(err, sqlease.ErrFenceFailed) {
+		t.Errorf("A's Fenced after B's acquire = %v, want ErrFenceFailed", err)
 	}
 	if n := led.count(t, a.Epoch); n != 1 {
 		t.Errorf("A's epoch has %d rows after B's acquire, want 1", n)
