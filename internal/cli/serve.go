@@ -84,6 +84,11 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		ln.Close()
 		return nil, err
 	}
+	if dialect, _, _ := dialectOf(cfg.DB); dialect == "mysql" {
+		// A 2xx means durable (G6): say so when the server's own settings
+		// (global, unlike PostgreSQL's synchronous_commit) break that.
+		mysql.WarnWeakDurability(ctx, store.DB(), log)
+	}
 	// Background work owned by the node (the job change feed) lives until
 	// the node closes.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
