@@ -59,6 +59,7 @@ func NewLocker(cfg AdvisoryConfig) (sqlease.SessionLocker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: advisory lock connection string: %v", sqlease.ErrInvalidConfig, err)
 	}
+	durableCommits(pcfg) // its takeover hands out an epoch
 	if cfg.Keepalive <= 0 {
 		cfg.Keepalive = 5 * time.Second
 	}

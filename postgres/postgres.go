@@ -38,14 +38,20 @@ func Open(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: postgres connection string: %v", sqlease.ErrInvalidConfig, err)
 	}
-	// A 2xx means durable (G6): sqlease's commits wait for the WAL flush
-	// even where the server's default is synchronous_commit = off, unless
-	// the connection string sets it explicitly.
+	durableCommits(cfg)
+	db := stdlib.OpenDB(*cfg)
+	return sqlstore.TunePool(db, sqlstore.DefaultMaxIdleConns), nil
+}
+
+// durableCommits makes the sessions of cfg commit with synchronous_commit =
+// on — their commits wait for the WAL flush — even where the server's
+// default is off, unless the connection string sets it explicitly. A 2xx
+// means durable (G6), and an acquire or takeover the server forgot in a
+// crash would hand its epoch out a second time.
+func durableCommits(cfg *pgx.ConnConfig) {
 	if _, set := cfg.RuntimeParams["synchronous_commit"]; !set {
 		cfg.RuntimeParams["synchronous_commit"] = "on"
 	}
-	db := stdlib.OpenDB(*cfg)
-	return sqlstore.TunePool(db, sqlstore.DefaultMaxIdleConns), nil
 }
 
 // New returns a lease store on db whose tables are named with prefix.
