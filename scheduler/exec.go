@@ -208,11 +208,13 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	var trust *lockTrust
 	if d.heartbeat {
 		// Claim mode: the run trusts its lock only until a margin before it
-		// can go stale, from the last heartbeat that succeeded (or now, just
-		// after the claim): then it is cancelled and refused by Ensure,
-		// before another worker may reclaim the job — also when waking from
-		// a pause, whatever the heartbeats did.
-		trust = newLockTrust(c.LockTimeout, func() { cancel(errLockLost) })
+		// can go stale, from the last heartbeat that succeeded (at first,
+		// from the claim's send time: a slow start, or a pause between
+		// claim and start, is time the lock no longer has): then it is
+		// cancelled and refused by Ensure, before another worker may
+		// reclaim the job — also when waking from a pause, whatever the
+		// heartbeats did.
+		trust = newLockTrust(c.SentAt, c.LockTimeout, func() { cancel(errLockLost) })
 		defer trust.stop()
 	}
 	check := func() error {
@@ -236,7 +238,9 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		// The heartbeat loop starts only when the first beat is due, so a
 		// short run costs no goroutine and no ticker for it.
 		hbDone = make(chan struct{})
-		hb = time.AfterFunc(s.heartbeatEvery(c), func() { s.heartbeat(runCtx, cancel, c, trust, log, hbDone) })
+		// The first beat comes sooner when a slow start left the lock
+		// less than two intervals: halfway to the deadline.
+		hb = time.AfterFunc(min(s.heartbeatEvery(c), trust.left()/2), func() { s.heartbeat(runCtx, cancel, c, trust, log, hbDone) })
 	}
 
 	started := time.Now()
@@ -356,7 +360,7 @@ func (s *Scheduler) heartbeatEvery(c *sqlstore.Claimed) time.Duration {
 func lockMargin(lockTimeout time.Duration) time.Duration { return lockTimeout / 4 }
 
 // lockTrust is a claim-mode run's local deadline: the send time of its last
-// successful heartbeat (at first, of its start) + lock_timeout - margin, on
+// successful heartbeat (at first, of its claim) + lock_timeout - margin, on
 // the monotonic clock. onExpiry runs when it passes without a renewal.
 type lockTrust struct {
 	ttl   time.Duration // lock_timeout - margin
@@ -365,9 +369,15 @@ type lockTrust struct {
 	timer *time.Timer
 }
 
-func newLockTrust(lockTimeout time.Duration, onExpiry func()) *lockTrust {
-	t := &lockTrust{ttl: lockTimeout - lockMargin(lockTimeout), until: time.Now().Add(lockTimeout - lockMargin(lockTimeout))}
-	t.timer = time.AfterFunc(t.ttl, onExpiry)
+// newLockTrust starts the deadline of a lock taken by a statement sent at
+// from (zero: now); onExpiry runs at once when it has passed already.
+func newLockTrust(from time.Time, lockTimeout time.Duration, onExpiry func()) *lockTrust {
+	if from.IsZero() {
+		from = time.Now()
+	}
+	t := &lockTrust{ttl: lockTimeout - lockMargin(lockTimeout)}
+	t.until = from.Add(t.ttl)
+	t.timer = time.AfterFunc(time.Until(t.until), onExpiry)
 	return t
 }
 

@@ -44,6 +44,7 @@ func (s *Store) ClaimAndStart(ctx context.Context, holder string, limit int) ([]
 	var reclaimed, oneOffDue, started bool
 	var attempt int
 	js := newJobScan(&now, &reclaimed, &attempt, &oneOffDue, &started)
+	sent := time.Now()
 	rows, err := s.db.QueryContext(ctx, s.q().ClaimStart, holder, limit)
 	if _, err := scanRows(rows, err, func(sc scanner) error {
 		j, err := js.scan(sc)
@@ -60,7 +61,7 @@ func (s *Store) ClaimAndStart(ctx context.Context, holder string, limit int) ([]
 	}); err != nil {
 		return nil, fmt.Errorf("claim due jobs: %w", s.classify(err))
 	}
-	return out, nil
+	return sentAt(out, sent), nil
 }
 
 // StartReq is one run of a batch start: attempt Attempt of the occurrence

@@ -467,6 +467,21 @@ type Claimed struct {
 	Reclaimed bool
 	// Started is the run the claim itself started (ClaimAndStart), if any.
 	Started *sqlease.Run
+	// SentAt is the local time, with its monotonic reading, just before
+	// the claim's statement was sent (ClaimDue, ClaimAndStart): the lock
+	// was taken no earlier, so it cannot go stale before SentAt +
+	// lock_timeout. A run that trusted its lock from its own start instead
+	// would count a slow start, or a pause between claim and start, as
+	// time the lock still had.
+	SentAt time.Time
+}
+
+// sentAt stamps each claim with the local send time of its statement.
+func sentAt(c []Claimed, t time.Time) []Claimed {
+	for i := range c {
+		c[i].SentAt = t
+	}
+	return c
 }
 
 // scanClaim appends each claimed row to out; reclaimed says whether the
@@ -495,6 +510,7 @@ func scanClaim(out *[]Claimed, reclaimed bool) func(scanner) error {
 func (s *Store) ClaimDue(ctx context.Context, holder string, limit int) ([]Claimed, error) {
 	var c []Claimed
 	var err error
+	sent := time.Now()
 	if s.q().ClaimDueIDs == "" {
 		_, err = s.query(ctx, nil, returning{query: s.q().ClaimDue, args: []any{holder, limit}}, scanClaim(&c, s.q().ClaimDueReclaimed))
 	} else {
@@ -503,7 +519,7 @@ func (s *Store) ClaimDue(ctx context.Context, holder string, limit int) ([]Claim
 	if err != nil {
 		return nil, fmt.Errorf("claim due jobs: %w", err)
 	}
-	return c, nil
+	return sentAt(c, sent), nil
 }
 
 // claimDueByID is ClaimDue without RETURNING: in one transaction it locks
