@@ -20,7 +20,9 @@
 // only happen under leadership run through [LeaseStore.Fenced], which verifies
 // and locks the lease row (holder, epoch, unexpired in database time) inside
 // the same transaction, so no other instance's acquire can commit in between.
-// A fence that fails returns [ErrLeaseLost] and the elector drops leadership.
+// A fence that fails returns [ErrFenceFailed] (an [ErrLeaseLost]) and the
+// elector drops leadership; an error of the fenced function's own writes,
+// such as a job lock lost by one run, does not.
 //
 // G4 One clock. Every lease comparison is made in database time; host clocks
 // may be skewed without breaking G1 or G2. The local monotonic clock is used

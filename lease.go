@@ -69,9 +69,11 @@ type LeaseStore interface {
 	// Fenced runs fn in one transaction that first verifies and locks the
 	// lease row for the token (holder, epoch, unexpired in database time) and
 	// verifies it again before commit, so no other instance's acquire can
-	// commit while fn runs. It returns ErrLeaseLost, without calling fn or
-	// with fn's writes rolled back, when the token no longer holds the lease.
-	// An error from fn rolls the transaction back and is returned as is.
+	// commit while fn runs. It returns ErrFenceFailed (an ErrLeaseLost),
+	// without calling fn or with fn's writes rolled back, when the token no
+	// longer holds the lease. An error from fn rolls the transaction back
+	// and is returned as is: not ErrFenceFailed, even when it wraps
+	// ErrLeaseLost (a job lock lost inside fn).
 	Fenced(ctx context.Context, tok Token, fn func(*sql.Tx) error) error
 }
 

@@ -95,7 +95,8 @@ type Dialect struct {
 	Time func(time.Time) any
 	// FenceExpired reports an error by which the database ended a fenced
 	// transaction because the lease's remaining time ran out (PostgreSQL's
-	// fence sets session timeouts to it); Fenced then reports ErrLeaseLost.
+	// fence sets session timeouts to it); Fenced then reports
+	// ErrFenceFailed.
 	FenceExpired func(error) bool
 	// IsUniqueViolation reports a unique-key violation.
 	IsUniqueViolation func(error) bool
@@ -289,7 +290,10 @@ func (s *Store) Leases(ctx context.Context) ([]sqlease.Lease, error) {
 	return out, nil
 }
 
-// Fenced implements sqlease.LeaseStore.
+// Fenced implements sqlease.LeaseStore. A failed fence — the lease check
+// before fn or before commit, or the database ending the transaction
+// because the lease ran out — wraps sqlease.ErrFenceFailed; fn's own errors
+// (a job lock lost inside it: ErrLeaseLost) come back as fn made them.
 func (s *Store) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) error {
 	if err := validateToken(tok); err != nil {
 		return err
@@ -349,8 +353,9 @@ func (s *Store) resetSession(ctx context.Context, conn *sql.Conn) {
 	_ = conn.Close()
 }
 
-// fenceExpired adds ErrLeaseLost to an error that means the database ended
-// the fenced transaction because its lease ran out (Dialect.FenceExpired).
+// fenceExpired adds ErrFenceFailed to an error that means the database
+// ended the fenced transaction because its lease ran out
+// (Dialect.FenceExpired).
 func (s *Store) fenceExpired(tok sqlease.Token, err error) error {
 	if s.d.FenceExpired != nil && s.d.FenceExpired(err) && !errors.Is(err, sqlease.ErrFenceFailed) {
 		return fmt.Errorf("fenced write under %s: %w: the transaction outlived the lease: %w", tok, sqlease.ErrFenceFailed, err)
