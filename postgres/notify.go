@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,24 +29,92 @@ func ListenLeases(ctx context.Context, dsn, prefix string, log *slog.Logger) (<-
 	return listenTable(ctx, dsn, prefix, "_leases", log)
 }
 
+// LeaseFeed is the change feed of the leases table split by lease name, so
+// that many electors (the leader's and one per singleton) share one
+// LISTENing connection and each wakes only for its own lease. After a
+// reconnect every subscriber is signalled once.
+type LeaseFeed struct {
+	mu   sync.Mutex
+	subs map[string]map[chan struct{}]struct{}
+}
+
+// ListenLeaseFeed starts a LeaseFeed for the leases table under prefix; it
+// runs until ctx ends.
+func ListenLeaseFeed(ctx context.Context, dsn, prefix string, log *slog.Logger) (*LeaseFeed, error) {
+	f := &LeaseFeed{subs: map[string]map[chan struct{}]struct{}{}}
+	if err := listenPayloads(ctx, dsn, prefix, "_leases", log, f.signal); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Subscribe returns a feed of the changes of one lease, for
+// election.Config.Changes, and the function that ends the subscription.
+func (f *LeaseFeed) Subscribe(lease string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	ch <- struct{}{} // a subscriber may have missed changes before now
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.subs[lease] == nil {
+		f.subs[lease] = map[chan struct{}]struct{}{}
+	}
+	f.subs[lease][ch] = struct{}{}
+	return ch, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		delete(f.subs[lease], ch)
+		if len(f.subs[lease]) == 0 {
+			delete(f.subs, lease)
+		}
+	}
+}
+
+// signal wakes the subscribers of lease, or all of them for "" (after a
+// (re)connect, when notifications may have been missed).
+func (f *LeaseFeed) signal(lease string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for name, chans := range f.subs {
+		if lease != "" && name != lease {
+			continue
+		}
+		for ch := range chans {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
 func listenTable(ctx context.Context, dsn, prefix, table string, log *slog.Logger) (<-chan struct{}, error) {
-	if err := sqlease.ValidateTablePrefix(prefix); err != nil {
-		return nil, err
-	}
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return nil, err
-	}
-	cfg.RuntimeParams["application_name"] = "sqlease-listen"
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	out := make(chan struct{}, 1)
-	signal := func() {
+	signal := func(string) {
 		select {
 		case out <- struct{}{}:
 		default:
 		}
+	}
+	if err := listenPayloads(ctx, dsn, prefix, table, log, signal); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// listenPayloads keeps a connection LISTENing on the channel of table and
+// calls signal with each notification's payload, and with "" after every
+// (re)connect.
+func listenPayloads(ctx context.Context, dsn, prefix, table string, log *slog.Logger, signal func(payload string)) error {
+	if err := sqlease.ValidateTablePrefix(prefix); err != nil {
+		return err
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	cfg.RuntimeParams["application_name"] = "sqlease-listen"
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	go func() {
 		backoff := 100 * time.Millisecond
@@ -63,10 +132,10 @@ func listenTable(ctx context.Context, dsn, prefix, table string, log *slog.Logge
 			backoff = min(2*backoff, 10*time.Second)
 		}
 	}()
-	return out, nil
+	return nil
 }
 
-func listen(ctx context.Context, cfg *pgx.ConnConfig, channel string, signal func()) error {
+func listen(ctx context.Context, cfg *pgx.ConnConfig, channel string, signal func(string)) error {
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -77,11 +146,12 @@ func listen(ctx context.Context, cfg *pgx.ConnConfig, channel string, signal fun
 	if _, err := conn.Exec(ctx, `LISTEN "`+channel+`"`); err != nil {
 		return err
 	}
-	signal() // anything committed before LISTEN took effect
+	signal("") // anything committed before LISTEN took effect
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			return err
 		}
-		signal()
+		signal(n.Payload)
 	}
 }

@@ -74,3 +74,50 @@ func waitSignal(t *testing.T, feed <-chan struct{}, what string) {
 		t.Fatalf("no notification after %s", what)
 	}
 }
+
+// TestLeaseFeedByName checks the per-lease feed: a change of one lease wakes
+// its subscribers and no one else's, and an ended subscription hears
+// nothing.
+func TestLeaseFeedByName(t *testing.T) {
+	s, prefix := newStoreWithPrefix(t)
+	ctx := t.Context()
+	feed, err := postgres.ListenLeaseFeed(ctx, databaseURL(t), prefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := feed.Subscribe("singleton:a")
+	a2, stopA2 := feed.Subscribe("singleton:a")
+	b, _ := feed.Subscribe("singleton:b")
+	for _, ch := range []<-chan struct{}{a, a2, b} {
+		waitSignal(t, ch, "subscribing") // a subscriber may have missed changes
+	}
+	time.Sleep(300 * time.Millisecond) // the signal after LISTEN took effect, if it came late
+	for _, ch := range []<-chan struct{}{a, a2, b} {
+		select {
+		case <-ch:
+		default:
+		}
+	}
+	stopA2()
+
+	l, err := s.Acquire(ctx, "singleton:a", "x", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitSignal(t, a, "acquiring lease a")
+	select {
+	case <-b:
+		t.Fatal("a change of lease a woke the subscriber of lease b")
+	case <-a2:
+		t.Fatal("an ended subscription was woken")
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := s.Release(ctx, l.Token()); err != nil {
+		t.Fatal(err)
+	}
+	waitSignal(t, a, "releasing lease a")
+	if _, err := s.Acquire(ctx, "singleton:b", "x", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitSignal(t, b, "acquiring lease b")
+}

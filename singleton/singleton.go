@@ -126,6 +126,11 @@ type NodeConfig struct {
 	Observer Observer
 	// Clock is the local monotonic clock. Nil means the system clock.
 	Clock sqlease.Clock
+	// Changes, when set, returns a change feed of one lease and the
+	// function that ends it (postgres.LeaseFeed.Subscribe): a follower of a
+	// singleton then reads its lease when it is due to expire or changes
+	// hands, instead of every acquire interval.
+	Changes func(lease string) (<-chan struct{}, func())
 }
 
 // Node runs the singletons registered with it, competing for each with the
@@ -149,8 +154,9 @@ type entry struct {
 	el       *election.Elector
 	run      func(ctx context.Context, tok sqlease.Token) // the leading callback
 
-	cancel context.CancelFunc // stops its elector (Unregister)
-	done   chan struct{}      // closed when its elector has returned
+	cancel      context.CancelFunc // stops its elector (Unregister)
+	done        chan struct{}      // closed when its elector has returned
+	unsubscribe func()             // ends its lease's change feed
 
 	mu        sync.Mutex
 	leading   bool
@@ -226,20 +232,26 @@ func Register[S any](n *Node, cfg Config[S]) error {
 			return fmt.Errorf("%w: singleton %q is registered twice", sqlease.ErrConflict, cfg.Name)
 		}
 	}
-	e := &entry{name: cfg.Name, interval: cfg.HeartbeatInterval}
-	el, err := election.New(election.Config{
+	e := &entry{name: cfg.Name, interval: cfg.HeartbeatInterval, unsubscribe: func() {}}
+	ecfg := election.Config{
 		Store: n.cfg.Leases, SessionLocker: n.cfg.SessionLocker, LeaseName: LeasePrefix + cfg.Name, HolderID: n.cfg.HolderID,
 		LeaseDuration: n.cfg.LeaseDuration, RenewInterval: n.cfg.RenewInterval, AcquireInterval: n.cfg.AcquireInterval,
 		Willing: n.willing, Logger: n.cfg.Logger.With(slog.String("singleton", cfg.Name)), Clock: n.cfg.Clock,
 		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) { e.run(ctx, tok) },
-	})
+	}
+	if n.cfg.Changes != nil {
+		ecfg.Changes, e.unsubscribe = n.cfg.Changes(ecfg.LeaseName)
+	}
+	el, err := election.New(ecfg)
 	if err != nil {
+		e.unsubscribe()
 		return fmt.Errorf("singleton %q: %w", cfg.Name, err)
 	}
 	e.el = el
 	e.run = func(ctx context.Context, tok sqlease.Token) { runTerm(ctx, n, e, cfg, tok) }
 	if n.running && n.runCtx.Err() == nil {
 		if err := n.cfg.Store.EnsureSingleton(n.runCtx, e.name); err != nil {
+			e.unsubscribe()
 			return err
 		}
 		n.start(e)
@@ -281,6 +293,7 @@ func (n *Node) Unregister(name string) bool {
 		e.cancel()
 		<-e.done
 	}
+	e.unsubscribe()
 	return true
 }
 

@@ -101,6 +101,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		}
 	}()
 	var changes, leaseChanges <-chan struct{}
+	var leaseFeed *postgres.LeaseFeed
 	if dialect, dsn, _ := dialectOf(cfg.DB); dialect == "postgres" {
 		// The leader refreshes its schedule when jobs change instead of
 		// polling every refresh interval.
@@ -110,11 +111,13 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 				return nil, err
 			}
 		}
-		// Followers look as soon as the leader releases or loses the lease.
-		if leaseChanges, err = postgres.ListenLeases(bg, dsn, cfg.TablePrefix, log); err != nil {
+		// Followers look as soon as the leader releases or loses the lease;
+		// the singletons' electors share the same connection.
+		if leaseFeed, err = postgres.ListenLeaseFeed(bg, dsn, cfg.TablePrefix, log); err != nil {
 			n.close()
 			return nil, err
 		}
+		leaseChanges, _ = leaseFeed.Subscribe(cfg.LeaseName)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -168,9 +171,13 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	// Daemon singletons: each on a lease of its own, with the node's
 	// timings and election mode.
 	smetrics := newSingletonMetrics(reg)
-	snode, err := singleton.NewNode(singleton.NodeConfig{Store: store, Leases: ecfg.Store, SessionLocker: ecfg.SessionLocker,
+	scfg := singleton.NodeConfig{Store: store, Leases: ecfg.Store, SessionLocker: ecfg.SessionLocker,
 		HolderID: holder, LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, AcquireInterval: cfg.AcquireInterval,
-		Logger: log, Observer: smetrics})
+		Logger: log, Observer: smetrics}
+	if leaseFeed != nil {
+		scfg.Changes = leaseFeed.Subscribe
+	}
+	snode, err := singleton.NewNode(scfg)
 	if err != nil {
 		n.close()
 		return nil, usageError{firstLine(err)}

@@ -155,6 +155,8 @@ func kind(q string) string {
 		return "leader: schedule reload (DueWindow)"
 	case strings.HasPrefix(u, "DELETE") && strings.Contains(s, "_runs"):
 		return "leader: prune runs"
+	case strings.Contains(s, "_singletons"):
+		return "singletons: definitions and state"
 	}
 	if len(s) > 70 {
 		s = s[:70] + "…"
@@ -175,6 +177,20 @@ type idleCost struct {
 // server and counts what they cost over window, after settle.
 func measureIdle(t *testing.T, srv, csvPath, label, mode string, settle, window time.Duration, args ...string) idleCost {
 	t.Helper()
+	return measureIdleWith(t, srv, csvPath, label, mode, settle, window, idleSetup{}, args...)
+}
+
+// idleSetup prepares an idle measurement: before runs on the migrated
+// database before the nodes start, ready once they serve, before the settle
+// time (e.g. to wait until singletons are balanced).
+type idleSetup struct {
+	before func(db string)
+	ready  func(*cluster)
+}
+
+// measureIdleWith is measureIdle with setup.
+func measureIdleWith(t *testing.T, srv, csvPath, label, mode string, settle, window time.Duration, setup idleSetup, args ...string) idleCost {
+	t.Helper()
 	db := pgtest.CreateDatabase(t, srv)
 	u, err := url.Parse(db)
 	if err != nil {
@@ -192,11 +208,17 @@ func measureIdle(t *testing.T, srv, csvPath, label, mode string, settle, window 
 		t.Fatal(err)
 	}
 
+	if setup.before != nil {
+		setup.before(db)
+	}
 	c := newCluster(t, db, mode, args...)
 	for range 3 {
 		c.launch()
 	}
 	waitAnyLeader(t, c, 30*time.Second)
+	if setup.ready != nil {
+		setup.ready(c)
+	}
 	time.Sleep(settle)
 
 	xacts := func() (time.Time, int64) {
