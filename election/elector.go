@@ -285,6 +285,12 @@ func (e *Elector) tryAcquire(ctx context.Context, grace time.Duration) (sqlease.
 	}
 }
 
+// followLag is how long after an observed expiry a follower with a change
+// feed looks: a quarter of the acquire interval, at most 250 ms.
+func (e *Elector) followLag() time.Duration {
+	return min(e.cfg.AcquireInterval/4, 250*time.Millisecond)
+}
+
 // followWait is how long a follower waits before polling again: the jittered
 // acquire interval, or less when the observed lease expires sooner.
 func (e *Elector) followWait(cur sqlease.Lease, err error) time.Duration {
@@ -301,7 +307,16 @@ func (e *Elector) followWait(cur sqlease.Lease, err error) time.Duration {
 			// the lease it saw can expire, there is nothing to look at.
 			// An idle fleet then reads the lease about once per lease
 			// duration instead of every acquire interval.
-			return min(left, 60*e.cfg.AcquireInterval)
+			//
+			// It looks a little after the expiry (followLag): a live
+			// leader renews at about that moment (its renewals are
+			// RenewInterval apart, and the expiry seen is a renewal's
+			// plus LeaseDuration), and a read just before that renewal
+			// lands sees an expiry only LeaseDuration-RenewInterval
+			// ahead — a third more reads. A dead leader is noticed
+			// followLag later, well within the acquire interval the
+			// failover bound allows for.
+			return min(left+e.followLag(), 60*e.cfg.AcquireInterval)
 		}
 		if left < d {
 			d = left

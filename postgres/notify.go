@@ -29,6 +29,14 @@ func ListenLeases(ctx context.Context, dsn, prefix string, log *slog.Logger) (<-
 	return listenTable(ctx, dsn, prefix, "_leases", log)
 }
 
+// ListenSingletons is the change feed of the singletons table under
+// prefix: a signal whenever a daemon singleton is created, changed, paused,
+// resumed or deleted (not on saves or heartbeats). Like ListenJobs, it
+// signals once after (re)connecting.
+func ListenSingletons(ctx context.Context, dsn, prefix string, log *slog.Logger) (<-chan struct{}, error) {
+	return listenTable(ctx, dsn, prefix, "_singletons", log)
+}
+
 // LeaseFeed is the change feed of the leases table split by lease name, so
 // that many electors (the leader's and one per singleton) share one
 // LISTENing connection and each wakes only for its own lease. After a

@@ -21,6 +21,7 @@ import (
 	"net"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,8 +40,21 @@ func Open(dsn string) (*sql.DB, error) {
 		return nil, fmt.Errorf("%w: postgres connection string: %v", sqlease.ErrInvalidConfig, err)
 	}
 	durableCommits(cfg)
-	db := stdlib.OpenDB(*cfg)
+	db := stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(shouldPing))
 	return sqlstore.TunePool(db, sqlstore.DefaultMaxIdleConns), nil
+}
+
+// pingAfterIdle is how long a pooled connection may sit idle before it is
+// pinged on reuse. pgx pings after one second, which in an idle fleet (a
+// renewal every 2 s, a follower's read every few seconds) doubled the
+// statements a node sends. A connection that died in the meantime (server
+// restart, cut) fails its next statement instead; the elector's store
+// retries transient errors on a fresh connection (resilient) and the
+// scheduler's loops on their next tick.
+const pingAfterIdle = 30 * time.Second
+
+func shouldPing(_ context.Context, p stdlib.ShouldPingParams) bool {
+	return p.IdleDuration > pingAfterIdle
 }
 
 // durableCommits makes the sessions of cfg commit with synchronous_commit =

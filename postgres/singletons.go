@@ -24,7 +24,18 @@ func singletonQueries(prefix string) sqlstore.SingletonQueries {
 	spec_hash      text,
 	paused         boolean NOT NULL DEFAULT false,
 	created_at     timestamptz NOT NULL
-)`)},
+)`),
+			// A notification when a daemon singleton is created, changed,
+			// paused, resumed or deleted — not on saves or heartbeats — so
+			// that nodes re-read the definitions at once (ListenSingletons).
+			r.Replace(`CREATE OR REPLACE FUNCTION {t}_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_notify('{t}', '');
+	RETURN NULL;
+END $$`),
+			r.Replace(`CREATE OR REPLACE TRIGGER {t}_notify AFTER INSERT OR DELETE OR UPDATE OF spec, spec_hash, paused ON {t}
+FOR EACH STATEMENT EXECUTE FUNCTION {t}_notify()`),
+		},
 		Ensure: r.Replace(`INSERT INTO {t} (name, created_at) VALUES ($1, {now}) ON CONFLICT (name) DO NOTHING`),
 		Get:    r.Replace(`SELECT ` + cols + ` FROM {t} WHERE name = $1`),
 		List:   r.Replace(`SELECT name, ` + cols + ` FROM {t} ORDER BY name`),

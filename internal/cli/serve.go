@@ -50,11 +50,13 @@ type Node struct {
 	elector    *election.Elector
 	sched      *scheduler.Scheduler
 	singletons *singletonHost
-	store      *sqlstore.Store
-	server     *http.Server
-	listener   net.Listener
-	stopping   atomic.Bool
-	close      func()
+	// singletonChanges signals changed singleton definitions (PostgreSQL).
+	singletonChanges <-chan struct{}
+	store            *sqlstore.Store
+	server           *http.Server
+	listener         net.Listener
+	stopping         atomic.Bool
+	close            func()
 }
 
 // NewNode opens the database (migrating it when configured), builds the
@@ -100,7 +102,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 			ln.Close()
 		}
 	}()
-	var changes, leaseChanges <-chan struct{}
+	var changes, leaseChanges, singletonChanges <-chan struct{}
 	var leaseFeed *postgres.LeaseFeed
 	if dialect, dsn, _ := dialectOf(cfg.DB); dialect == "postgres" {
 		// The leader refreshes its schedule when jobs change instead of
@@ -118,6 +120,10 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 			return nil, err
 		}
 		leaseChanges, _ = leaseFeed.Subscribe(cfg.LeaseName)
+		if singletonChanges, err = postgres.ListenSingletons(bg, dsn, cfg.TablePrefix, log); err != nil {
+			n.close()
+			return nil, err
+		}
 	}
 
 	reg := prometheus.NewRegistry()
@@ -183,6 +189,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		return nil, usageError{firstLine(err)}
 	}
 	smetrics.node = snode
+	n.singletonChanges = singletonChanges
 	n.singletons = newSingletonHost(singletonAdmin{store: store, leases: store}, snode, "http://"+localAddr(ln.Addr()), log)
 
 	n.listener = ln
@@ -224,7 +231,7 @@ func (n *Node) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); _ = n.elector.Run(workCtx) }()
 	wg.Add(2)
 	go func() { defer wg.Done(); _ = n.singletons.node.Run(workCtx) }()
-	go func() { defer wg.Done(); n.singletons.run(workCtx) }()
+	go func() { defer wg.Done(); n.singletons.run(workCtx, n.singletonChanges) }()
 	if n.cfg.Dispatch == "claim" {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = n.sched.Run(workCtx) }()

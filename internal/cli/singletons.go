@@ -166,14 +166,18 @@ func newSingletonHost(admin singletonAdmin, node *singleton.Node, api string, lo
 // syncEvery is how often a node re-reads the singletons table while it has
 // daemon singletons, syncIdle while there are none (an idle fleet costs
 // the database little): a change made through another node (or the CLI)
-// reaches it within that; one made through this node's API at once.
+// reaches it within that; one made through this node's API at once. With a
+// change feed (PostgreSQL) every change arrives at once, and the re-reads
+// are only a safety net: syncFed.
 const (
 	syncEvery = 5 * time.Second
 	syncIdle  = 15 * time.Second
+	syncFed   = time.Minute
 )
 
-// run follows the table until ctx ends.
-func (h *singletonHost) run(ctx context.Context) {
+// run follows the table until ctx ends; changes, when not nil, signals
+// that definitions changed.
+func (h *singletonHost) run(ctx context.Context, changes <-chan struct{}) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -182,13 +186,18 @@ func (h *singletonHost) run(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-h.kick:
+		case <-changes:
 		}
-		if err := h.sync(ctx); err != nil && ctx.Err() == nil {
+		err := h.sync(ctx)
+		if err != nil && ctx.Err() == nil {
 			h.log.Warn("singleton_sync_failed", slog.String("error", err.Error()))
 		}
 		h.mu.Lock()
 		every := syncEvery
-		if len(h.registered) == 0 {
+		switch {
+		case changes != nil && err == nil:
+			every = syncFed
+		case len(h.registered) == 0:
 			every = syncIdle
 		}
 		h.mu.Unlock()

@@ -7,11 +7,13 @@ import (
 )
 
 // TestLeaseIdleCost: three idle lease-mode nodes on PostgreSQL cost the
-// database about 2 statements/s, pool pings included. Followers, woken by
-// the lease change notifications, read the lease only when the one they saw
-// is due to expire (about every 4 s with the defaults) instead of every
-// acquire interval: measured 3.91 → 2.00 statements/s, followers 2.91 →
-// 1.00 (half of it pgx's pings before a read on an idle connection).
+// database at most 1 statement/s (issue 15's goal), pool pings included.
+// The leader renews every RenewInterval (0.5/s); followers, woken by the
+// lease change notifications, read the lease only a little after the one
+// they saw is due to expire (about every 6 s with the defaults) instead of
+// every acquire interval; and pooled connections used every few seconds are
+// not pinged before reuse. Measured 3.91 → 2.00 (change feed) → 0.83
+// statements/s (no pings, reads just after the leader's renewal).
 func TestLeaseIdleCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and sqlease processes")
@@ -19,8 +21,8 @@ func TestLeaseIdleCost(t *testing.T) {
 	srv, csvPath := statsServer(t)
 	res := measureIdle(t, srv.URL(), csvPath, "lease, defaults", "lease", 2*time.Second, 12*time.Second)
 	t.Logf("3 idle lease nodes: %.2f statements/s\n%s", res.stmts, idleTable([]idleCost{res}))
-	if res.stmts > 2.6 {
-		t.Errorf("3 idle lease nodes cost %.2f statements/s, want ≤ 2.6 (expected ≈ 2)", res.stmts)
+	if res.stmts > 1.0 {
+		t.Errorf("3 idle lease nodes cost %.2f statements/s, want ≤ 1.0 (measured 0.83)", res.stmts)
 	}
 	var followers float64
 	for k, v := range res.byKind {
@@ -28,7 +30,7 @@ func TestLeaseIdleCost(t *testing.T) {
 			followers += v
 		}
 	}
-	if followers > 1.5 {
-		t.Errorf("two idle lease followers cost %.2f statements/s, want ≤ 1.5 (expected ≈ 1): do they poll every acquire interval?", followers)
+	if followers > 0.5 {
+		t.Errorf("two idle lease followers cost %.2f statements/s, want ≤ 0.5 (measured 0.33): do they poll every acquire interval, or read just before the renewal?", followers)
 	}
 }
