@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,9 @@ func TestPasswordsNeverPrinted(t *testing.T) {
 		"sqlserver URL":           "sqlserver://sa:hunter2pw@127.0.0.1:1?database=app",
 		"ADO":                     "server=127.0.0.1;port=1;user id=sa;password=hunter2pw;database=app",
 		"ADO braces":              "server=127.0.0.1;user id=sa;Password={hunter2;pw};database=app",
-		"sqlite auth":             "sqlite:file:x.db?_auth&_auth_user=u&_auth_pass=hunter2pw",
+		// In a temporary directory: the path is a file name (escaped), which
+		// a run in the package directory used to create there.
+		"sqlite auth": "sqlite:file:" + filepath.Join(t.TempDir(), "x.db") + "?_auth&_auth_user=u&_auth_pass=hunter2pw",
 	}
 	for name, db := range forms {
 		t.Run(name, func(t *testing.T) {
