@@ -73,13 +73,17 @@ func crossSite(r *http.Request) string {
 }
 
 // jsonBody reports whether a mutating request may proceed as to its
-// content type: application/json (any parameters), or no body at all.
+// content type: application/json (any parameters), or no body at all; a
+// batch of jobs may also be application/x-ndjson.
 func jsonBody(r *http.Request) bool {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
 		return r.ContentLength == 0 && r.Header.Get("Transfer-Encoding") == ""
 	}
 	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && mt == "application/x-ndjson" && r.URL.Path == "/v1/jobs:batch" {
+		return true // a batch may come as NDJSON (not a type a form can send either)
+	}
 	return err == nil && mt == "application/json"
 }
 

@@ -152,6 +152,7 @@ func New(cfg Config) http.Handler {
 		a.mux.Handle("GET /metrics", cfg.Metrics)
 	}
 	a.mux.HandleFunc("POST /v1/jobs", a.write(a.createJob))
+	a.mux.HandleFunc("POST /v1/jobs:batch", a.writeLimit(MaxBatchBytes, a.createJobs))
 	a.mux.HandleFunc("GET /v1/jobs", a.listJobs)
 	a.mux.HandleFunc("GET /v1/jobs/{name}", a.getJob)
 	a.mux.HandleFunc("DELETE /v1/jobs/{name}", a.write(a.deleteJob))
@@ -224,13 +225,18 @@ func (a *api) unrouted(w http.ResponseWriter, r *http.Request) {
 // write wraps a mutating handler: it enforces the API token and bounds the
 // request body.
 func (a *api) write(h http.HandlerFunc) http.HandlerFunc {
+	return a.writeLimit(a.cfg.MaxBodyBytes, h)
+}
+
+// writeLimit is write with a body bound of its own.
+func (a *api) writeLimit(limit int64, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !a.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sqlease"`)
 			writeProblem(w, http.StatusUnauthorized, "Authorization: a valid bearer token is required for this request")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		h(w, r)
 	}
 }

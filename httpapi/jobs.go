@@ -371,21 +371,9 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if len(j.Action) > MaxActionBytes {
-		a.fail(w, r, badRequest("action: %d bytes, at most %d", len(j.Action), MaxActionBytes))
+	if err := a.checkAction(j); err != nil {
+		a.fail(w, r, err)
 		return
-	}
-	if action.IsExec(j.Action) {
-		switch {
-		case !a.cfg.AllowExec:
-			a.fail(w, r, &requestError{status: http.StatusForbidden, detail: "action.exec: exec actions are disabled on this node " +
-				"(they run commands as the daemon's user); start it with --allow-exec to allow them"})
-			return
-		case a.cfg.APIToken == "" && !loopbackListen(a.cfg.ListenAddr):
-			a.fail(w, r, &requestError{status: http.StatusForbidden, detail: "action.exec: this node listens beyond loopback without " +
-				"--api-token: anyone who reaches it could run commands; set a token to allow exec actions"})
-			return
-		}
 	}
 	// Validate everything, the action included, before writing anything.
 	if _, _, err := scheduler.Prepare(j, action.ValidateJSON); err != nil {

@@ -137,6 +137,14 @@ INSERT INTO {jobs} (name, client_key, spec_hash, schedule, action, missed_runs, 
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, n.now, n.now FROM n
 ON CONFLICT DO NOTHING
 RETURNING {cols}`),
+		// One statement per chunk of a bulk create: each column an array.
+		InsertJobs: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now)
+INSERT INTO {jobs} (name, client_key, spec_hash, schedule, action, missed_runs, skip_if_older_than_ms,
+	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, created_at, last_modified_at)
+SELECT u.*, n.now, n.now FROM n, unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+	$7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::boolean[], $12::timestamptz[]) AS u
+ON CONFLICT DO NOTHING
+RETURNING {cols}`),
 		JobByName: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = $1`),
 		JobByKey:  r.Replace(`SELECT {cols} FROM {jobs} WHERE client_key = $1`),
 		ListJobs:  r.Replace(`SELECT {cols} FROM {jobs} WHERE name > $1 ORDER BY name LIMIT $2`),

@@ -421,6 +421,108 @@ func (s *Scheduler) Create(ctx context.Context, j sqlease.Job) (sqlease.Job, boo
 	return sqlease.Job{}, false, fmt.Errorf("create job %q: %w: job %q already exists with different content", j.Name, sqlease.ErrConflict, stored.Name)
 }
 
+// Created is one job of a CreateMany: as stored, and whether this call
+// created it (false: it existed with the same content).
+type Created struct {
+	Job     sqlease.Job
+	Created bool
+}
+
+// MaxCreateMany bounds the jobs of one CreateMany.
+const MaxCreateMany = 100_000
+
+// CreateMany stores many jobs at once, all or nothing: every job is
+// validated before anything is written (an error wrapping
+// sqlease.ErrInvalidConfig or sqlease.ErrInvalidName names each invalid one
+// by its index, "jobs[3].schedule: …"), then all are written in one
+// transaction. Like Create it is idempotent per job: a job whose name (or
+// key) exists with the same content is returned with Created false, so a
+// retried batch creates only what is missing; one that exists with other
+// content fails the whole batch with an error wrapping sqlease.ErrConflict.
+// The same job twice in jobs counts once; the same name or key with
+// different content is invalid. The result is in the order of jobs.
+func (s *Scheduler) CreateMany(ctx context.Context, jobs []sqlease.Job) ([]Created, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	if len(jobs) > MaxCreateMany {
+		return nil, fmt.Errorf("%w: jobs: %d jobs, at most %d at once", sqlease.ErrInvalidConfig, len(jobs), MaxCreateMany)
+	}
+	prepared, index, err := prepareMany(jobs, s.cfg.ValidateAction)
+	if err != nil {
+		return nil, err
+	}
+	now, err := s.store.Now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	next := make([]time.Time, len(prepared))
+	for i, j := range prepared {
+		next[i] = First(j.Schedule, now)
+	}
+	stored, created, err := s.store.InsertJobs(ctx, prepared, next)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Created, len(jobs))
+	for i, k := range index {
+		out[i] = Created{Job: stored[k].Job, Created: created[k]}
+	}
+	// A job given twice was created once.
+	seen := make([]bool, len(prepared))
+	for i, k := range index {
+		if seen[k] {
+			out[i].Created = false
+		}
+		seen[k] = true
+	}
+	return out, nil
+}
+
+// prepareMany validates jobs and merges repeats: it returns the distinct
+// jobs, prepared, and for each of jobs the index of its prepared job.
+func prepareMany(jobs []sqlease.Job, validateAction func(json.RawMessage) error) ([]sqlstore.StoredJob, []int, error) {
+	var errs []error
+	const maxErrs = 20 // a batch of garbage should not make a megabyte of errors
+	prepared := make([]sqlstore.StoredJob, 0, len(jobs))
+	index := make([]int, len(jobs))
+	byName := make(map[string]int, len(jobs))
+	byKey := map[string]int{}
+	for i, j := range jobs {
+		j, hash, err := Prepare(j, validateAction)
+		if err != nil {
+			if len(errs) < maxErrs {
+				errs = append(errs, fmt.Errorf("jobs[%d]: %w", i, err))
+			}
+			continue
+		}
+		k, dup := byName[j.Name]
+		if !dup && j.Key != "" {
+			k, dup = byKey[j.Key]
+		}
+		if dup {
+			if p := prepared[k]; p.SpecHash != hash || p.Name != j.Name || p.Key != j.Key {
+				if len(errs) < maxErrs {
+					errs = append(errs, fmt.Errorf("jobs[%d]: %w: name %q or key %q is given twice with different content", i, sqlease.ErrInvalidConfig, j.Name, j.Key))
+				}
+				continue
+			}
+			index[i] = k
+			continue
+		}
+		index[i] = len(prepared)
+		byName[j.Name] = len(prepared)
+		if j.Key != "" {
+			byKey[j.Key] = len(prepared)
+		}
+		prepared = append(prepared, sqlstore.StoredJob{Job: j, SpecHash: hash})
+	}
+	if len(errs) > 0 {
+		return nil, nil, errors.Join(errs...)
+	}
+	return prepared, index, nil
+}
+
 // Prepare validates a job for creation, applies the defaults and returns it
 // with the hash that identifies its content (for idempotent creation).
 // validateAction, if not nil, checks the action. Errors wrap

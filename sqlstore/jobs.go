@@ -31,6 +31,12 @@ type JobQueries struct {
 	// WriteRead). Write: InsertJob's arguments; affects no row on a clash.
 	// Read: (name).
 	InsertJobWR WriteRead
+	// InsertJobs, when set, inserts many jobs in one statement: each of
+	// InsertJob's arguments as an array of that column's values, in the
+	// same order. It inserts the jobs whose name and key are free and
+	// returns their JobColumns. Without it, InsertJobs runs InsertJob per
+	// job.
+	InsertJobs string
 	// JobByName: (name). JobByKey: (client_key). Return JobColumns.
 	JobByName, JobByKey string
 	// ListJobs: (after_name, limit). JobColumns ordered by name.
@@ -280,17 +286,10 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 // returns created=false and the existing row when the name or the client key
 // is taken; the caller compares SpecHash to tell a retry from a clash.
 func (s *Store) InsertJob(ctx context.Context, j StoredJob, next time.Time) (StoredJob, bool, error) {
-	sched, err := json.Marshal(j.Schedule)
+	args, err := s.insertArgs(j, next)
 	if err != nil {
 		return StoredJob{}, false, err
 	}
-	var key any
-	if j.Key != "" {
-		key = j.Key
-	}
-	args := []any{j.Name, key, j.SpecHash, string(sched), string(j.Action),
-		string(j.MissedRuns), j.SkipIfOlderThan.Milliseconds(), j.Retry.MaxAttempts,
-		j.Retry.Backoff.Milliseconds(), j.LockTimeout.Milliseconds(), j.Paused, s.timeArg(next)}
 	got, err := s.job(ctx, returning{query: s.q().InsertJob, args: args,
 		wr: s.q().InsertJobWR, write: args, read: []any{j.Name}})
 	if err == nil {
@@ -312,10 +311,166 @@ func (s *Store) InsertJob(ctx context.Context, j StoredJob, next time.Time) (Sto
 	return got, false, nil
 }
 
+// insertArgs are InsertJob's arguments for j.
+func (s *Store) insertArgs(j StoredJob, next time.Time) ([]any, error) {
+	sched, err := json.Marshal(j.Schedule)
+	if err != nil {
+		return nil, err
+	}
+	var key any
+	if j.Key != "" {
+		key = j.Key
+	}
+	return []any{j.Name, key, j.SpecHash, string(sched), string(j.Action),
+		string(j.MissedRuns), j.SkipIfOlderThan.Milliseconds(), j.Retry.MaxAttempts,
+		j.Retry.Backoff.Milliseconds(), j.LockTimeout.Milliseconds(), j.Paused, s.timeArg(next)}, nil
+}
+
+// InsertJobsChunk is how many jobs one InsertJobs statement carries.
+const InsertJobsChunk = 2000
+
+// InsertJobs inserts jobs, next[i] being the first occurrence of jobs[i],
+// in one transaction: all or nothing. A job whose name (or key) is already
+// taken by a row with the same name and content is not written again and
+// is returned with created false; one taken by a row with other content
+// rolls the whole batch back with an error wrapping sqlease.ErrConflict
+// that names it. Names and keys must be distinct within jobs (the caller
+// merges duplicates).
+func (s *Store) InsertJobs(ctx context.Context, jobs []StoredJob, next []time.Time) ([]StoredJob, []bool, error) {
+	if len(jobs) != len(next) {
+		return nil, nil, fmt.Errorf("%w: insert jobs: %d jobs, %d first occurrences", sqlease.ErrInvalidConfig, len(jobs), len(next))
+	}
+	out := make([]StoredJob, len(jobs))
+	created := make([]bool, len(jobs))
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		inserted := make(map[string]StoredJob, len(jobs))
+		if q := s.q().InsertJobs; q != "" {
+			for lo := 0; lo < len(jobs); lo += InsertJobsChunk {
+				hi := min(lo+InsertJobsChunk, len(jobs))
+				if err := s.insertChunk(ctx, tx, q, jobs[lo:hi], next[lo:hi], inserted); err != nil {
+					return err
+				}
+			}
+		} else {
+			for i, j := range jobs {
+				args, err := s.insertArgs(j, next[i])
+				if err != nil {
+					return err
+				}
+				got, err := s.jobIn(ctx, tx, returning{query: s.q().InsertJob, args: args,
+					wr: s.q().InsertJobWR, write: args, read: []any{j.Name}})
+				switch {
+				case err == nil:
+					inserted[j.Name] = got
+				case !errors.Is(err, sqlease.ErrNoJob):
+					return fmt.Errorf("insert job %q: %w", j.Name, err)
+				}
+			}
+		}
+		for i, j := range jobs {
+			if out[i], created[i] = inserted[j.Name]; created[i] {
+				continue
+			}
+			got, err := s.clash(ctx, tx, j)
+			if err != nil {
+				return err
+			}
+			if got.SpecHash != j.SpecHash || got.Name != j.Name {
+				return fmt.Errorf("create job %q: %w: job %q already exists with different content", j.Name, sqlease.ErrConflict, got.Name)
+			}
+			out[i] = got
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, created, nil
+}
+
+// insertChunk runs the dialect's InsertJobs for jobs and adds the rows it
+// inserted to inserted.
+func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, q string, jobs []StoredJob, next []time.Time, inserted map[string]StoredJob) error {
+	cols := make([][]any, 12)
+	for i, j := range jobs {
+		args, err := s.insertArgs(j, next[i])
+		if err != nil {
+			return err
+		}
+		for c, a := range args {
+			cols[c] = append(cols[c], a)
+		}
+	}
+	// Typed arrays: the driver encodes each as one array parameter.
+	str := func(c int) []*string {
+		out := make([]*string, len(cols[c]))
+		for i, v := range cols[c] {
+			if v, ok := v.(string); ok {
+				out[i] = &v
+			}
+		}
+		return out
+	}
+	i64 := func(c int) []int64 {
+		out := make([]int64, len(cols[c]))
+		for i, v := range cols[c] {
+			switch v := v.(type) {
+			case int64:
+				out[i] = v
+			case int:
+				out[i] = int64(v)
+			}
+		}
+		return out
+	}
+	bools := make([]bool, len(jobs))
+	times := make([]*time.Time, len(jobs))
+	for i, j := range jobs {
+		bools[i] = j.Paused
+		if !next[i].IsZero() {
+			t := next[i].UTC()
+			times[i] = &t
+		}
+	}
+	rows, err := tx.QueryContext(ctx, q, str(0), str(1), str(2), str(3), str(4), str(5), i64(6), i64(7), i64(8), i64(9), bools, times)
+	_, err = scanRows(rows, err, func(sc scanner) error {
+		j, err := scanJob(sc)
+		if err != nil {
+			return err
+		}
+		inserted[j.Name] = j
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("insert %d jobs: %w", len(jobs), s.classify(err))
+	}
+	return nil
+}
+
+// clash returns the row that kept j from being inserted: the one with its
+// key, else the one with its name.
+func (s *Store) clash(ctx context.Context, tx *sql.Tx, j StoredJob) (StoredJob, error) {
+	if j.Key != "" {
+		if got, err := s.jobIn(ctx, tx, returning{query: s.q().JobByKey, args: []any{j.Key}}); err == nil {
+			return got, nil
+		}
+	}
+	got, err := s.jobIn(ctx, tx, returning{query: s.q().JobByName, args: []any{j.Name}})
+	if err != nil {
+		return StoredJob{}, fmt.Errorf("insert job %q: %w", j.Name, err)
+	}
+	return got, nil
+}
+
 // job runs a statement that returns one job; sqlease.ErrNoJob when none.
 func (s *Store) job(ctx context.Context, st returning) (StoredJob, error) {
+	return s.jobIn(ctx, nil, st)
+}
+
+// jobIn is job inside tx (nil: none).
+func (s *Store) jobIn(ctx context.Context, tx *sql.Tx, st returning) (StoredJob, error) {
 	var j StoredJob
-	n, err := s.query(ctx, nil, st, func(sc scanner) (err error) {
+	n, err := s.query(ctx, tx, st, func(sc scanner) (err error) {
 		j, err = scanJob(sc)
 		return err
 	})

@@ -147,12 +147,14 @@ func main() {
 		fs.PrintDefaults()
 	}
 	var (
-		benches    = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory (comma-separated; all = every one)")
+		benches    = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk (comma-separated; all = every one but bulk)")
 		dialects   = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite (comma-separated)")
 		dbURL      = fs.String("db", "", "PostgreSQL URL of a role that may CREATE DATABASE (default $SQLEASE_TEST_POSTGRES_URL, else a private server)")
 		runs       = fs.Int("runs", 5, "repetitions of each measurement (medians are reported)")
 		jobs       = fs.Int("jobs", 20000, "claim: due one-off jobs per run")
 		leaderJobs = fs.Int("leader-jobs", 20000, "leader: due one-off jobs per run")
+		bulkJobs   = fs.Int("bulk-jobs", 50000, "bulk: jobs created per run and way")
+		bulkBatch  = fs.Int("bulk-batch", 5000, "bulk: jobs per CreateMany call and per POST /v1/jobs:batch")
 		workers    = intList{1, 4}
 		submits    = fs.Int("submits", 2000, "submit: creates per run")
 		submitters = intList{1, 8}
@@ -212,7 +214,7 @@ func main() {
 	for _, b := range strings.Split(*benches, ",") {
 		b = strings.TrimSpace(b)
 		switch b {
-		case "claim", "submit", "leader", "memory":
+		case "claim", "submit", "leader", "memory", "bulk":
 			want[b] = true
 		case "all":
 			want["claim"], want["submit"], want["leader"], want["memory"] = true, true, true, true
@@ -288,6 +290,11 @@ func main() {
 			o := throughputOpts{dialect: d, mode: "leader", jobs: *leaderJobs, tuning: tuning, timeout: *timeout}
 			title := fmt.Sprintf("leader-mode throughput — %s, elector + scheduler.Lead, %d due no-op jobs", d, *leaderJobs)
 			if !throughputScenario(ctx, e, title, o, *runs) {
+				return
+			}
+		}
+		if want["bulk"] {
+			if !bulkScenario(ctx, e, d, *bulkJobs, *bulkBatch, *runs) {
 				return
 			}
 		}

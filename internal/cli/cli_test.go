@@ -636,3 +636,37 @@ func readyz(t *testing.T, addr string) map[string]string {
 	}
 	return m
 }
+
+// TestJobsAddMany: jobs add -f takes a JSON array or NDJSON of jobs and
+// creates them in one transaction; a repeat creates nothing; a file with one
+// bad job creates none and names it.
+func TestJobsAddMany(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "many.db")
+	run(t, nil, "", "migrate", "--db", db).ok(t)
+	var lines []string
+	for i := range 25 {
+		lines = append(lines, fmt.Sprintf(`{"name":"bulk-%02d","schedule":{"every":"%dm"},"action":{"http":{"url":"http://127.0.0.1:9/hook"}}}`, i, i+1))
+	}
+	var out struct {
+		Created, Existing int
+		Jobs              []struct {
+			Name    string
+			Created bool
+		}
+	}
+	decode(t, run(t, nil, strings.Join(lines, "\n"), "jobs", "add", "--db", db, "-f", "-").ok(t), &out)
+	if out.Created != 25 || out.Existing != 0 || len(out.Jobs) != 25 || out.Jobs[24].Name != "bulk-24" {
+		t.Fatalf("NDJSON add: %+v", out)
+	}
+	arr := "[" + strings.Join(lines, ",") + "]"
+	decode(t, run(t, nil, "", "jobs", "add", "--db", db, "-f", writeFile(t, "jobs.json", arr)).ok(t), &out)
+	if out.Created != 0 || out.Existing != 25 {
+		t.Fatalf("repeated array add: %+v", out)
+	}
+	bad := strings.Replace(strings.Join(append(lines, `{"name":"bulk-new","schedule":{"every":"1m"},"action":{"http":{"url":"http://127.0.0.1:9/hook"}}}`), "\n"),
+		`"name":"bulk-03","schedule":{"every":"4m"}`, `"name":"bulk-03","schedule":{"every":"4 minutes"}`, 1)
+	run(t, nil, bad, "jobs", "add", "--db", db, "-f", "-").oneLine(t, 2, "jobs[3]", "schedule.every")
+	if names, _ := listNames(t, db, "--limit", "100"); len(names) != 25 {
+		t.Fatalf("%d jobs after a refused file, want 25", len(names))
+	}
+}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,7 +43,7 @@ func jobsCmd(env Env) *cobra.Command {
 	var file string
 	add := &cobra.Command{
 		Use:   "add -f FILE|-",
-		Short: "Create a job from its JSON (as POST /v1/jobs); idempotent for the same content",
+		Short: "Create a job from its JSON (as POST /v1/jobs), or many from a JSON array or NDJSON (as POST /v1/jobs:batch: all or nothing); idempotent for the same content",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
@@ -57,10 +58,25 @@ func jobsCmd(env Env) *cobra.Command {
 				defer f.Close()
 				r = f
 			}
-			j, err := httpapi.DecodeJob(r)
+			raw, err := io.ReadAll(r)
+			if err != nil {
+				return usagef("file: %v", err)
+			}
+			jobs, err := httpapi.DecodeJobs(bytes.NewReader(raw), scheduler.MaxCreateMany)
 			if err != nil {
 				return usageError{err}
 			}
+			if len(jobs) > 1 || bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) {
+				// Many jobs: one transaction, all or nothing.
+				return withSched(cmd, func(ctx context.Context, s *scheduler.Scheduler) (any, error) {
+					res, err := s.CreateMany(ctx, jobs)
+					if err != nil {
+						return nil, err
+					}
+					return httpapi.BatchOut(res), nil
+				})
+			}
+			j := jobs[0]
 			return withSched(cmd, func(ctx context.Context, s *scheduler.Scheduler) (any, error) {
 				job, created, err := s.Create(ctx, j)
 				if err != nil {
@@ -73,7 +89,7 @@ func jobsCmd(env Env) *cobra.Command {
 			})
 		},
 	}
-	add.Flags().StringVarP(&file, "file", "f", "", "the job's JSON, or - for standard input")
+	add.Flags().StringVarP(&file, "file", "f", "", "the job's JSON (or an array or NDJSON of jobs), or - for standard input")
 
 	var limit int
 	var after string
