@@ -47,14 +47,24 @@ func Open(dsn string) (*sql.DB, error) {
 // pingAfterIdle is how long a pooled connection may sit idle before it is
 // pinged on reuse. pgx pings after one second, which in an idle fleet (a
 // renewal every 2 s, a follower's read every few seconds) doubled the
-// statements a node sends. A connection that died in the meantime (server
-// restart, cut) fails its next statement instead; the elector's store
-// retries transient errors on a fresh connection (resilient) and the
-// scheduler's loops on their next tick.
+// statements a node sends. Between one second and pingAfterIdle a look at
+// the socket without a round trip (connIdleAndOpen: a non-blocking peek)
+// replaces the ping: a server that restarted, or a proxy that cut the
+// connection, has closed it or left a last message, and the connection is
+// then pinged, fails and is replaced before the statement is sent — as
+// with pgx's ping. (pgconn's CheckConn, a 1 ms read, missed a restarted
+// server's closed connections in tests.)
 const pingAfterIdle = 30 * time.Second
 
 func shouldPing(_ context.Context, p stdlib.ShouldPingParams) bool {
-	return p.IdleDuration > pingAfterIdle
+	switch {
+	case p.IdleDuration <= time.Second:
+		return false // in use: as pgx
+	case p.IdleDuration > pingAfterIdle:
+		return true
+	default:
+		return !connIdleAndOpen(p.Conn.PgConn().Conn())
+	}
 }
 
 // durableCommits makes the sessions of cfg commit with synchronous_commit =
