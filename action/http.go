@@ -23,7 +23,7 @@ var httpMethods = map[string]bool{
 // (a webhook that moved is a configuration error, and following a 302 would
 // turn a POST into a GET), no cookies.
 var httpClient = &http.Client{
-	Transport: http.DefaultTransport.(*http.Transport).Clone(),
+	Transport: gatedTransport(),
 	CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse
 	},
@@ -76,7 +76,7 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 	if h.Body != "" {
 		body = strings.NewReader(h.Body)
 	}
-	req, err := http.NewRequestWithContext(actx, method, h.URL, body)
+	req, err := http.NewRequestWithContext(withGate(actx, ctx), method, h.URL, body)
 	if err != nil {
 		return fmt.Errorf("http action: %w", err)
 	}
@@ -118,6 +118,12 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 	resp, err := httpClient.Do(req)
 	if err != nil {
 		switch {
+		case errors.Is(err, errGateClosed):
+			var uerr *url.Error
+			if errors.As(err, &uerr) {
+				err = uerr.Err // it repeats the URL
+			}
+			return fmt.Errorf("http action not sent: %w", err)
 		case timedOut():
 			return fmt.Errorf("http action: %s: no response within %s: %w", method, timeoutOrDefault(h.Timeout), ErrTimeout)
 		case ctx.Err() != nil:

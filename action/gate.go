@@ -1,0 +1,75 @@
+package action
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqlease/sqlease/scheduler"
+)
+
+// The gate at the socket. The just-in-time check before an HTTP action
+// (scheduler.Ensure) and the first byte on the wire are two steps apart: a
+// process paused between them (SIGSTOP, a VM freeze, a long GC) would send
+// after it woke, under a lease that expired meanwhile and beside the new
+// leader. So every write of a request on a connection is checked again,
+// synchronously, against the run's gate, and refused once it is closed:
+// the window shrinks from a request's way through the transport to the
+// instant between the check and the write system call.
+
+// errGateClosed marks a request refused at the socket.
+var errGateClosed = errors.New("the run's gate closed before the request was written")
+
+// gatedConn checks its armed gate before every write.
+type gatedConn struct {
+	net.Conn
+	gate atomic.Pointer[func() error]
+}
+
+func (c *gatedConn) Write(p []byte) (int, error) {
+	if g := c.gate.Load(); g != nil {
+		if err := (*g)(); err != nil {
+			// The transport closes a connection whose write failed.
+			return 0, fmt.Errorf("%w: %w", errGateClosed, err)
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// gatedTransport is a clone of the default transport whose connections
+// are gated.
+func gatedTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	dial := (&net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive}).DialContext
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &gatedConn{Conn: c}, nil
+	}
+	return t
+}
+
+// As http.DefaultTransport's dialer.
+const (
+	dialTimeout = 30 * time.Second
+	keepAlive   = 30 * time.Second
+)
+
+// withGate arms the connection a request gets with the run's check.
+func withGate(ctx, run context.Context) context.Context {
+	check := func() error { return scheduler.Ensure(run) }
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			if c, ok := info.Conn.(*gatedConn); ok {
+				c.gate.Store(&check)
+			}
+		},
+	})
+}
