@@ -99,6 +99,7 @@ var empty = map[string]string{
 	"Jobs.StartRuns":          "batch starts take array parameters (PostgreSQL); runs start one by one",
 	"Jobs.FinishRuns":         "batch finishes take array parameters (PostgreSQL); runs finish one by one",
 	"Jobs.ClaimJobs":          "batch claims take array parameters (PostgreSQL); the leader claims one job per transaction",
+	"Jobs.InsertJobs":         "bulk inserts take array parameters (PostgreSQL); CreateMany inserts one job per statement in one transaction",
 }
 
 func dialect(t *testing.T, p string) sqlstore.Dialect {
