@@ -147,12 +147,13 @@ func main() {
 		fs.PrintDefaults()
 	}
 	var (
-		benches    = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk (comma-separated; all = every one but bulk)")
+		benches    = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer (comma-separated; all = every one but bulk and peer)")
 		dialects   = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite (comma-separated)")
 		dbURL      = fs.String("db", "", "PostgreSQL URL of a role that may CREATE DATABASE (default $SQLEASE_TEST_POSTGRES_URL, else a private server)")
 		runs       = fs.Int("runs", 5, "repetitions of each measurement (medians are reported)")
 		jobs       = fs.Int("jobs", 20000, "claim: due one-off jobs per run")
 		leaderJobs = fs.Int("leader-jobs", 20000, "leader: due one-off jobs per run")
+		peerJobs   = fs.Int("peer-jobs", 20000, "peer: due no-op jobs per run and way")
 		bulkJobs   = fs.Int("bulk-jobs", 50000, "bulk: jobs created per run and way")
 		bulkBatch  = fs.Int("bulk-batch", 5000, "bulk: jobs per CreateMany call and per POST /v1/jobs:batch")
 		workers    = intList{1, 4}
@@ -214,7 +215,7 @@ func main() {
 	for _, b := range strings.Split(*benches, ",") {
 		b = strings.TrimSpace(b)
 		switch b {
-		case "claim", "submit", "leader", "memory", "bulk":
+		case "claim", "submit", "leader", "memory", "bulk", "peer":
 			want[b] = true
 		case "all":
 			want["claim"], want["submit"], want["leader"], want["memory"] = true, true, true, true
@@ -290,6 +291,11 @@ func main() {
 			o := throughputOpts{dialect: d, mode: "leader", jobs: *leaderJobs, tuning: tuning, timeout: *timeout}
 			title := fmt.Sprintf("leader-mode throughput — %s, elector + scheduler.Lead, %d due no-op jobs", d, *leaderJobs)
 			if !throughputScenario(ctx, e, title, o, *runs) {
+				return
+			}
+		}
+		if want["peer"] && d == "postgres" {
+			if !peerScenario(ctx, e, *peerJobs, *runs, tuning, *timeout) {
 				return
 			}
 		}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The peer scenario: sqlease's claim and leader modes and River (tuned and
+// with its defaults) work off the same number of due no-op jobs on the same
+// PostgreSQL server, in interleaved rounds, each on a fresh database; it
+// prints the medians and every figure as a ratio to River tuned. River is a
+// module of its own (cmd/sqlease-bench/river), built here with go build, so
+// that sqlease's go.mod does not depend on it.
+
+// buildRiver builds the River baseline into a temporary directory.
+func buildRiver(ctx context.Context) (bin string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "sqlease-bench-river-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	src, err := riverSource()
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	bin = filepath.Join(dir, "river")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	cmd.Dir = src
+	if out, err := cmd.CombinedOutput(); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("building the River baseline in %s: %v\n%s", src, err, out)
+	}
+	return bin, cleanup, nil
+}
+
+// riverSource finds cmd/sqlease-bench/river from the working directory (the
+// module root or anywhere inside it).
+func riverSource() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		p := filepath.Join(dir, "cmd", "sqlease-bench", "river")
+		if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("cmd/sqlease-bench/river not found from the working directory: run the bench from the repository")
+		}
+		dir = parent
+	}
+}
+
+// runRiver works off n jobs with River on a fresh database.
+func runRiver(ctx context.Context, e *env, bin string, n int, tuned bool) (float64, cpuUse, error) {
+	tg, err := e.newTarget(ctx, "postgres")
+	if err != nil {
+		return 0, cpuUse{}, err
+	}
+	defer tg.cleanup()
+	args := []string{"-db", tg.dsn, "-jobs", fmt.Sprint(n)}
+	if tuned {
+		args = append(args, "-tuned")
+	}
+	before := sampleCPU()
+	out, err := exec.CommandContext(ctx, bin, args...).Output()
+	cpu := cpuBetween(before, sampleCPU())
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			err = fmt.Errorf("%v: %s", err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return 0, cpu, err
+	}
+	var res struct {
+		PerSec float64 `json:"per_sec"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return 0, cpu, fmt.Errorf("River's output %q: %v", out, err)
+	}
+	return res.PerSec, cpu, nil
+}
+
+// peerScenario runs the rounds and prints the table.
+func peerScenario(ctx context.Context, e *env, jobs, runs int, tuning schedTuning, timeout time.Duration) bool {
+	fmt.Printf("\n== peer baseline — postgres, %d due no-op jobs per run, interleaved: sqlease claim (defaults, 1 worker), sqlease leader, River v0.51.1 tuned (MaxWorkers 1000, FetchCooldown 1 ms) and with defaults (MaxWorkers 100)\n", jobs)
+	bin, cleanup, err := buildRiver(ctx)
+	if err != nil {
+		fmt.Printf("  ERROR %v\n", err)
+		exitCode = 1
+		return true
+	}
+	defer cleanup()
+	type way struct {
+		name string
+		run  func() (float64, error)
+	}
+	sq := func(mode string) func() (float64, error) {
+		return func() (float64, error) {
+			r, err := runThroughput(ctx, e, throughputOpts{dialect: "postgres", mode: mode, workers: 1, jobs: jobs, tuning: tuning, timeout: timeout})
+			if err == nil {
+				if p := r.problems(); p != "" {
+					return 0, fmt.Errorf("exactly-once check: %s", p)
+				}
+			}
+			return r.PerSec, err
+		}
+	}
+	rv := func(tuned bool) func() (float64, error) {
+		return func() (float64, error) {
+			r, _, err := runRiver(ctx, e, bin, jobs, tuned)
+			return r, err
+		}
+	}
+	ways := []way{{"River tuned", rv(true)}, {"sqlease claim", sq("claim")}, {"sqlease leader", sq("leader")}, {"River defaults", rv(false)}}
+	rates := make([][]float64, len(ways))
+	for r := 1; r <= runs; r++ {
+		for i, w := range ways {
+			if ctx.Err() != nil {
+				return false
+			}
+			settle(e.settleBusy, e.settleWait)
+			rate, err := w.run()
+			if err != nil {
+				fmt.Printf("  run %d, %s: ERROR %v\n", r, w.name, err)
+				exitCode = 1
+				continue
+			}
+			rates[i] = append(rates[i], rate)
+			fmt.Printf("  run %d: %-16s %8.0f jobs/s\n", r, w.name, rate)
+		}
+	}
+	med := func(v []float64) float64 {
+		if len(v) == 0 {
+			return 0
+		}
+		s := append([]float64(nil), v...)
+		sort.Float64s(s)
+		return s[len(s)/2]
+	}
+	base := med(rates[0])
+	fmt.Printf("  medians of %d runs (ratio to River tuned):\n", runs)
+	for i, w := range ways {
+		ratio := "-"
+		if base > 0 {
+			ratio = fmt.Sprintf("%.2f ×", med(rates[i])/base)
+		}
+		fmt.Printf("    %-16s %8.0f jobs/s  %s\n", w.name, med(rates[i]), ratio)
+	}
+	return true
+}

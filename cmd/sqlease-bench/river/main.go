@@ -1,0 +1,110 @@
+// Command river is the peer baseline of sqlease-bench: River (the Postgres
+// job queue Go teams pick first) working off n pre-inserted no-op jobs on
+// the same server, in a module of its own so that sqlease's go.mod stays
+// clean. It prints one JSON line: {"jobs", "seconds", "per_sec"}.
+//
+//	go run . -db postgres://… -jobs 20000 [-tuned]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+type noopArgs struct{}
+
+func (noopArgs) Kind() string { return "noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+}
+
+func (*noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
+
+func main() {
+	db := flag.String("db", "", "PostgreSQL URL of a fresh database")
+	n := flag.Int("jobs", 20000, "no-op jobs to work off")
+	tuned := flag.Bool("tuned", false, "MaxWorkers 1000 and FetchCooldown 1 ms (else River's defaults)")
+	timeout := flag.Duration("timeout", 5*time.Minute, "give up after")
+	flag.Parse()
+	if err := run(*db, *n, *tuned, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "river:", err)
+		os.Exit(1)
+	}
+}
+
+func run(db string, n int, tuned bool, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	driver := riverpgxv5.New(pool)
+	migrator, err := rivermigrate.New(driver, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &noopWorker{})
+	// River has no default worker count: 100 is its documentation's.
+	cfg := &river.Config{Workers: workers, Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}}}
+	if tuned {
+		cfg.Queues[river.QueueDefault] = river.QueueConfig{MaxWorkers: 1000}
+		cfg.FetchCooldown = time.Millisecond
+	}
+	client, err := river.NewClient(driver, cfg)
+	if err != nil {
+		return err
+	}
+	params := make([]river.InsertManyParams, n)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: noopArgs{}}
+	}
+	for lo := 0; lo < n; lo += 5000 {
+		if _, err := client.InsertMany(ctx, params[lo:min(lo+5000, n)]); err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+	}
+	// A channel for every event: River drops events a full channel cannot
+	// take, and a lost completion would never end the count.
+	done, stop := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: n + 1,
+		Kinds: []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed}})
+	defer stop()
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	for got := 0; got < n; {
+		select {
+		case ev := <-done:
+			if ev == nil {
+				return fmt.Errorf("subscription closed after %d of %d jobs", got, n)
+			}
+			if ev.Kind == river.EventKindJobFailed {
+				return fmt.Errorf("job %d failed", ev.Job.ID)
+			}
+			got++
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d jobs done: %w", got, n, ctx.Err())
+		}
+	}
+	secs := time.Since(start).Seconds()
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelStop()
+	_ = client.Stop(stopCtx)
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{"jobs": n, "seconds": secs, "per_sec": float64(n) / secs})
+}
