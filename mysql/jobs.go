@@ -15,7 +15,7 @@ func timeArg(t time.Time) any { return t.UTC().Truncate(time.Microsecond) }
 // jobQueries returns the scheduler's statements for the table prefix.
 func jobQueries(prefix string) sqlstore.JobQueries {
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", sqlstore.JobColumns,
-		"{runcols}", sqlstore.RunColumns, "{now}", now, "{options}", tableOptions)
+		"{runcols}", sqlstore.RunColumns, "{now}", now, "{options}", tableOptions, "{leases}", prefix+"_leases")
 	stale := plusMS("locked_at", "lock_timeout_ms") + ` < {now}`
 	return sqlstore.JobQueries{
 		Migrations: []string{
@@ -98,10 +98,12 @@ WHERE name = ? AND locked_by IS NULL`),
 		},
 		// SKIP LOCKED passes over the jobs other workers are claiming; the
 		// store claims the rows it locks with ClaimJobWR, in this transaction.
-		ClaimDueIDs: r.Replace(`SELECT id FROM {jobs}
+		ClaimDueIDs: r.Replace(`SELECT id FROM {jobs} AS j
 WHERE paused = 0 AND next_run_at <= {now}
   AND (not_before IS NULL OR not_before <= {now})
-  AND (locked_by IS NULL OR ` + stale + `)
+  AND (locked_by IS NULL OR ` + stale + `
+       OR (j.lock_lease_epoch < 0 AND NOT EXISTS (SELECT 1 FROM {leases} wl WHERE wl.lease_name = CONCAT('` + sqlstore.WorkerLeasePrefix + `', j.locked_by)
+           AND wl.lease_epoch = -j.lock_lease_epoch AND wl.expires_at > {now})))
 ORDER BY next_run_at, id
 LIMIT ?
 FOR UPDATE SKIP LOCKED`),

@@ -33,7 +33,10 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		// A job is due to claim (every claim statement says it the same
 		// way, on j at the database time n.now), and its lock is stale.
 		"{due}", "NOT j.paused AND j.next_run_at <= n.now AND (j.not_before IS NULL OR j.not_before <= n.now)",
-		"{stale}", "j.locked_at + j.lock_timeout_ms * interval '1 millisecond' < n.now")
+		"{stale}", "j.locked_at + j.lock_timeout_ms * interval '1 millisecond' < n.now",
+		// A claim-mode worker's claim whose worker lease is gone (see
+		// sqlstore.WorkerLeasePrefix): reclaimable at once.
+		"{orphan}", "(j.lock_lease_epoch < 0 AND NOT EXISTS (SELECT 1 FROM "+prefix+"_leases wl WHERE wl.lease_name = '"+sqlstore.WorkerLeasePrefix+"' || j.locked_by AND wl.lease_epoch = -j.lock_lease_epoch AND wl.expires_at > n.now))")
 	return sqlstore.JobQueries{
 		Migrations: []string{
 			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
@@ -156,13 +159,13 @@ WHERE name = $1 AND locked_by IS NULL RETURNING {cols}`),
 		ClaimDue: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now),
 c AS (
 	SELECT j.id, j.locked_by AS prev FROM {jobs} j, n
-	WHERE {due} AND (j.locked_by IS NULL OR {stale})
+	WHERE {due} AND (j.locked_by IS NULL OR {stale} OR {orphan})
 	ORDER BY j.next_run_at, j.id
 	LIMIT $2
 	FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE {jobs} j SET locked_by = $1, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
-	lock_lease_epoch = 0, last_modified_at = n.now
+	lock_lease_epoch = -$3::bigint, last_modified_at = n.now
 FROM c, n WHERE j.id = c.id
 RETURNING {jcols}, n.now, c.prev IS NOT NULL`),
 		ClaimDueReclaimed: true,
@@ -235,13 +238,13 @@ c AS (
 	SELECT j.id, j.locked_by AS prev, GREATEST(j.attempt, COALESCE((SELECT max(r.attempt) FROM {runs} r
 		WHERE r.job_id = j.id AND r.scheduled_for = j.next_run_at), 0)) + 1 AS run_attempt
 	FROM {jobs} j, n
-	WHERE {due} AND (j.locked_by IS NULL OR {stale})
+	WHERE {due} AND (j.locked_by IS NULL OR {stale} OR {orphan})
 	ORDER BY j.next_run_at, j.id
 	LIMIT $2
 	FOR UPDATE OF j SKIP LOCKED
 ), u AS (
 	UPDATE {jobs} j SET locked_by = $1, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
-		lock_lease_epoch = 0, last_modified_at = n.now
+		lock_lease_epoch = -$3::bigint, last_modified_at = n.now
 	FROM c, n WHERE j.id = c.id
 	RETURNING {startcols}, n.now AS claim_now, c.prev IS NOT NULL AS reclaimed, c.run_attempt,
 		c.prev IS NULL AND c.run_attempt <= j.max_attempts

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -17,10 +18,54 @@ import (
 // in-flight runs ShutdownTimeout before cancelling them. It returns nil after
 // ctx ends and every run has finished.
 func (s *Scheduler) Run(ctx context.Context) error {
+	return s.run(ctx, nil)
+}
+
+// WorkerGate is the check a worker lease's holder makes before acting: nil
+// while it may act under tok (*election.Elector implements it).
+type WorkerGate interface {
+	Ensure(tok sqlease.Token) error
+}
+
+// workerTerm is a term of a claim-mode worker's own lease.
+type workerTerm struct {
+	tok  sqlease.Token
+	gate WorkerGate
+}
+
+// Work is claim-mode dispatch for one term of this worker's own lease tok
+// (sqlstore.WorkerLeasePrefix + Config.Holder, held by an Elector whose
+// OnStartedLeading calls Work): as Run, but its claims are tied to the
+// lease — reclaimable by other workers as soon as it has expired in
+// database time, instead of after each job's lock_timeout — and its runs
+// act only while gate trusts the lease: they are cancelled when ctx (the
+// term) ends, and every just-in-time check (Ensure) asks gate. This is the
+// leader's fencing argument applied to each worker: a worker whose lease
+// another could reclaim has stopped trusting it by its local deadline,
+// which comes before the expiry in database time. For a graceful stop call
+// Drain while the lease is still held, then end the term.
+func (s *Scheduler) Work(ctx context.Context, tok sqlease.Token, gate WorkerGate) error {
+	if gate == nil {
+		return fmt.Errorf("%w: scheduler: Work needs the worker lease's gate", sqlease.ErrInvalidConfig)
+	}
+	if tok.Holder != s.cfg.Holder || tok.Name != sqlstore.WorkerLeasePrefix+s.cfg.Holder {
+		return fmt.Errorf("%w: scheduler: Work under %s@%d, want the worker lease %s%s", sqlease.ErrInvalidConfig, tok.Name, tok.Epoch, sqlstore.WorkerLeasePrefix, s.cfg.Holder)
+	}
+	return s.run(ctx, &workerTerm{tok: tok, gate: gate})
+}
+
+func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 	if err := sqlease.ValidateHolderID(s.cfg.Holder); err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// Runs outlive Run's context for ShutdownTimeout; under a worker lease
+	// they end with the term, which ends when the lease is no longer
+	// trusted.
+	parent := context.WithoutCancel(ctx)
+	if w != nil {
+		parent = ctx
+	}
+	runCtx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var fin *finisher
 	if s.store.Batched() {
@@ -42,7 +87,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			return nil
 		case <-timer.C:
 		}
-		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin)
+		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, w)
 		wait := s.cfg.PollInterval
 		if asked > 0 && claimed == asked {
 			wait = 0 // as many were due as there was room for: more may be
@@ -56,7 +101,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // many it asked for. With a finisher (Store.Batched) the jobs whose due
 // occurrence simply runs are started by one statement; the rest, and any
 // that statement did not start, take the per-job path.
-func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher) (int, int) {
+func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, w *workerTerm) (int, int) {
 	if !s.begin() {
 		return 0, 0
 	}
@@ -81,16 +126,31 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		}
 		break
 	}
-	claim := s.store.ClaimDue
-	if fin != nil {
-		claim = s.store.ClaimAndStart
+	var claimed []sqlstore.Claimed
+	var err error
+	var ensure func() error
+	switch {
+	case w != nil:
+		// Claim only while the lease is trusted: a claim tied to a lease
+		// that has expired would be another worker's already.
+		if err = w.gate.Ensure(w.tok); err == nil {
+			if fin != nil {
+				claimed, err = s.store.ClaimAndStartUnder(ctx, w.tok, slots)
+			} else {
+				claimed, err = s.store.ClaimDueUnder(ctx, w.tok, slots)
+			}
+		}
+		ensure = func() error { return w.gate.Ensure(w.tok) }
+	case fin != nil:
+		claimed, err = s.store.ClaimAndStart(ctx, s.cfg.Holder, slots)
+	default:
+		claimed, err = s.store.ClaimDue(ctx, s.cfg.Holder, slots)
 	}
-	claimed, err := claim(ctx, s.cfg.Holder, slots)
 	for i := len(claimed); i < slots; i++ {
 		<-s.sem
 	}
 	if err != nil {
-		if !errors.Is(err, context.Canceled) {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, sqlease.ErrNotLeader) {
 			s.log.Warn("claim_failed", slog.String("error", err.Error()))
 		}
 		return 0, slots
@@ -111,7 +171,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 					done(time.Time{})
 				}
 			}()
-			d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, heartbeat: true, batch: fin, queued: &queued, done: done, release: release}
+			d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, ensure: ensure, heartbeat: true, batch: fin, queued: &queued, done: done, release: release}
 			if r := started[i]; r != nil {
 				s.runStarted(runCtx, c, *r, d, s.runLogger(c))
 				return

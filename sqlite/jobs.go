@@ -20,7 +20,7 @@ func timeArg(t time.Time) any { return t.UTC().Format(timeLayout) }
 // jobQueries returns the scheduler's statements for the table prefix.
 func jobQueries(prefix string) sqlstore.JobQueries {
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", sqlstore.JobColumns,
-		"{runcols}", sqlstore.RunColumns, "{now}", now)
+		"{runcols}", sqlstore.RunColumns, "{now}", now, "{leases}", prefix+"_leases")
 	return sqlstore.JobQueries{
 		Migrations: []string{
 			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
@@ -80,12 +80,14 @@ RETURNING {cols}`),
 		Trigger: r.Replace(`UPDATE {jobs} SET next_run_at = {now}, not_before = NULL, attempt = 0, last_modified_at = {now}
 WHERE name = ?1 AND locked_by IS NULL RETURNING {cols}`),
 		ClaimDue: r.Replace(`UPDATE {jobs} SET locked_by = ?1, locked_at = {now}, lock_epoch = lock_epoch + 1,
-	lock_lease_epoch = 0, last_modified_at = {now}
+	lock_lease_epoch = -?3, last_modified_at = {now}
 WHERE id IN (
-	SELECT id FROM {jobs}
+	SELECT id FROM {jobs} AS j
 	WHERE paused = 0 AND next_run_at <= {now}
 	  AND (not_before IS NULL OR not_before <= {now})
-	  AND (locked_by IS NULL OR ` + nowFrom("locked_at", "lock_timeout_ms") + ` < {now})
+	  AND (locked_by IS NULL OR ` + nowFrom("locked_at", "lock_timeout_ms") + ` < {now}
+	       OR (j.lock_lease_epoch < 0 AND NOT EXISTS (SELECT 1 FROM {leases} wl WHERE wl.lease_name = '` + sqlstore.WorkerLeasePrefix + `' || j.locked_by
+	           AND wl.lease_epoch = -j.lock_lease_epoch AND wl.expires_at > {now})))
 	ORDER BY next_run_at, id
 	LIMIT ?2
 )

@@ -21,7 +21,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	jobs, runs := prefix+"_jobs", prefix+"_runs"
 	stale := addMS("q.lock_timeout_ms", "q.locked_at")
 	r := strings.NewReplacer(
-		"{jobs}", quote(jobs), "{runs}", quote(runs),
+		"{jobs}", quote(jobs), "{runs}", quote(runs), "{leases}", quote(prefix+"_leases"),
 		"{jobs_pk}", quote(jobs+"_pk"), "{jobs_name}", quote(jobs+"_name"),
 		"{runs_pk}", quote(runs+"_pk"), "{runs_attempt}", quote(runs+"_attempt"),
 		"{cols}", sqlstore.JobColumns, "{icols}", qualify("inserted.", sqlstore.JobColumns),
@@ -121,11 +121,13 @@ WHERE j.name = @p1 AND j.locked_by IS NULL`),
 	CROSS JOIN {n} AS n
 	WHERE q.paused = 0 AND q.next_run_at <= n.now
 	  AND (q.not_before IS NULL OR q.not_before <= n.now)
-	  AND (q.locked_by IS NULL OR ` + stale + ` < n.now)
+	  AND (q.locked_by IS NULL OR ` + stale + ` < n.now
+	       OR (q.lock_lease_epoch < 0 AND NOT EXISTS (SELECT 1 FROM {leases} AS wl WHERE wl.lease_name = N'` + sqlstore.WorkerLeasePrefix + `' + q.locked_by
+	           AND wl.lease_epoch = -q.lock_lease_epoch AND wl.expires_at > n.now)))
 	ORDER BY q.next_run_at, q.id
 )
 UPDATE j SET locked_by = @p1, locked_at = c.now, lock_epoch = j.lock_epoch + 1,
-	lock_lease_epoch = 0, last_modified_at = c.now
+	lock_lease_epoch = -@p3, last_modified_at = c.now
 OUTPUT {icols}, inserted.locked_at
 FROM c JOIN {jobs} AS j ON j.id = c.id`),
 		ClaimJob: r.Replace(`UPDATE q SET locked_by = @p2, locked_at = n.now, lock_epoch = q.lock_epoch + 1,

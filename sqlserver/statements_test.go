@@ -71,7 +71,7 @@ var documented = map[string]stmt{
 	"Jobs.DeleteJob":      {1, []string{jobs}},
 	"Jobs.SetPaused":      {2, []string{jobs}},
 	"Jobs.Trigger":        {1, []string{jobs}},
-	"Jobs.ClaimDue":       {2, []string{jobs}},
+	"Jobs.ClaimDue":       {3, []string{jobs, leases}}, // (holder, limit, worker_epoch); a worker's claim is reclaimable when its worker lease has expired
 	"Jobs.ClaimJob":       {3, []string{jobs}},
 	"Jobs.AbandonRunning": {1, []string{runs}},
 	"Jobs.StartJob":       {5, []string{jobs}},

@@ -36,8 +36,24 @@ func (s *Store) ClaimJobs(ctx context.Context, tx *sql.Tx, ids []int64, tok sqle
 // JobQueries.ClaimStart); their Claimed.Started is set. Without ClaimStart
 // it is ClaimDue.
 func (s *Store) ClaimAndStart(ctx context.Context, holder string, limit int) ([]Claimed, error) {
+	return s.claimAndStart(ctx, holder, 0, limit)
+}
+
+// ClaimAndStartUnder is ClaimAndStart under a worker lease, as
+// ClaimDueUnder.
+func (s *Store) ClaimAndStartUnder(ctx context.Context, tok sqlease.Token, limit int) ([]Claimed, error) {
 	if s.q().ClaimStart == "" {
-		return s.ClaimDue(ctx, holder, limit)
+		return s.ClaimDueUnder(ctx, tok, limit)
+	}
+	if tok.Name != WorkerLeasePrefix+tok.Holder || tok.Epoch <= 0 {
+		return nil, fmt.Errorf("%w: claim under %s@%d: not a worker lease (%s<holder>)", sqlease.ErrInvalidConfig, tok.Name, tok.Epoch, WorkerLeasePrefix)
+	}
+	return s.claimAndStart(ctx, tok.Holder, tok.Epoch, limit)
+}
+
+func (s *Store) claimAndStart(ctx context.Context, holder string, workerEpoch int64, limit int) ([]Claimed, error) {
+	if s.q().ClaimStart == "" {
+		return s.claimDue(ctx, holder, workerEpoch, limit)
 	}
 	out := make([]Claimed, 0, limit)
 	var now dbTime
@@ -45,7 +61,7 @@ func (s *Store) ClaimAndStart(ctx context.Context, holder string, limit int) ([]
 	var attempt int
 	js := newJobScan(&now, &reclaimed, &attempt, &oneOffDue, &started)
 	sent := time.Now()
-	rows, err := s.db.QueryContext(ctx, s.q().ClaimStart, holder, limit)
+	rows, err := s.db.QueryContext(ctx, s.q().ClaimStart, holder, limit, workerEpoch)
 	if _, err := scanRows(rows, err, func(sc scanner) error {
 		j, err := js.scan(sc)
 		if err != nil {

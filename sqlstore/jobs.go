@@ -58,10 +58,13 @@ type JobQueries struct {
 	// Read: (name).
 	TriggerWR WriteRead
 
-	// ClaimDue: (holder, limit). Locks up to limit due, unpaused jobs that
-	// are unlocked or whose lock is stale (locked_at + lock_timeout < now),
-	// in one atomic statement: locked_by = holder, locked_at = now,
-	// lock_epoch + 1, lock_lease_epoch = 0. The attempt count is not touched:
+	// ClaimDue: (holder, limit, worker_epoch). Locks up to limit due,
+	// unpaused jobs that are unlocked, whose lock is stale (locked_at +
+	// lock_timeout < now), or whose lock is a worker's (lock_lease_epoch < 0)
+	// whose worker lease (WorkerLeasePrefix + locked_by, epoch
+	// -lock_lease_epoch) is missing or expired at now, in one atomic
+	// statement: locked_by = holder, locked_at = now, lock_epoch + 1,
+	// lock_lease_epoch = -worker_epoch (0: no worker lease). The attempt count is not touched:
 	// StartRun counts an attempt only when one really starts, so a claim that
 	// never started (a crash, a failed start) burns none. Returns JobColumns,
 	// now. Where the dialect has StartRuns, which does not write the job,
@@ -663,13 +666,37 @@ func scanClaim(out *[]Claimed, reclaimed bool) func(scanner) error {
 // ClaimDue locks up to limit due jobs for holder in one atomic statement
 // (one transaction where the dialect has no RETURNING, see ClaimDueIDs).
 func (s *Store) ClaimDue(ctx context.Context, holder string, limit int) ([]Claimed, error) {
+	return s.claimDue(ctx, holder, 0, limit)
+}
+
+// WorkerLeasePrefix names a claim-mode worker's own lease:
+// WorkerLeasePrefix + holder. A claim made under it (ClaimDueUnder) is
+// reclaimable as soon as that lease has expired, or been taken again under
+// a higher epoch, in database time — not only after the job's lock_timeout.
+// Such claims store the worker lease's epoch negated in lock_lease_epoch
+// (a leader's claims store its positive lease epoch, claims made without a
+// worker lease zero), so that the three kinds cannot be confused.
+const WorkerLeasePrefix = "worker:"
+
+// ClaimDueUnder is ClaimDue under the worker lease tok (lease
+// WorkerLeasePrefix + tok.Holder): the claims are the worker's while that
+// lease lives and are reclaimable at once when it has expired. The worker
+// must stop its runs by its lease's local deadline, as a leader does.
+func (s *Store) ClaimDueUnder(ctx context.Context, tok sqlease.Token, limit int) ([]Claimed, error) {
+	if tok.Name != WorkerLeasePrefix+tok.Holder || tok.Epoch <= 0 {
+		return nil, fmt.Errorf("%w: claim under %s@%d: not a worker lease (%s<holder>)", sqlease.ErrInvalidConfig, tok.Name, tok.Epoch, WorkerLeasePrefix)
+	}
+	return s.claimDue(ctx, tok.Holder, tok.Epoch, limit)
+}
+
+func (s *Store) claimDue(ctx context.Context, holder string, workerEpoch int64, limit int) ([]Claimed, error) {
 	var c []Claimed
 	var err error
 	sent := time.Now()
 	if s.q().ClaimDueIDs == "" {
-		_, err = s.query(ctx, nil, returning{query: s.q().ClaimDue, args: []any{holder, limit}}, scanClaim(&c, s.q().ClaimDueReclaimed))
+		_, err = s.query(ctx, nil, returning{query: s.q().ClaimDue, args: []any{holder, limit, workerEpoch}}, scanClaim(&c, s.q().ClaimDueReclaimed))
 	} else {
-		c, err = s.claimDueByID(ctx, holder, limit)
+		c, err = s.claimDueByID(ctx, holder, workerEpoch, limit)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claim due jobs: %w", err)
@@ -678,9 +705,11 @@ func (s *Store) ClaimDue(ctx context.Context, holder string, limit int) ([]Claim
 }
 
 // claimDueByID is ClaimDue without RETURNING: in one transaction it locks
-// the due jobs (ClaimDueIDs, which skips jobs other claimers have locked) and
-// claims each by id as ClaimJob does under lease epoch 0.
-func (s *Store) claimDueByID(ctx context.Context, holder string, limit int) ([]Claimed, error) {
+// the due jobs (ClaimDueIDs, which skips jobs other claimers have locked and
+// keeps the claimable ones) and claims each by id as ClaimJob does under
+// lease epoch 0, which takes over any claim without a positive (leader's)
+// lease epoch, storing the worker epoch negated.
+func (s *Store) claimDueByID(ctx context.Context, holder string, workerEpoch int64, limit int) ([]Claimed, error) {
 	var c []Claimed
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
 		var ids []int64
@@ -694,7 +723,9 @@ func (s *Store) claimDueByID(ctx context.Context, holder string, limit int) ([]C
 			return s.classify(err)
 		}
 		for _, id := range ids {
-			if _, err := s.query(ctx, tx, s.claimJob(id, holder, 0), scanClaim(&c, false)); err != nil {
+			st := s.claimJob(id, holder, 0)
+			st.write[1] = -workerEpoch // the epoch stored; the condition's stays 0
+			if _, err := s.query(ctx, tx, st, scanClaim(&c, false)); err != nil {
 				return err
 			}
 		}

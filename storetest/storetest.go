@@ -99,6 +99,7 @@ func Run(t *testing.T, h Harness) {
 		{"DeleteWhileRunning", testDeleteWhileRunning},
 		{"DeleteRacingStart", testDeleteRacingStart},
 		{"SingletonState", testSingletonState},
+		{"WorkerLeaseClaims", testWorkerLeaseClaims},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h.New(t)) })

@@ -50,6 +50,7 @@ type Node struct {
 	elector    *election.Elector
 	sched      *scheduler.Scheduler
 	singletons *singletonHost
+	worker     *election.Elector // claim mode: this worker's own lease
 	// singletonChanges signals changed singleton definitions (PostgreSQL).
 	singletonChanges <-chan struct{}
 	store            *sqlstore.Store
@@ -147,6 +148,27 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		n.close()
 		return nil, usageError{firstLine(err)}
 	}
+	if cfg.Dispatch == "claim" && sqlease.ValidateLeaseName(sqlstore.WorkerLeasePrefix+holder) != nil {
+		log.Warn("worker_lease_unavailable", slog.String("holder_id", holder),
+			slog.String("hint", "the holder id is not usable in a lease name (A-Z a-z 0-9 . _ : -, at most 121 characters): claims of this worker are reclaimed only after each job's lock_timeout"))
+	} else if cfg.Dispatch == "claim" {
+		var wel *election.Elector
+		wel, err = election.New(election.Config{
+			Store: resilient.Wrap(store, resilient.Config{Logger: log}), LeaseName: sqlstore.WorkerLeasePrefix + holder, HolderID: holder,
+			LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, AcquireInterval: cfg.AcquireInterval,
+			Logger: log.With(slog.String("role", "worker")),
+			OnStartedLeading: func(ctx context.Context, tok sqlease.Token) {
+				if err := n.sched.Work(ctx, tok, wel); err != nil {
+					log.Error("claim_dispatch_failed", slog.String("error", err.Error()))
+				}
+			},
+		})
+		if err != nil {
+			n.close()
+			return nil, usageError{firstLine(err)}
+		}
+		n.worker = wel
+	}
 	ecfg := election.Config{
 		// Transient errors are retried within each call's deadline, behind
 		// a circuit breaker; the scheduler's loops retry on their next tick.
@@ -233,8 +255,16 @@ func (n *Node) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); _ = n.singletons.node.Run(workCtx) }()
 	go func() { defer wg.Done(); n.singletons.run(workCtx, n.singletonChanges) }()
 	if n.cfg.Dispatch == "claim" {
+		// Each worker holds a lease of its own, renewed like the leader's:
+		// its claims are reclaimable as soon as that lease has expired
+		// (a worker killed or frozen mid-run), not after lock_timeout,
+		// and its runs stop by the lease's local deadline.
 		wg.Add(1)
-		go func() { defer wg.Done(); _ = n.sched.Run(workCtx) }()
+		if n.worker != nil {
+			go func() { defer wg.Done(); _ = n.worker.Run(workCtx) }()
+		} else {
+			go func() { defer wg.Done(); _ = n.sched.Run(workCtx) }()
+		}
 	} else {
 		wg.Add(1)
 		go func() { defer wg.Done(); n.standby(workCtx) }()

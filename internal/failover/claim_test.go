@@ -1,0 +1,167 @@
+package failover
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease/internal/mysqltest"
+	"github.com/sqlease/sqlease/internal/pgtest"
+)
+
+// holdServer is an action endpoint that keeps every request open until the
+// test releases it: a run in flight on its worker.
+type holdServer struct {
+	url     string
+	mu      sync.Mutex
+	arrived []hit
+	notify  chan struct{}
+	release chan struct{}
+}
+
+func newHoldServer(t *testing.T) *holdServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &holdServer{url: "http://" + l.Addr().String() + "/hold", notify: make(chan struct{}), release: make(chan struct{})}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := hit{At: time.Now(), Holder: r.Header.Get("Sqlease-Holder"), Job: r.Header.Get("Sqlease-Job")}
+		h.Epoch, _ = strconv.ParseInt(r.Header.Get("Sqlease-Epoch"), 10, 64)
+		h.Attempt, _ = strconv.Atoi(r.Header.Get("Sqlease-Attempt"))
+		h.ScheduledFor, _ = time.Parse(time.RFC3339Nano, r.Header.Get("Sqlease-Scheduled-For"))
+		_, _ = io.Copy(io.Discard, r.Body)
+		s.mu.Lock()
+		s.arrived = append(s.arrived, h)
+		close(s.notify)
+		s.notify = make(chan struct{})
+		s.mu.Unlock()
+		select {
+		case <-s.release:
+		case <-r.Context().Done(): // the worker died
+		case <-time.After(30 * time.Second):
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return s
+}
+
+// wait returns the n-th arrival (from 0), waiting up to timeout.
+func (s *holdServer) wait(n int, timeout time.Duration) (hit, bool) {
+	deadline := time.After(timeout)
+	for {
+		s.mu.Lock()
+		if len(s.arrived) > n {
+			h := s.arrived[n]
+			s.mu.Unlock()
+			return h, true
+		}
+		ch := s.notify
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline:
+			return hit{}, false
+		}
+	}
+}
+
+func (s *holdServer) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.arrived)
+}
+
+// claimWorkerFault runs two claim-mode nodes and one job whose run the
+// action endpoint holds open, then kills (SIGKILL) or freezes (SIGSTOP) the
+// worker running it: the other worker must run the occurrence again within
+// lease + acquire interval (+ slack) — its claim is tied to the dead
+// worker's own lease — not after the job's lock_timeout of one minute; a
+// frozen worker, woken after 2.5 × lease, must send nothing more.
+func claimWorkerFault(t *testing.T, db string, sig syscall.Signal) time.Duration {
+	t.Helper()
+	const lease, acquire = 2 * time.Second, 200 * time.Millisecond
+	c := newCluster(t, db, "lease", append([]string{"--dispatch", "claim"}, frozenArgs...)...)
+	a := c.launch()
+	c.launch()
+	hold := newHoldServer(t)
+	body := fmt.Sprintf(`{"name":"held","schedule":{},"lock_timeout":"1m","retry":{"max_attempts":3},`+
+		`"action":{"http":{"url":%q,"timeout":"1m"}}}`, hold.url)
+	resp, err := http.Post("http://"+c.addr(a)+"/v1/jobs", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("creating the job: %s: %s", resp.Status, b)
+	}
+	first, ok := hold.wait(0, 15*time.Second)
+	if !ok {
+		t.Fatal("the job's run did not arrive within 15s")
+	}
+	victim := c.node(first.Holder)
+	if victim == nil {
+		t.Fatalf("run from %q, not a node of this cluster", first.Holder)
+	}
+	t0 := time.Now()
+	victim.signal(sig)
+	again, ok := hold.wait(1, lease+acquire+30*time.Second)
+	if !ok {
+		t.Fatalf("%s of worker %s mid-run: the occurrence did not run again", sig, victim.id)
+	}
+	took := again.At.Sub(t0)
+	if again.Holder == victim.id || !again.ScheduledFor.Equal(first.ScheduledFor) || again.Attempt <= first.Attempt {
+		t.Errorf("re-run %+v, want the same occurrence as %+v by the other worker under a later attempt", again, first)
+	}
+	if bound := lease + acquire + 2300*time.Millisecond; took > bound {
+		t.Errorf("%s of worker %s mid-run → re-run after %s, want ≤ lease + acquire (+ slack) = %s (the job's lock_timeout is 1m)", sig, victim.id, took, bound)
+	}
+	close(hold.release)
+	if sig == syscall.SIGSTOP {
+		time.Sleep(max(5*lease/2-time.Since(t0), 0))
+		n := hold.count()
+		victim.signal(syscall.SIGCONT)
+		time.Sleep(2 * time.Second)
+		hold.mu.Lock()
+		late := append([]hit(nil), hold.arrived[n:]...)
+		hold.mu.Unlock()
+		for _, h := range late {
+			if h.Holder == victim.id {
+				t.Errorf("after waking, worker %s sent the action again: %+v", victim.id, h)
+			}
+		}
+	}
+	return took
+}
+
+// TestClaimWorkerFault: in claim mode a worker killed or frozen mid-run
+// loses its claim with its own lease, on PostgreSQL and MariaDB.
+func TestClaimWorkerFault(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and sqlease processes")
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
+		t.Run("postgres/"+sig.String(), func(t *testing.T) {
+			t.Logf("claim mode, PostgreSQL, %s of the worker mid-run → re-run after %s", sig, claimWorkerFault(t, pgtest.CreateDatabase(t, serverURL(t)), sig))
+		})
+		t.Run("mysql/"+sig.String(), func(t *testing.T) {
+			url := os.Getenv(mysqltest.URLEnv)
+			if url == "" {
+				t.Skip(mysqltest.URLEnv + " is not set: scripts/test.sh starts a MariaDB and sets it")
+			}
+			t.Logf("claim mode, MariaDB, %s of the worker mid-run → re-run after %s", sig, claimWorkerFault(t, mysqltest.CreateDatabase(t, url), sig))
+		})
+	}
+}
