@@ -382,10 +382,16 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	leaderSlots := cfg.MaxConcurrent
 	if leaderSlots == 0 {
-		// Leader dispatch starts and finishes each run in a fenced
-		// transaction of its own: the batched default would let it hold
-		// hundreds of connections.
+		// Without batches (every dialect but PostgreSQL) leader dispatch
+		// starts and finishes each run in a fenced transaction of its own:
+		// the batched default would let it hold hundreds of connections.
+		// With them (claims of up to 64 jobs per fenced transaction,
+		// grouped finishes) a run holds none, and 64 slots halved the
+		// throughput of no-op jobs (measured 8.8–11.4k → 20.2k jobs/s).
 		leaderSlots = DefaultMaxConcurrent
+		if cfg.Store != nil && cfg.Store.Batched() {
+			leaderSlots = DefaultBatchedMaxConcurrent
+		}
 	}
 	cfg = cfg.withDefaults()
 	return &Scheduler{cfg: cfg, store: cfg.Store, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxConcurrent), drained: make(chan struct{}),

@@ -147,39 +147,41 @@ func main() {
 		fs.PrintDefaults()
 	}
 	var (
-		benches    = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer (comma-separated; all = every one but bulk and peer)")
-		dialects   = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite (comma-separated)")
-		dbURL      = fs.String("db", "", "PostgreSQL URL of a role that may CREATE DATABASE (default $SQLEASE_TEST_POSTGRES_URL, else a private server)")
-		runs       = fs.Int("runs", 5, "repetitions of each measurement (medians are reported)")
-		jobs       = fs.Int("jobs", 20000, "claim: due one-off jobs per run")
-		leaderJobs = fs.Int("leader-jobs", 20000, "leader: due one-off jobs per run")
-		peerJobs   = fs.Int("peer-jobs", 20000, "peer: due no-op jobs per run and way")
-		bulkJobs   = fs.Int("bulk-jobs", 50000, "bulk: jobs created per run and way")
-		bulkBatch  = fs.Int("bulk-batch", 5000, "bulk: jobs per CreateMany call and per POST /v1/jobs:batch")
-		workers    = intList{1, 4}
-		submits    = fs.Int("submits", 2000, "submit: creates per run")
-		submitters = intList{1, 8}
-		poll       = fs.Duration("poll", 0, "scheduler PollInterval (0: the default, 1s)")
-		batch      = fs.Int("batch", 0, "scheduler BatchSize (0: the default: 256 on PostgreSQL, whose store batches, else 32)")
-		maxConc    = fs.Int("max-concurrent", 0, "scheduler MaxConcurrent (0: the default: 512 on PostgreSQL, else 64)")
-		maxIdle    = fs.Int("max-idle", -1, "sql.DB SetMaxIdleConns for every pool (-1: database/sql's default, 2)")
-		maxOpen    = fs.Int("max-open", 0, "sql.DB SetMaxOpenConns for every pool (0: unlimited, the default)")
-		trace      = fs.Bool("trace", false, "count statements, rows, transactions and connections client-side (wraps the driver)")
-		timeout    = fs.Duration("timeout", 10*time.Minute, "give up on a throughput run after this long")
-		settleBusy = fs.Float64("settle-busy", 0.10, "before each run, wait for a 1s window with the machine at most this busy (0..1; other processes' load)")
-		settleWait = fs.Duration("settle-wait", time.Minute, "… but for at most this long (0: do not wait; the background load is still measured and printed as [bg N%])")
-		memJobs    = fs.Int("memory-jobs", 1_000_000, "memory: pending future jobs")
-		memRuns    = fs.Int("memory-runs", 3, "memory: repetitions (each inserts -memory-jobs rows)")
-		memHorizon = fs.Duration("memory-horizon", 10*time.Minute, "memory: scheduler ScheduleHorizon (must exceed -memory-offset so the window fills)")
-		memOffset  = fs.Duration("memory-offset", 5*time.Minute, "memory: first job due this long after the insert")
-		memSpread  = fs.Duration("memory-spread", time.Minute, "memory: jobs spread evenly over this span")
-		memWait    = fs.Duration("memory-wait", 150*time.Second, "memory: run the leader at most this long after the rebuild (must end before the jobs fall due)")
-		memRefresh = fs.Int("memory-refreshes", 5, "memory: stop after this many completed refreshes")
-		sqliteDir  = fs.String("sqlite-dir", "", "directory for the SQLite files (default: the system temp directory)")
-		dueSpread  = fs.Duration("due-spread", time.Millisecond, "claim/leader: space the due jobs' next_run_at this far apart, into the past (0: all due at one instant — with more than MaxScheduled of them the leader dispatches none)")
-		noNotify   = fs.Bool("no-notify-trigger", false, "PostgreSQL: drop the jobs table's NOTIFY trigger (the leader's change feed) after migrating, to measure what it costs")
-		cpuprofile = fs.String("cpuprofile", "", "write a CPU profile of this process (the Go client) to this file")
-		childMem   = fs.String("child-memory", "", "internal: run one memory run for this dialect and print JSON")
+		benches     = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer, daemon (comma-separated; all = every one but bulk, peer and daemon)")
+		dialects    = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite (comma-separated)")
+		dbURL       = fs.String("db", "", "PostgreSQL URL of a role that may CREATE DATABASE (default $SQLEASE_TEST_POSTGRES_URL, else a private server)")
+		runs        = fs.Int("runs", 5, "repetitions of each measurement (medians are reported)")
+		jobs        = fs.Int("jobs", 20000, "claim: due one-off jobs per run")
+		leaderJobs  = fs.Int("leader-jobs", 20000, "leader: due one-off jobs per run")
+		daemonJobs  = fs.Int("daemon-jobs", 20000, "daemon: HTTP jobs per run")
+		daemonNodes = fs.Int("daemon-nodes", 1, "daemon: sqlease serve nodes")
+		peerJobs    = fs.Int("peer-jobs", 20000, "peer: due no-op jobs per run and way")
+		bulkJobs    = fs.Int("bulk-jobs", 50000, "bulk: jobs created per run and way")
+		bulkBatch   = fs.Int("bulk-batch", 5000, "bulk: jobs per CreateMany call and per POST /v1/jobs:batch")
+		workers     = intList{1, 4}
+		submits     = fs.Int("submits", 2000, "submit: creates per run")
+		submitters  = intList{1, 8}
+		poll        = fs.Duration("poll", 0, "scheduler PollInterval (0: the default, 1s)")
+		batch       = fs.Int("batch", 0, "scheduler BatchSize (0: the default: 256 on PostgreSQL, whose store batches, else 32)")
+		maxConc     = fs.Int("max-concurrent", 0, "scheduler MaxConcurrent (0: the default: 512 on PostgreSQL, else 64)")
+		maxIdle     = fs.Int("max-idle", -1, "sql.DB SetMaxIdleConns for every pool (-1: database/sql's default, 2)")
+		maxOpen     = fs.Int("max-open", 0, "sql.DB SetMaxOpenConns for every pool (0: unlimited, the default)")
+		trace       = fs.Bool("trace", false, "count statements, rows, transactions and connections client-side (wraps the driver)")
+		timeout     = fs.Duration("timeout", 10*time.Minute, "give up on a throughput run after this long")
+		settleBusy  = fs.Float64("settle-busy", 0.10, "before each run, wait for a 1s window with the machine at most this busy (0..1; other processes' load)")
+		settleWait  = fs.Duration("settle-wait", time.Minute, "… but for at most this long (0: do not wait; the background load is still measured and printed as [bg N%])")
+		memJobs     = fs.Int("memory-jobs", 1_000_000, "memory: pending future jobs")
+		memRuns     = fs.Int("memory-runs", 3, "memory: repetitions (each inserts -memory-jobs rows)")
+		memHorizon  = fs.Duration("memory-horizon", 10*time.Minute, "memory: scheduler ScheduleHorizon (must exceed -memory-offset so the window fills)")
+		memOffset   = fs.Duration("memory-offset", 5*time.Minute, "memory: first job due this long after the insert")
+		memSpread   = fs.Duration("memory-spread", time.Minute, "memory: jobs spread evenly over this span")
+		memWait     = fs.Duration("memory-wait", 150*time.Second, "memory: run the leader at most this long after the rebuild (must end before the jobs fall due)")
+		memRefresh  = fs.Int("memory-refreshes", 5, "memory: stop after this many completed refreshes")
+		sqliteDir   = fs.String("sqlite-dir", "", "directory for the SQLite files (default: the system temp directory)")
+		dueSpread   = fs.Duration("due-spread", time.Millisecond, "claim/leader: space the due jobs' next_run_at this far apart, into the past (0: all due at one instant — with more than MaxScheduled of them the leader dispatches none)")
+		noNotify    = fs.Bool("no-notify-trigger", false, "PostgreSQL: drop the jobs table's NOTIFY trigger (the leader's change feed) after migrating, to measure what it costs")
+		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of this process (the Go client) to this file")
+		childMem    = fs.String("child-memory", "", "internal: run one memory run for this dialect and print JSON")
 	)
 	fs.Var(&workers, "workers", "claim: worker-scheduler counts to measure (comma-separated)")
 	fs.Var(&submitters, "submitters", "submit: concurrent submitter counts to measure (comma-separated)")
@@ -215,7 +217,7 @@ func main() {
 	for _, b := range strings.Split(*benches, ",") {
 		b = strings.TrimSpace(b)
 		switch b {
-		case "claim", "submit", "leader", "memory", "bulk", "peer":
+		case "claim", "submit", "leader", "memory", "bulk", "peer", "daemon":
 			want[b] = true
 		case "all":
 			want["claim"], want["submit"], want["leader"], want["memory"] = true, true, true, true
@@ -296,6 +298,11 @@ func main() {
 		}
 		if want["peer"] && d == "postgres" {
 			if !peerScenario(ctx, e, *peerJobs, *runs, tuning, *timeout) {
+				return
+			}
+		}
+		if want["daemon"] && d == "postgres" {
+			if !daemonScenario(ctx, e, *daemonJobs, *daemonNodes, *runs) {
 				return
 			}
 		}

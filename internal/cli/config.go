@@ -166,7 +166,7 @@ var settings = []setting{
 	dur("schedule-refresh-interval", "leader dispatch: how often the leader refreshes its schedule", func(c *Config) *time.Duration { return &c.RefreshInterval }),
 	dur("shutdown-timeout", "how long in-flight runs may finish on shutdown", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
 	dur("run-retention", "how long finished runs are kept (negative: forever)", func(c *Config) *time.Duration { return &c.RunRetention }),
-	{name: "max-concurrent", usage: "runs executing at once on this node (0: 512 for claim dispatch on postgres, else 64)", serve: true,
+	{name: "max-concurrent", usage: "runs executing at once on this node (0: 512 on postgres, else 64)", serve: true,
 		get: func(c *Config) string { return strconv.Itoa(c.MaxConcurrent) },
 		set: func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)

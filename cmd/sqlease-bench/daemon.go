@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The daemon scenario: real `sqlease serve` nodes on PostgreSQL deliver
+// HTTP actions to a receiver in this process. n one-off jobs, created
+// through POST /v1/jobs:batch, all fall due at one instant T; the figures
+// are deliveries per second from T to the last delivery, and the p50/p99
+// delay from each occurrence's scheduled_for to its arrival. Every job
+// must arrive exactly once.
+
+type delivery struct {
+	job   string
+	delay time.Duration
+	at    time.Time
+}
+
+type receiver struct {
+	mu   sync.Mutex
+	got  []delivery
+	done chan struct{}
+	want int
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	now := time.Now()
+	sf, _ := time.Parse(time.RFC3339Nano, req.Header.Get("Sqlease-Scheduled-For"))
+	_, _ = io.Copy(io.Discard, req.Body)
+	r.mu.Lock()
+	r.got = append(r.got, delivery{job: req.Header.Get("Sqlease-Job"), delay: now.Sub(sf), at: now})
+	if len(r.got) == r.want {
+		close(r.done)
+	}
+	r.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// buildSqlease builds the daemon into a temporary directory.
+func buildSqlease(ctx context.Context) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "sqlease-bench-daemon-")
+	if err != nil {
+		return "", nil, err
+	}
+	bin := filepath.Join(dir, "sqlease")
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/sqlease/sqlease/cmd/sqlease").CombinedOutput()
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("building sqlease: %v\n%s", err, out)
+	}
+	return bin, func() { os.RemoveAll(dir) }, nil
+}
+
+// startNode starts `sqlease serve` and returns its HTTP address once it
+// logs node_started.
+func startNode(ctx context.Context, bin, dsn, holder string, extra ...string) (string, func(), error) {
+	args := append([]string{"serve", "--db", dsn, "--http", "127.0.0.1:0", "--holder-id", holder, "--log-format", "json", "--log-level", "warn"}, extra...)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "SQLEASE_LOG_LEVEL=info"}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var l struct{ Msg, HTTP string }
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "node_started" {
+				addr <- l.HTTP
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return a, stop, nil
+	case <-time.After(30 * time.Second):
+		stop()
+		return "", nil, fmt.Errorf("node %s did not start within 30s", holder)
+	}
+}
+
+func runDaemon(ctx context.Context, e *env, bin string, n, nodes int, dispatch string) (perSec float64, p50, p99 time.Duration, err error) {
+	tg, err := e.newTarget(ctx, "postgres")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer tg.cleanup()
+	rec := &receiver{done: make(chan struct{}), want: n}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Close()
+	var addrs []string
+	for i := range nodes {
+		a, stop, err := startNode(ctx, bin, tg.dsn, fmt.Sprintf("n%d", i+1), "--dispatch", dispatch)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		defer stop()
+		addrs = append(addrs, a)
+	}
+	time.Sleep(time.Second) // a leader, and its schedule built
+	due := time.Now().Add(time.Duration(n/20_000+3) * time.Second).UTC().Truncate(time.Millisecond)
+	url := "http://" + l.Addr().String() + "/hook"
+	for lo := 0; lo < n; lo += 5000 {
+		var body bytes.Buffer
+		for i := lo; i < min(lo+5000, n); i++ {
+			fmt.Fprintf(&body, `{"name":"d-%07d","schedule":{"at":%q},"action":{"http":{"url":%q}}}`+"\n", i, due.Format(time.RFC3339Nano), url)
+		}
+		resp, err := http.Post("http://"+addrs[0]+"/v1/jobs:batch", "application/x-ndjson", &body)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			return 0, 0, 0, fmt.Errorf("POST /v1/jobs:batch: %s: %.200s", resp.Status, b)
+		}
+	}
+	if time.Now().After(due) {
+		return 0, 0, 0, fmt.Errorf("creating %d jobs took past their due time", n)
+	}
+	select {
+	case <-rec.done:
+	case <-time.After(time.Until(due) + 5*time.Minute):
+	case <-ctx.Done():
+		return 0, 0, 0, ctx.Err()
+	}
+	time.Sleep(500 * time.Millisecond) // a duplicate would arrive now
+	rec.mu.Lock()
+	got := append([]delivery(nil), rec.got...)
+	rec.mu.Unlock()
+	seen := map[string]int{}
+	var last time.Time
+	delays := make([]float64, 0, len(got))
+	for _, d := range got {
+		seen[d.job]++
+		if d.at.After(last) {
+			last = d.at
+		}
+		delays = append(delays, float64(d.delay))
+	}
+	var dups []string
+	for j, c := range seen {
+		if c > 1 {
+			dups = append(dups, j)
+		}
+	}
+	if len(dups) > 0 || len(seen) != n {
+		return 0, 0, 0, fmt.Errorf("exactly-once: %d of %d jobs delivered, %d more than once (%s)", len(seen), n, len(dups), strings.Join(dups[:min(len(dups), 5)], ","))
+	}
+	sort.Float64s(delays)
+	q := func(p float64) time.Duration { return time.Duration(delays[int(p*float64(len(delays)-1))]) }
+	return float64(n) / last.Sub(due).Seconds(), q(0.5), q(0.99), nil
+}
+
+func daemonScenario(ctx context.Context, e *env, n, nodes, runs int) bool {
+	fmt.Printf("\n== daemon delivery — postgres, %d one-off HTTP jobs due at one instant, %d sqlease serve node(s), receiver in this process\n", n, nodes)
+	bin, cleanup, err := buildSqlease(ctx)
+	if err != nil {
+		fmt.Printf("  ERROR %v\n", err)
+		exitCode = 1
+		return true
+	}
+	defer cleanup()
+	for _, dispatch := range []string{"leader", "claim"} {
+		var rates []float64
+		for r := 1; r <= runs; r++ {
+			rate, p50, p99, err := runDaemon(ctx, e, bin, n, nodes, dispatch)
+			if ctx.Err() != nil {
+				return false
+			}
+			if err != nil {
+				fmt.Printf("  run %d, %s: ERROR %v\n", r, dispatch, err)
+				exitCode = 1
+				continue
+			}
+			rates = append(rates, rate)
+			fmt.Printf("  run %d: --dispatch %-6s %7.0f deliveries/s  scheduled_for → arrival p50 %s p99 %s\n", r, dispatch, rate, fmtDur(p50), fmtDur(p99))
+		}
+		if len(rates) > 0 {
+			sort.Float64s(rates)
+			fmt.Printf("  median, --dispatch %s: %.0f deliveries/s\n", dispatch, rates[len(rates)/2])
+		}
+	}
+	return true
+}
