@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -66,38 +64,35 @@ func buildSqlease(ctx context.Context) (string, func(), error) {
 	return bin, func() { os.RemoveAll(dir) }, nil
 }
 
-// startNode starts `sqlease serve` and returns its HTTP address once it
-// logs node_started.
+// startNode starts `sqlease serve` on a free port (logging warnings only:
+// a daemon logs two lines per run at info) and returns its HTTP address
+// once /healthz answers.
 func startNode(ctx context.Context, bin, dsn, holder string, extra ...string) (string, func(), error) {
-	args := append([]string{"serve", "--db", dsn, "--http", "127.0.0.1:0", "--holder-id", holder, "--log-format", "json", "--log-level", "warn"}, extra...)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "SQLEASE_LOG_LEVEL=info"}
-	stderr, err := cmd.StderrPipe()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
 	}
+	addr := l.Addr().String()
+	l.Close()
+	args := append([]string{"serve", "--db", dsn, "--http", addr, "--holder-id", holder, "--log-level", "warn"}, extra...)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
 	}
 	stop := func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			var l struct{ Msg, HTTP string }
-			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "node_started" {
-				addr <- l.HTTP
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return addr, stop, nil
 			}
 		}
-	}()
-	select {
-	case a := <-addr:
-		return a, stop, nil
-	case <-time.After(30 * time.Second):
-		stop()
-		return "", nil, fmt.Errorf("node %s did not start within 30s", holder)
 	}
+	stop()
+	return "", nil, fmt.Errorf("node %s did not serve /healthz within 30s: %s", holder, stderr.String())
 }
 
 func runDaemon(ctx context.Context, e *env, bin string, n, nodes int, dispatch string) (perSec float64, p50, p99 time.Duration, err error) {
