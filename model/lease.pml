@@ -43,7 +43,7 @@
 #define HORIZON 13   /* ticks explored */
 #endif
 #ifndef MAXPAUSE
-#define MAXPAUSE 2   /* pauses in one run */
+#define MAXPAUSE 1   /* pauses in one run */
 #endif
 #ifndef MAXCRASH
 #define MAXCRASH 1   /* crashes and graceful shutdowns in one run */
