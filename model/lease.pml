@@ -14,6 +14,8 @@
  * may also end the session of a live node (a restart, a killed backend).
  *
  * Switches: -DADVISORY (advisory mode: a session lock), -DSESSION_LOSS,
+ * -DNO_RELEASE (no graceful shutdown), -DSTRICT_G1 (README: finding F1),
+ * -DFIX_F2 (a proposed fix for finding F2),
  * and the planted defects -DBUG_RECEIVE_TIME, -DBUG_NO_FENCE,
  * -DBUG_EARLY_RETRY, -DBUG_LOCK_ONLY.
  */
@@ -271,17 +273,25 @@ end:	do
 		:: else -> endTerm(i) /* renew failed or came back after the deadline */
 		fi
 	}
+#ifndef NO_RELEASE
 	/* graceful shutdown: close the gate, wait for the callback (it is
 	 * not sending), release the session lock and the lease, exit */
 	:: atomic { isLive(i) && ph[i] == LEAD && tok[i] != 0 && sending[i] == 0 && wr[i] == 0 && crashes < MAXCRASH ->
 		crashes++;
 		if
+#ifdef FIX_F2
+		/* proposed fix (README, F2): while an earlier term may still
+		 * be acting, leave the row to expire instead of releasing it */
+		:: holder == i + 1 && epoch == tok[i] && expires > now && now >= settled[i] -> expires = now
+#else
 		:: holder == i + 1 && epoch == tok[i] && expires > now -> expires = now
+#endif
 		:: else
 		fi;
 		if :: lockOwner == i + 1 -> lockOwner = 0 :: else fi;
 		tok[i] = 0; dead[i] = 1; lockWait[i] = 0; locked[i] = 0
 	}
+#endif
 
 	/* ---- the scheduler: one occurrence, its attempts, fenced writes ---- */
 	/* start an attempt: a new occurrence, or retry one an earlier term
