@@ -69,7 +69,7 @@ byte trusted[N];     /* trustedUntil: leadership ends */
 byte gate[N];        /* gateUntil: the gate is open until then (<= trusted) */
 byte wake[N];        /* next poll (follower) or renew (leader) */
 byte settled[N];     /* PriorTermsEnd of the current term */
-byte res[N];         /* response of the pending request: epoch, or 1 = ok, 0 = refused */
+byte res[N];         /* its response: the epoch acquired, 1 = renewed, 0 = refused */
 bool viaLock[N];     /* the term renews through its locked session (a takeover) */
 bool lockWait[N];    /* advisory: a Lock call is waiting */
 bool locked[N];      /* advisory: this node's session was granted the lock */
@@ -113,9 +113,9 @@ inline g1(i) {
  * clock restarts. */
 inline moved() { noActor = 0 }
 
-/* lead (elector.go): a new term, trusted from the request's SEND time. */
-inline startLead(i, ep, prior) {
-	tok[i] = ep;
+/* deadlines (elector.go): trust the lease from the request's SEND time:
+ * the database set expires = (its now, later) + LEASE. */
+inline trust(i) {
 #ifdef BUG_RECEIVE_TIME
 	trusted[i] = now + LEASE - MARGIN;
 #else
@@ -126,8 +126,17 @@ inline startLead(i, ep, prior) {
 	if
 	:: sentAt[i] + ADVGATE < gate[i] -> gate[i] = sentAt[i] + ADVGATE
 	:: else
-	fi;
+	fi
+#else
+	skip
 #endif
+}
+
+/* lead (elector.go): a new term; its gate is open at once unless the
+ * deadline has passed already. */
+inline startLead(i, ep, prior) {
+	tok[i] = ep;
+	trust(i);
 	settled[i] = prior;
 	wake[i] = now + RENEW;
 	sentAt[i] = 0; res[i] = 0;
@@ -256,18 +265,7 @@ end:	do
 	:: atomic { isLive(i) && ph[i] == REN_DONE ->
 		if
 		:: res[i] == 1 && tok[i] != 0 && now < trusted[i] ->
-#ifdef BUG_RECEIVE_TIME
-			trusted[i] = now + LEASE - MARGIN;
-#else
-			trusted[i] = sentAt[i] + LEASE - MARGIN;
-#endif
-			gate[i] = trusted[i];
-#ifdef ADVISORY
-			if
-			:: sentAt[i] + ADVGATE < gate[i] -> gate[i] = sentAt[i] + ADVGATE
-			:: else
-			fi;
-#endif
+			trust(i);
 			wake[i] = now + RENEW; sentAt[i] = 0; res[i] = 0; ph[i] = LEAD;
 			g1(i)
 		:: else -> endTerm(i) /* renew failed or came back after the deadline */
