@@ -15,7 +15,9 @@
  *
  * Switches: -DADVISORY (advisory mode: a session lock), -DSESSION_LOSS,
  * -DNO_RELEASE (no graceful shutdown), -DSTRICT_G1 (README: finding F1),
- * -DFIX_F2 (a proposed fix for finding F2),
+ * -DFIX_F2 (a proposed fix for finding F2), the reachability probes
+ * -DREACH_… (each asserts that an interesting step never happens, so that
+ * spin must refute it: the checks above are not vacuous),
  * and the planted defects -DBUG_RECEIVE_TIME, -DBUG_NO_FENCE,
  * -DBUG_EARLY_RETRY, -DBUG_LOCK_ONLY.
  */
@@ -219,6 +221,9 @@ end:	do
 	:: atomic { ph[i] == TAKE_SENT ->
 		if
 		:: lockOwner == i + 1 ->
+#ifdef REACH_DEPOSE
+			assert(holder == 0 || expires <= now); /* probe: no unexpired lease is taken over */
+#endif
 			epoch++; holder = i + 1; expires = now + LEASE; res[i] = epoch; moved()
 		:: else -> res[i] = 0 /* ErrSessionLost */
 		fi;
@@ -322,11 +327,22 @@ end:	do
 				:: j < N -> assert(!mayStillSend(j, wrEp[i])); j++
 				:: else -> j = 0; break
 				od;
+#ifdef REACH_RETRY
+				assert(occEpoch == 0);     /* probe: no retry ever commits */
+#endif
+#ifdef REACH_DEFERRED_RETRY
+				assert(occEpoch == 0 || settled[i] == 0); /* probe: no deferred retry */
+#endif
 				occEpoch = wrEp[i]
 			:: else -> occDone = 1
 			fi;
 			wres[i] = 1
-		:: else -> wres[i] = 2 /* ErrFenceFailed */
+		:: else -> wres[i] = 2; /* ErrFenceFailed */
+#ifdef REACH_FENCE_FAIL
+			assert(false) /* probe: no fence ever fails */
+#else
+			skip
+#endif
 		fi
 	}
 	:: atomic { isLive(i) && wres[i] != 0 ->

@@ -50,6 +50,14 @@ var checks = []check{
 	{name: "bug_early_retry", defs: with(sessionLoss, "-DBUG_EARLY_RETRY"), refutedBy: assertRetry},
 	{name: "bug_lock_only", defs: with(advisoryMode, "-DBUG_LOCK_ONLY"), refutedBy: assertFailover},
 
+	// Reachability probes: each asserts that a step the properties above
+	// are about never happens, so spin must refute it — the correct runs
+	// are not vacuous.
+	{name: "reach_retry", defs: with(leaseMode, "-DREACH_RETRY"), refutedBy: "(occEpoch==0)"},
+	{name: "reach_fence_fail", defs: with(leaseMode, "-DREACH_FENCE_FAIL"), refutedBy: "violated 0"},
+	{name: "reach_takeover_of_unexpired_lease", defs: with(advisoryMode, "-DREACH_DEPOSE"), refutedBy: "(expires<=now)"},
+	{name: "reach_deferred_retry", defs: with(sessionLoss, "-DREACH_DEFERRED_RETRY"), refutedBy: "(settled[i]==0)"},
+
 	// Finding F1 (README): in advisory mode a takeover through the lock
 	// deposes a lease taken without the lock while that holder's gate is
 	// open, so the strict G1 does not hold there; the bounded overlap the
@@ -102,8 +110,13 @@ func TestSpin(t *testing.T) {
 			if r.trail == "" {
 				t.Fatalf("refuted but no trail file written\n%s", r.out)
 			}
-			if !strings.Contains(r.violated, c.refutedBy) {
+			if !strings.Contains("violated "+r.violated, c.refutedBy) {
 				t.Fatalf("refuted by %q, want an assertion containing %q\ncounterexample:\n%s", r.violated, c.refutedBy, r.replay(t))
+			}
+			// The trail is a real counterexample: replayed, it ends in
+			// the same violation.
+			if replay := r.replay(t); !strings.Contains(replay, "assertion violated") {
+				t.Fatalf("replaying the trail shows no violation:\n%s", replay)
 			}
 		})
 	}
@@ -136,6 +149,15 @@ func verify(t *testing.T, spin, cc, model string, defs []string) *result {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
+	// spin -t looks for the trail beside the model: work on a copy.
+	src, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model = filepath.Base(model)
+	if err := os.WriteFile(filepath.Join(dir, model), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	run := func(name string, args ...string) string {
 		t.Helper()
@@ -180,7 +202,7 @@ func verify(t *testing.T, spin, cc, model string, defs []string) *result {
 	if m := reViolated.FindStringSubmatch(out); m != nil {
 		r.violated = m[1]
 	}
-	trail := filepath.Join(dir, filepath.Base(model)+".trail")
+	trail := filepath.Join(dir, model+".trail")
 	if fi, err := os.Stat(trail); err == nil && fi.Size() > 0 {
 		r.trail = trail
 	}
@@ -193,7 +215,7 @@ func (r *result) replay(t *testing.T) string {
 	if r.trail == "" {
 		return "(no trail)"
 	}
-	cmd := exec.CommandContext(t.Context(), r.spin, append(append([]string{"-t", "-p", "-g"}, r.defs...), r.model)...)
+	cmd := exec.CommandContext(t.Context(), r.spin, append(append([]string{"-t", "-p"}, r.defs...), r.model)...)
 	cmd.Dir = r.dir
 	var b bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &b, &b
