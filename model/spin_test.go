@@ -25,7 +25,7 @@ type check struct {
 }
 
 // The model's configurations. Advisory mode with session loss explores
-// fewer ticks and no crash: its state space is the largest.
+// fewer ticks and no crash: with both it has 50 million states (README).
 var (
 	leaseMode    = []string{}
 	advisoryMode = []string{"-DADVISORY"}
@@ -113,8 +113,8 @@ func TestSpin(t *testing.T) {
 			if !strings.Contains("violated "+r.violated, c.refutedBy) {
 				t.Fatalf("refuted by %q, want an assertion containing %q\ncounterexample:\n%s", r.violated, c.refutedBy, r.replay(t))
 			}
-			// The trail is a real counterexample: replayed, it ends in
-			// the same violation.
+			// The trail is a real counterexample: replayed by spin, it
+			// ends in an assertion violation.
 			if replay := r.replay(t); !strings.Contains(replay, "assertion violated") {
 				t.Fatalf("replaying the trail shows no violation:\n%s", replay)
 			}
