@@ -346,6 +346,22 @@ fi
 say "go vet ./..."
 go vet ./...
 
+# --- spin (model/: the Promela model of the lease protocol) ---
+# model's tests fail without the spin model checker; install the Debian
+# package when missing and this script runs as root.
+if ! command -v spin >/dev/null 2>&1; then
+	if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+		say "installing spin (apt-get)"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q spin >/tmp/sqlease-apt-spin.log 2>&1 ||
+			{ apt-get update -q >>/tmp/sqlease-apt-spin.log 2>&1 &&
+				DEBIAN_FRONTEND=noninteractive apt-get install -y -q spin >>/tmp/sqlease-apt-spin.log 2>&1; } ||
+			die "installing spin failed (log: /tmp/sqlease-apt-spin.log)"
+	else
+		say "spin not found and not root: the tests in ./model will fail (apt-get install -y spin)"
+	fi
+fi
+# --- end spin ---
+
 if [[ -n ${SQLEASE_TEST_POSTGRES_URL:-} ]]; then
 	say "using the PostgreSQL server given by SQLEASE_TEST_POSTGRES_URL (starting none)"
 else
