@@ -87,6 +87,16 @@ func (e *Elector) leadLocked(ctx context.Context, lock sqlease.SessionLock, call
 			// that a follower blocked in Lock takes over at once, then
 			// expire the row for readers unless it has done so.
 			cerr := lock.Close(ctx)
+			if e.cfg.Clock.Now().Before(settled) {
+				// A term this takeover deposed may still be acting
+				// until settled: expiring the row now would let a
+				// follower acquire it as expired — with no prior term
+				// to wait for — and retry beside that sender (the
+				// model's finding F2, model/README.md). The next
+				// holder takes over through the lock, which waits for
+				// nothing and defers retries until settled.
+				return cerr
+			}
 			err := e.cfg.Store.Release(ctx, tok)
 			if errors.Is(err, sqlease.ErrLeaseLost) {
 				err = nil // taken over already: the handoff worked

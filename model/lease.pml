@@ -15,11 +15,12 @@
  *
  * Switches: -DADVISORY (advisory mode: a session lock), -DSESSION_LOSS,
  * -DNO_RELEASE (no graceful shutdown), -DSTRICT_G1 (README: finding F1),
- * -DFIX_F2 (a proposed fix for finding F2), the reachability probes
+ * the reachability probes
  * -DREACH_… (each asserts that an interesting step never happens, so that
  * spin must refute it: the checks above are not vacuous),
  * and the planted defects -DBUG_RECEIVE_TIME, -DBUG_NO_FENCE,
- * -DBUG_EARLY_RETRY, -DBUG_LOCK_ONLY.
+ * -DBUG_EARLY_RETRY, -DBUG_LOCK_ONLY, -DBUG_F2_RELEASE (the release that
+ * finding F2 showed wrong, since fixed).
  */
 
 /* ---- Constants: the election package's defaults, 1 tick = 1 s ---- */
@@ -282,11 +283,13 @@ end:	do
 	:: atomic { isLive(i) && ph[i] == LEAD && tok[i] != 0 && sending[i] == 0 && wr[i] == 0 && crashes < MAXCRASH ->
 		crashes++;
 		if
-#ifdef FIX_F2
-		/* proposed fix (README, F2): while an earlier term may still
-		 * be acting, leave the row to expire instead of releasing it */
+#ifndef BUG_F2_RELEASE
+		/* the fix of finding F2 (README; leadLocked's release): while an
+		 * earlier term may still be acting, leave the row to expire
+		 * instead of releasing it */
 		:: holder == i + 1 && epoch == tok[i] && expires > now && now >= settled[i] -> expires = now
 #else
+		/* planted defect: the release before the fix */
 		:: holder == i + 1 && epoch == tok[i] && expires > now -> expires = now
 #endif
 		:: else

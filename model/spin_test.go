@@ -64,12 +64,14 @@ var checks = []check{
 	// "advisory" run checks does. (README lists the runs that show the
 	// overlap and failover bounds are tight.)
 	{name: "finding_f1_advisory_strict_g1", defs: with(advisoryMode, "-DSTRICT_G1"), refutedBy: assertG1},
-	// Finding F2 (README): with three nodes, a term that took the lease
-	// over through the lock and then releases it gracefully lets a third
-	// node acquire the "expired" lease with PriorTermsEnd zero and retry
-	// an occurrence the deposed holder may still be sending. README lists
-	// the run showing that -DFIX_F2 removes it.
-	{name: "finding_f2_advisory_3_nodes_retry", defs: with(advisoryMode, "-DN=3", "-DHORIZON=11"), refutedBy: assertRetry},
+	// Finding F2 (README), since fixed in leadLocked's release: with three
+	// nodes, a term that took the lease over through the lock and released
+	// it gracefully let a third node acquire the "expired" lease with
+	// PriorTermsEnd zero and retry an occurrence the deposed holder may
+	// still be sending. The old release is kept as a planted defect; the
+	// fixed three-node model checks clean in 50 s (README), too long for
+	// every run.
+	{name: "bug_f2_release_after_takeover", defs: with(advisoryMode, "-DN=3", "-DHORIZON=11", "-DBUG_F2_RELEASE"), refutedBy: assertRetry},
 }
 
 func with(base []string, more ...string) []string {

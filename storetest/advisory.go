@@ -94,7 +94,7 @@ func AdvisoryTakeoverWaitsForPriorTerm(t *testing.T, store sqlease.LeaseStore, l
 	if _, err := old.Takeover(ctx, name, "old-holder", oldTTL); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := RunElector(t, election.Config{Store: store, SessionLocker: locker, LeaseName: name, HolderID: "b",
+	b, stopB := RunElector(t, election.Config{Store: store, SessionLocker: locker, LeaseName: name, HolderID: "b",
 		LeaseDuration: time.Second, RenewInterval: 100 * time.Millisecond, AcquireInterval: 100 * time.Millisecond,
 		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) { <-ctx.Done() }})
 	// b has read the old lease while waiting for the lock; the old holder's
@@ -113,6 +113,18 @@ func AdvisoryTakeoverWaitsForPriorTerm(t *testing.T, store sqlease.LeaseStore, l
 	// The old lease was renewed for 3s; it may run until then.
 	if left < oldTTL-time.Second || left > oldTTL+100*time.Millisecond {
 		t.Fatalf("PriorTermsEnd in %s after a takeover of a %s lease", left, oldTTL)
+	}
+	// b stops gracefully while the old term may still act: it frees the
+	// lock but must not expire the row, or a follower acquiring it as
+	// expired would have no prior term to wait for and could retry beside
+	// the old holder (the model's finding F2).
+	stopB()
+	l, err := store.Lease(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Holder != "b" || l.Expired() {
+		t.Fatalf("after b's graceful stop within the old term's lease the row reads %s, expired %v: released too early", l.Token(), l.Expired())
 	}
 }
 
