@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/golang-sql/civil v0.0.0-20220223132316-b832511892a9

@@ -100,6 +100,7 @@ func Run(t *testing.T, h Harness) {
 		{"DeleteRacingStart", testDeleteRacingStart},
 		{"SingletonState", testSingletonState},
 		{"WorkerLeaseClaims", testWorkerLeaseClaims},
+		{"Linearizable", testLinearizable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h.New(t)) })
