@@ -346,21 +346,23 @@ fi
 say "go vet ./..."
 go vet ./...
 
-# --- spin (model/: the Promela model of the lease protocol) ---
-# model's tests fail without the spin model checker; install the Debian
-# package when missing and this script runs as root.
-if ! command -v spin >/dev/null 2>&1; then
+# --- tools some tests need, from Debian's packages when missing (as root) ---
+# need COMMAND PACKAGE WHO: install PACKAGE unless COMMAND exists.
+need() {
+	command -v "$1" >/dev/null 2>&1 && return
 	if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-		say "installing spin (apt-get)"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q spin >/tmp/sqlease-apt-spin.log 2>&1 ||
-			{ apt-get update -q >>/tmp/sqlease-apt-spin.log 2>&1 &&
-				DEBIAN_FRONTEND=noninteractive apt-get install -y -q spin >>/tmp/sqlease-apt-spin.log 2>&1; } ||
-			die "installing spin failed (log: /tmp/sqlease-apt-spin.log)"
+		say "installing $2 (apt-get) for $3"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >"/tmp/sqlease-apt-$2.log" 2>&1 ||
+			{ apt-get update -q >>"/tmp/sqlease-apt-$2.log" 2>&1 &&
+				DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >>"/tmp/sqlease-apt-$2.log" 2>&1; } ||
+			die "installing $2 failed (log: /tmp/sqlease-apt-$2.log)"
 	else
-		say "spin not found and not root: the tests in ./model will fail (apt-get install -y spin)"
+		say "$1 not found and not root: $3 will fail (apt-get install -y $2)"
 	fi
-fi
-# --- end spin ---
+}
+need spin spin "the model checks in ./model"
+need promtool prometheus "the alert rule tests in ./deploy"
+# --- end tools ---
 
 if [[ -n ${SQLEASE_TEST_POSTGRES_URL:-} ]]; then
 	say "using the PostgreSQL server given by SQLEASE_TEST_POSTGRES_URL (starting none)"

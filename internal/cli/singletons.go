@@ -365,6 +365,7 @@ func (h *singletonHost) Stale() []string { return h.node.Stale() }
 type singletonMetrics struct {
 	node    *singleton.Node
 	age     *prometheus.Desc
+	stale   *prometheus.Desc
 	running *prometheus.Desc
 	decode  *prometheus.CounterVec
 }
@@ -373,6 +374,8 @@ func newSingletonMetrics(reg prometheus.Registerer) *singletonMetrics {
 	m := &singletonMetrics{
 		age: prometheus.NewDesc("sqlease_singleton_heartbeat_age_seconds",
 			"Seconds since the last heartbeat (or start) of a singleton this node runs.", []string{"singleton"}, nil),
+		stale: prometheus.NewDesc("sqlease_singleton_stale",
+			"1 while a singleton this node runs is stale: past its start grace, its last heartbeat is older than 2 × its heartbeat interval (the dead man's switch; /readyz answers 503).", []string{"singleton"}, nil),
 		running: prometheus.NewDesc("sqlease_singleton_running",
 			"1 while this node runs the singleton, else 0.", []string{"singleton"}, nil),
 		decode: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sqlease_singleton_state_decode_failures_total",
@@ -382,7 +385,11 @@ func newSingletonMetrics(reg prometheus.Registerer) *singletonMetrics {
 	return m
 }
 
-func (m *singletonMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- m.age; ch <- m.running }
+func (m *singletonMetrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.age
+	ch <- m.stale
+	ch <- m.running
+}
 
 func (m *singletonMetrics) Collect(ch chan<- prometheus.Metric) {
 	if m.node == nil {
@@ -392,7 +399,12 @@ func (m *singletonMetrics) Collect(ch chan<- prometheus.Metric) {
 		run := 0.0
 		if st.Running {
 			run = 1
+			stale := 0.0
+			if st.Stale {
+				stale = 1
+			}
 			ch <- prometheus.MustNewConstMetric(m.age, prometheus.GaugeValue, st.HeartbeatAge.Seconds(), st.Name)
+			ch <- prometheus.MustNewConstMetric(m.stale, prometheus.GaugeValue, stale, st.Name)
 		}
 		ch <- prometheus.MustNewConstMetric(m.running, prometheus.GaugeValue, run, st.Name)
 	}
