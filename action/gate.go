@@ -45,6 +45,11 @@ func (c *gatedConn) Write(p []byte) (int, error) {
 // are gated.
 func gatedTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	// Many runs call the same few hosts at once (a webhook receiver):
+	// keep their connections rather than the default two per host, or
+	// every delivery past the second opens (and a TIME_WAIT closes) one.
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 512
 	dial := (&net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive}).DialContext
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
