@@ -32,6 +32,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	_ "embed"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -111,6 +112,7 @@ type api struct {
 	cfg       Config
 	log       *slog.Logger
 	mux       *http.ServeMux
+	patterns  []string // the routes, for Routes
 	clock     sqlease.Clock
 	start     time.Time // local time of New, for readiness before the first contact
 	tokenHash [sha256.Size]byte
@@ -146,23 +148,50 @@ func New(cfg Config) http.Handler {
 		a.tokenHash = sha256.Sum256([]byte(cfg.APIToken))
 	}
 
-	a.mux.HandleFunc("GET /healthz", a.healthz)
-	a.mux.HandleFunc("GET /readyz", a.readyz)
+	a.handleFunc("GET /healthz", a.healthz)
+	a.handleFunc("GET /readyz", a.readyz)
 	if cfg.Metrics != nil {
-		a.mux.Handle("GET /metrics", cfg.Metrics)
+		a.handle("GET /metrics", cfg.Metrics)
 	}
-	a.mux.HandleFunc("POST /v1/jobs", a.write(a.createJob))
-	a.mux.HandleFunc("POST /v1/jobs:batch", a.writeLimit(MaxBatchBytes, a.createJobs))
-	a.mux.HandleFunc("GET /v1/jobs", a.listJobs)
-	a.mux.HandleFunc("GET /v1/jobs/{name}", a.getJob)
-	a.mux.HandleFunc("DELETE /v1/jobs/{name}", a.write(a.deleteJob))
-	a.mux.HandleFunc("POST /v1/jobs/{name}/pause", a.write(a.jobChange(cfg.Scheduler.Pause)))
-	a.mux.HandleFunc("POST /v1/jobs/{name}/resume", a.write(a.jobChange(cfg.Scheduler.Resume)))
-	a.mux.HandleFunc("POST /v1/jobs/{name}/trigger", a.write(a.jobChange(cfg.Scheduler.Trigger)))
-	a.mux.HandleFunc("GET /v1/jobs/{name}/runs", a.listRuns)
-	a.mux.HandleFunc("GET /v1/leases", a.listLeases)
+	a.handleFunc("POST /v1/jobs", a.write(a.createJob))
+	a.handleFunc("POST /v1/jobs:batch", a.writeLimit(MaxBatchBytes, a.createJobs))
+	a.handleFunc("GET /v1/jobs", a.listJobs)
+	a.handleFunc("GET /v1/jobs/{name}", a.getJob)
+	a.handleFunc("DELETE /v1/jobs/{name}", a.write(a.deleteJob))
+	a.handleFunc("POST /v1/jobs/{name}/pause", a.write(a.jobChange(cfg.Scheduler.Pause)))
+	a.handleFunc("POST /v1/jobs/{name}/resume", a.write(a.jobChange(cfg.Scheduler.Resume)))
+	a.handleFunc("POST /v1/jobs/{name}/trigger", a.write(a.jobChange(cfg.Scheduler.Trigger)))
+	a.handleFunc("GET /v1/jobs/{name}/runs", a.listRuns)
+	a.handleFunc("GET /v1/leases", a.listLeases)
 	a.routeSingletons()
+	a.handleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openAPI)
+	})
 	return a
+}
+
+// openAPI is the OpenAPI 3.1 description of this API, served at
+// /v1/openapi.json; a test holds it and the routes to each other.
+//
+//go:embed openapi.json
+var openAPI []byte
+
+// handleFunc and handle register a route and remember its pattern.
+func (a *api) handleFunc(pattern string, h http.HandlerFunc) { a.handle(pattern, h) }
+
+func (a *api) handle(pattern string, h http.Handler) {
+	a.patterns = append(a.patterns, pattern)
+	a.mux.Handle(pattern, h)
+}
+
+// Routes returns the route patterns ("METHOD /path") of a handler New
+// returned, in registration order.
+func Routes(h http.Handler) []string {
+	if a, ok := h.(*api); ok {
+		return append([]string(nil), a.patterns...)
+	}
+	return nil
 }
 
 // ServeHTTP recovers panics, answers unknown routes and methods with
@@ -191,7 +220,7 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.unrouted(sw, r)
 		return
 	}
-	if a.cfg.APIToken != "" && strings.HasPrefix(r.URL.Path, "/v1/") && !a.authorized(r) && !processPath(r) {
+	if a.cfg.APIToken != "" && strings.HasPrefix(r.URL.Path, "/v1/") && r.URL.Path != "/v1/openapi.json" && !a.authorized(r) && !processPath(r) {
 		// Reads need the token too: job actions may hold secrets, and the
 		// fleet's layout is nobody else's business.
 		sw.Header().Set("WWW-Authenticate", `Bearer realm="sqlease"`)

@@ -63,7 +63,7 @@ func (a *api) routeSingletons() {
 	if s == nil {
 		return
 	}
-	a.mux.HandleFunc("POST /v1/singletons", a.write(func(w http.ResponseWriter, r *http.Request) {
+	a.handleFunc("POST /v1/singletons", a.write(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			a.fail(w, r, badRequest("body: %v", err))
@@ -80,7 +80,7 @@ func (a *api) routeSingletons() {
 		}
 		a.writeJSON(w, r, status, out)
 	}))
-	a.mux.HandleFunc("GET /v1/singletons", func(w http.ResponseWriter, r *http.Request) {
+	a.handleFunc("GET /v1/singletons", func(w http.ResponseWriter, r *http.Request) {
 		list, err := s.List(r.Context())
 		if err != nil {
 			a.failSingleton(w, r, err)
@@ -91,7 +91,7 @@ func (a *api) routeSingletons() {
 		}
 		a.writeJSON(w, r, http.StatusOK, SingletonList{Singletons: list})
 	})
-	a.mux.HandleFunc("GET /v1/singletons/{name}", func(w http.ResponseWriter, r *http.Request) {
+	a.handleFunc("GET /v1/singletons/{name}", func(w http.ResponseWriter, r *http.Request) {
 		out, err := s.Get(r.Context(), r.PathValue("name"))
 		if err != nil {
 			a.failSingleton(w, r, err)
@@ -100,7 +100,7 @@ func (a *api) routeSingletons() {
 		a.writeJSON(w, r, http.StatusOK, out)
 	})
 	for path, paused := range map[string]bool{"pause": true, "resume": false} {
-		a.mux.HandleFunc("POST /v1/singletons/{name}/"+path, a.write(func(w http.ResponseWriter, r *http.Request) {
+		a.handleFunc("POST /v1/singletons/{name}/"+path, a.write(func(w http.ResponseWriter, r *http.Request) {
 			out, err := s.SetPaused(r.Context(), r.PathValue("name"), paused)
 			if err != nil {
 				a.failSingleton(w, r, err)
@@ -109,7 +109,7 @@ func (a *api) routeSingletons() {
 			a.writeJSON(w, r, http.StatusOK, out)
 		}))
 	}
-	a.mux.HandleFunc("DELETE /v1/singletons/{name}", a.write(func(w http.ResponseWriter, r *http.Request) {
+	a.handleFunc("DELETE /v1/singletons/{name}", a.write(func(w http.ResponseWriter, r *http.Request) {
 		if err := s.Delete(r.Context(), r.PathValue("name")); err != nil {
 			a.failSingleton(w, r, err)
 			return
@@ -118,14 +118,14 @@ func (a *api) routeSingletons() {
 	}))
 	// The running process's calls carry its run's secret, not the API
 	// token, and the epoch it runs under.
-	a.mux.HandleFunc("PUT /v1/singletons/{name}/state", a.processCall(func(r *http.Request, epoch int64, secret string) error {
+	a.handleFunc("PUT /v1/singletons/{name}/state", a.processCall(func(r *http.Request, epoch int64, secret string) error {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			return badRequest("body: %v", err)
 		}
 		return s.SaveState(r.Context(), r.PathValue("name"), epoch, secret, body)
 	}))
-	a.mux.HandleFunc("POST /v1/singletons/{name}/heartbeat", a.processCall(func(r *http.Request, epoch int64, secret string) error {
+	a.handleFunc("POST /v1/singletons/{name}/heartbeat", a.processCall(func(r *http.Request, epoch int64, secret string) error {
 		return s.Heartbeat(r.Context(), r.PathValue("name"), epoch, secret)
 	}))
 }
