@@ -194,11 +194,47 @@ func Open(rawURL string) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("mysql", dsn)
+	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open mysql: %w", err)
 	}
-	return sqlstore.TunePool(db, sqlstore.DefaultMaxIdleConns), nil
+	c, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open mysql: %w", err)
+	}
+	return sqlstore.TunePool(sql.OpenDB(sessionConnector{c}), sqlstore.DefaultMaxIdleConns), nil
+}
+
+// idleTransactionLimit is run on every new connection (MariaDB only: the
+// setting is in a comment only MariaDB executes): the server ends a
+// transaction of the pool left idle for more than a second. A process
+// paused in the middle of a write-then-read transaction on the lease row
+// (an acquire or a renew: without RETURNING they are two statements)
+// would otherwise hold the row's lock for as long as it is paused, and
+// keep every follower from taking the lease over after it expires. The
+// store's transactions send their statements back to back; a fenced one
+// gets a limit of its own from its lease (FenceLimit) and is reset to this
+// one after (FenceLimitReset).
+const idleTransactionLimit = `SET /*M!100300 SESSION idle_transaction_timeout = 1, */ @sqlease_fence_ms = NULL`
+
+// sessionConnector runs idleTransactionLimit on each new connection.
+type sessionConnector struct{ driver.Connector }
+
+func (c sessionConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ex, ok := conn.(driver.ExecerContext)
+	if !ok {
+		conn.Close()
+		return nil, errors.New("mysql: the driver's connection cannot execute statements")
+	}
+	if _, err := ex.ExecContext(ctx, idleTransactionLimit, nil); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 // New returns a lease store on db whose tables are named with prefix. db
@@ -288,7 +324,7 @@ LOCK IN SHARE MODE`),
 		// executes; on MySQL this only clears the variable.
 		FenceLimit: `SET /*M!100300 SESSION idle_transaction_timeout = CEIL(@sqlease_fence_ms / 1000) + 1,
 	SESSION max_statement_time = @sqlease_fence_ms / 1000 + 0.1, */ @sqlease_fence_ms = NULL`,
-		FenceLimitReset: `SET /*M!100300 SESSION idle_transaction_timeout = DEFAULT,
+		FenceLimitReset: `SET /*M!100300 SESSION idle_transaction_timeout = 1,
 	SESSION max_statement_time = DEFAULT, */ @sqlease_fence_ms = NULL`,
 		FenceCheck: r.Replace(`SELECT 1 FROM {leases}
 WHERE lease_name = ? AND holder_id = ? AND lease_epoch = ? AND expires_at > {now}

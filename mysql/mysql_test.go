@@ -235,8 +235,8 @@ func TestFenceSessionReset(t *testing.T) {
 		if err := s.DB().QueryRowContext(ctx, "SELECT @@session.idle_transaction_timeout, @@session.max_statement_time").Scan(&idle, &stmt); err != nil {
 			t.Fatal(err)
 		}
-		if idle != 0 || stmt != 0 {
-			t.Errorf("after Fenced: idle_transaction_timeout %d, max_statement_time %g; want the defaults 0, 0", idle, stmt)
+		if idle != 1 || stmt != 0 {
+			t.Errorf("after Fenced: idle_transaction_timeout %d, max_statement_time %g; want the pool's 1 (idleTransactionLimit) and the default 0", idle, stmt)
 		}
 	}
 }
@@ -565,3 +565,63 @@ func TestDialectShape(t *testing.T) {
 func BenchmarkAcquire(b *testing.B)     { storetest.BenchAcquire(b, newStore(b)) }
 func BenchmarkRenew(b *testing.B)       { storetest.BenchRenew(b, newStore(b)) }
 func BenchmarkFencedWrite(b *testing.B) { storetest.BenchFencedWrite(b, newStore(b)) }
+
+// TestIdleTransactionDoesNotHoldTheLease: a transaction of the pool left
+// idle on the lease row — as by a process paused between the two
+// statements of a renew (MariaDB has no UPDATE … RETURNING) — is ended by
+// the server after a second, so another holder acquires the lease once it
+// expires instead of waiting for the paused process (seen: a SIGSTOPped
+// leader's renew kept three followers out until it woke).
+func TestIdleTransactionDoesNotHoldTheLease(t *testing.T) {
+	ctx := t.Context()
+	prefix := randomPrefix(t)
+	s, err := mysql.OpenStore(ctx, databaseURL(t), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer s.DB().Close()
+		if err := dropTables(s.DB(), prefix); err != nil {
+			t.Errorf("drop tables of prefix %s: %v", prefix, err)
+		}
+	})
+	l, err := s.Acquire(ctx, "idle", "paused", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "UPDATE "+prefix+"_leases SET renewed_at = renewed_at WHERE lease_name = ?", l.Name); err != nil {
+		t.Fatal(err)
+	}
+	// The paused holder's lease expires after 1 s; the acquire must not
+	// wait for the idle transaction beyond its one-second limit.
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var got sqlease.Lease
+	for {
+		got, err = s.Acquire(actx, "idle", "next", time.Minute)
+		if err == nil || !errors.Is(err, sqlease.ErrLeaseHeld) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("acquire while a paused transaction holds the row: %v after %s", err, time.Since(start))
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Fatalf("acquire took %s: the idle transaction held the lease row past its expiry", took)
+	}
+	if got.Holder != "next" || got.Epoch != l.Epoch+1 {
+		t.Fatalf("acquired %s, want next@%d", got.Token(), l.Epoch+1)
+	}
+}
