@@ -23,7 +23,8 @@
 # Likewise, unless SQLEASE_TEST_MYSQL_URL is already set, a throwaway MariaDB is
 # started (as the OS user mysql when run as root) and exported as
 # SQLEASE_TEST_MYSQL_URL=mysql://sqlease:<random>@127.0.0.1:<port>/sqlease; the
-# user sqlease may create and drop the databases named sqlease%. When mariadbd
+# user sqlease may create and drop the databases named sqlease% (and grant on
+# them, and create users: the least-privilege test does). When mariadbd
 # is missing and the script runs as root, the Debian package mariadb-server is
 # installed first (apt-get; the package's own service is not started). The
 # server is killed and its directory removed when the script exits, and by a
@@ -317,7 +318,8 @@ start_mariadb() {
 	if ! out=$("$client" --no-defaults --socket="$sock" -uroot -e "
 		CREATE DATABASE sqlease CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 		CREATE USER 'sqlease'@'127.0.0.1' IDENTIFIED BY '$password';
-		GRANT ALL PRIVILEGES ON \`sqlease%\`.* TO 'sqlease'@'127.0.0.1';" 2>&1); then
+		GRANT ALL PRIVILEGES ON \`sqlease%\`.* TO 'sqlease'@'127.0.0.1' WITH GRANT OPTION;
+		GRANT CREATE USER ON *.* TO 'sqlease'@'127.0.0.1';" 2>&1); then
 		printf '%s\n' "$out" >&2
 		die "creating the MariaDB user and database failed"
 	fi

@@ -111,7 +111,8 @@ func Start(t testing.TB) *Server {
 	s.password = hex.EncodeToString(pw[:])
 	sqlText := fmt.Sprintf(`CREATE DATABASE sqlease CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 CREATE USER 'sqlease'@'127.0.0.1' IDENTIFIED BY '%s';
-GRANT ALL PRIVILEGES ON `+"`sqlease%%`"+`.* TO 'sqlease'@'127.0.0.1';`, s.password)
+GRANT ALL PRIVILEGES ON `+"`sqlease%%`"+`.* TO 'sqlease'@'127.0.0.1' WITH GRANT OPTION;
+GRANT CREATE USER ON *.* TO 'sqlease'@'127.0.0.1';`, s.password)
 	if out, err := exec.Command(client, "--no-defaults", "--socket="+s.socket(), "-uroot", "-e", sqlText).CombinedOutput(); err != nil {
 		t.Fatalf("mysqltest: creating the user sqlease: %v\n%s", err, out)
 	}
