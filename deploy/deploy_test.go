@@ -295,3 +295,38 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Errorf("the database URL and the API token must come from a Secret; from Secrets: %v", secrets)
 	}
 }
+
+// TestAzureKit: the Azure SQL scripts keep the defaults the seed asks for
+// (resource group cristp-reltaskexec in westus2, a mandatory subscription
+// id), Entra ID-only authentication, the identity's contained user and the
+// DSN of the README; and their brackets balance (no PowerShell here to
+// parse them: see deploy/azure/README.md).
+func TestAzureKit(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join("azure", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	create, remove := read("New-SqleaseAzureSql.ps1"), read("Remove-SqleaseAzureSql.ps1")
+	for _, want := range []string{"[Parameter(Mandatory)] [string] $SubscriptionId", "$ResourceGroup = 'cristp-reltaskexec'",
+		"$Location = 'westus2'", "-EnableActiveDirectoryOnlyAuthentication", "New-AzUserAssignedIdentity",
+		"New-AzSqlServerFirewallRule", "FROM EXTERNAL PROVIDER", "fedauth=ActiveDirectoryDefault", "--migrate=false"} {
+		if !strings.Contains(create, want) {
+			t.Errorf("New-SqleaseAzureSql.ps1 lacks %q", want)
+		}
+	}
+	for _, want := range []string{"[Parameter(Mandatory)] [string] $SubscriptionId", "$ResourceGroup = 'cristp-reltaskexec'", "Remove-AzResourceGroup"} {
+		if !strings.Contains(remove, want) {
+			t.Errorf("Remove-SqleaseAzureSql.ps1 lacks %q", want)
+		}
+	}
+	for name, src := range map[string]string{"New": create, "Remove": remove} {
+		for _, pair := range []string{"()", "{}", "[]"} {
+			if o, c := strings.Count(src, pair[:1]), strings.Count(src, pair[1:]); o != c {
+				t.Errorf("%s-SqleaseAzureSql.ps1: %d %q but %d %q", name, o, pair[:1], c, pair[1:])
+			}
+		}
+	}
+}
