@@ -140,22 +140,14 @@ func bulkScenario(ctx context.Context, e *env, dialect string, n, batch, runs in
 			fmt.Printf("  run %d: %-48s %8.0f jobs/s\n", r, way.name, rate)
 		}
 	}
-	med := func(v []float64) float64 {
-		if len(v) == 0 {
-			return 0
-		}
-		s := append([]float64(nil), v...)
-		sort.Float64s(s)
-		return s[len(s)/2]
-	}
 	fmt.Printf("  medians of %d runs:\n", runs)
-	base := med(rates[0])
+	base := medianOf(rates[0])
 	for w, way := range ways {
 		ratio := ""
 		if base > 0 {
-			ratio = fmt.Sprintf("  (%.1f × %s)", med(rates[w])/base, ways[0].name)
+			ratio = fmt.Sprintf("  (%.1f × %s)", medianOf(rates[w])/base, ways[0].name)
 		}
-		fmt.Printf("    %-48s %8.0f jobs/s%s\n", way.name, med(rates[w]), ratio)
+		fmt.Printf("    %-48s %8.0f jobs/s%s\n", way.name, medianOf(rates[w]), ratio)
 	}
 	return true
 }
@@ -203,4 +195,14 @@ func runBulk(ctx context.Context, e *env, dialect string, n int, way bulkWay) (f
 		return 0, fmt.Errorf("%d jobs in the table, want %d", count, n)
 	}
 	return rate, nil
+}
+
+// medianOf is the median of v (the upper one of an even count), 0 for none.
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }

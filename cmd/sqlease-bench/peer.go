@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 )
@@ -139,22 +138,14 @@ func peerScenario(ctx context.Context, e *env, jobs, runs int, tuning schedTunin
 			fmt.Printf("  run %d: %-16s %8.0f jobs/s\n", r, w.name, rate)
 		}
 	}
-	med := func(v []float64) float64 {
-		if len(v) == 0 {
-			return 0
-		}
-		s := append([]float64(nil), v...)
-		sort.Float64s(s)
-		return s[len(s)/2]
-	}
-	base := med(rates[0])
+	base := medianOf(rates[0])
 	fmt.Printf("  medians of %d runs (ratio to River tuned):\n", runs)
 	for i, w := range ways {
 		ratio := "-"
 		if base > 0 {
-			ratio = fmt.Sprintf("%.2f ×", med(rates[i])/base)
+			ratio = fmt.Sprintf("%.2f ×", medianOf(rates[i])/base)
 		}
-		fmt.Printf("    %-16s %8.0f jobs/s  %s\n", w.name, med(rates[i]), ratio)
+		fmt.Printf("    %-16s %8.0f jobs/s  %s\n", w.name, medianOf(rates[i]), ratio)
 	}
 	return true
 }

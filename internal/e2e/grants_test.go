@@ -62,21 +62,7 @@ func TestLeastPrivilegePostgres(t *testing.T) {
 			_, _ = c.Exec(context.Background(), "DROP ROLE IF EXISTS "+r)
 		}
 	})
-	n := 0
-	for _, stmt := range strings.Split(script, ";\n") {
-		var lines []string
-		for _, l := range strings.Split(stmt, "\n") {
-			if !strings.HasPrefix(strings.TrimSpace(l), "--") {
-				lines = append(lines, l)
-			}
-		}
-		if s := strings.TrimSpace(strings.Join(lines, "\n")); s != "" {
-			if _, err := conn.Exec(ctx, s); err != nil {
-				t.Fatalf("%s: %v", s, err)
-			}
-			n++
-		}
-	}
+	n := runScript(t, script, func(stmt string) error { _, err := conn.Exec(ctx, stmt); return err })
 	if n < 6 {
 		t.Fatalf("ran %d statements of deploy/grants/postgres.sql: the file or its parse is broken", n)
 	}
@@ -204,21 +190,7 @@ func TestLeastPrivilegeMariaDB(t *testing.T) {
 			_, _ = db.ExecContext(context.Background(), "DROP USER IF EXISTS '"+user+"'@'127.0.0.1'")
 		}
 	})
-	n := 0
-	for _, stmt := range strings.Split(script, ";\n") {
-		var lines []string
-		for _, l := range strings.Split(stmt, "\n") {
-			if !strings.HasPrefix(strings.TrimSpace(l), "--") {
-				lines = append(lines, l)
-			}
-		}
-		if s := strings.TrimSpace(strings.Join(lines, "\n")); s != "" {
-			if _, err := db.ExecContext(ctx, s); err != nil {
-				t.Fatalf("%s: %v", s, err)
-			}
-			n++
-		}
-	}
+	n := runScript(t, script, func(stmt string) error { _, err := db.ExecContext(ctx, stmt); return err })
 	if n < 4 {
 		t.Fatalf("ran %d statements of deploy/grants/mysql.sql: the file or its parse is broken", n)
 	}
@@ -241,4 +213,26 @@ func TestLeastPrivilegeMariaDB(t *testing.T) {
 			t.Errorf("%s as %s: %v, want access denied", ddl, app, err)
 		}
 	}
+}
+
+// runScript runs each statement of an SQL script (statements end with ";"
+// at the end of a line; "--" lines are comments) and returns how many ran.
+func runScript(t *testing.T, script string, exec func(string) error) int {
+	t.Helper()
+	n := 0
+	for _, stmt := range strings.Split(script, ";\n") {
+		var lines []string
+		for _, l := range strings.Split(stmt, "\n") {
+			if !strings.HasPrefix(strings.TrimSpace(l), "--") {
+				lines = append(lines, l)
+			}
+		}
+		if s := strings.TrimSpace(strings.Join(lines, "\n")); s != "" {
+			if err := exec(s); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+			n++
+		}
+	}
+	return n
 }

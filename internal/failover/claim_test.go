@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,11 +34,7 @@ func newHoldServer(t *testing.T) *holdServer {
 	}
 	s := &holdServer{url: "http://" + l.Addr().String() + "/hold", notify: make(chan struct{}), release: make(chan struct{})}
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := hit{At: time.Now(), Holder: r.Header.Get("Sqlease-Holder"), Job: r.Header.Get("Sqlease-Job")}
-		h.Epoch, _ = strconv.ParseInt(r.Header.Get("Sqlease-Epoch"), 10, 64)
-		h.Attempt, _ = strconv.Atoi(r.Header.Get("Sqlease-Attempt"))
-		h.ScheduledFor, _ = time.Parse(time.RFC3339Nano, r.Header.Get("Sqlease-Scheduled-For"))
-		_, _ = io.Copy(io.Discard, r.Body)
+		h := hitOf(r)
 		s.mu.Lock()
 		s.arrived = append(s.arrived, h)
 		close(s.notify)

@@ -102,12 +102,18 @@ func newRecorder(t testing.TB) *recorder {
 	return r
 }
 
-func (r *recorder) serve(w http.ResponseWriter, req *http.Request) {
+// hitOf reads what an action request says of its run, and its body.
+func hitOf(req *http.Request) hit {
 	h := hit{At: time.Now(), Holder: req.Header.Get("Sqlease-Holder"), Job: req.Header.Get("Sqlease-Job")}
 	h.Epoch, _ = strconv.ParseInt(req.Header.Get("Sqlease-Epoch"), 10, 64)
 	h.Attempt, _ = strconv.Atoi(req.Header.Get("Sqlease-Attempt"))
 	h.ScheduledFor, _ = time.Parse(time.RFC3339Nano, req.Header.Get("Sqlease-Scheduled-For"))
 	_, _ = io.Copy(io.Discard, req.Body)
+	return h
+}
+
+func (r *recorder) serve(w http.ResponseWriter, req *http.Request) {
+	h := hitOf(req)
 	r.mu.Lock()
 	r.hits = append(r.hits, h)
 	close(r.notify)
