@@ -156,7 +156,10 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		wel, err = election.New(election.Config{
 			Store: resilient.Wrap(store, resilient.Config{Logger: log}), LeaseName: sqlstore.WorkerLeasePrefix + holder, HolderID: holder,
 			LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, AcquireInterval: cfg.AcquireInterval,
-			Logger: log.With(slog.String("role", "worker")),
+			// Its events are the worker lease's, not leadership's:
+			// worker_lease_acquired etc., so that no log reader takes a
+			// claim-mode worker for the leader.
+			Logger: slog.New(renamed{log.Handler(), "leader_", "worker_lease_"}),
 			OnStartedLeading: func(ctx context.Context, tok sqlease.Token) {
 				if err := n.sched.Work(ctx, tok, wel); err != nil {
 					log.Error("claim_dispatch_failed", slog.String("error", err.Error()))
@@ -378,4 +381,26 @@ func (n *Node) standby(ctx context.Context) {
 		}
 		t.Reset(standbyEvery)
 	}
+}
+
+// renamed is a log handler that renames messages starting with from to
+// start with to.
+type renamed struct {
+	slog.Handler
+	from, to string
+}
+
+func (h renamed) Handle(ctx context.Context, r slog.Record) error {
+	if rest, ok := strings.CutPrefix(r.Message, h.from); ok {
+		r.Message = h.to + rest
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h renamed) WithAttrs(as []slog.Attr) slog.Handler {
+	return renamed{h.Handler.WithAttrs(as), h.from, h.to}
+}
+
+func (h renamed) WithGroup(name string) slog.Handler {
+	return renamed{h.Handler.WithGroup(name), h.from, h.to}
 }

@@ -124,6 +124,23 @@ func claimWorkerFault(t *testing.T, db string, sig syscall.Signal) time.Duration
 		t.Errorf("%s of worker %s mid-run → re-run after %s, want ≤ lease + acquire (+ slack) = %s (the job's lock_timeout is 1m)", sig, victim.id, took, bound)
 	}
 	close(hold.release)
+	// The workers' own leases log as such, never as leadership.
+	sawWorkerLease := false
+	for _, n := range c.all() {
+		b, err := os.ReadFile(n.logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, `"msg":"leader_`) && strings.Contains(line, `"worker:`) {
+				t.Errorf("node %s logs its worker lease as leadership: %s", n.id, line)
+			}
+			sawWorkerLease = sawWorkerLease || strings.Contains(line, `"msg":"worker_lease_acquired"`)
+		}
+	}
+	if !sawWorkerLease {
+		t.Error("no node logged worker_lease_acquired")
+	}
 	if sig == syscall.SIGSTOP {
 		time.Sleep(max(5*lease/2-time.Since(t0), 0))
 		n := hold.count()
