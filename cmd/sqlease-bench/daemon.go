@@ -51,17 +51,25 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 // buildSqlease builds the daemon into a temporary directory.
 func buildSqlease(ctx context.Context) (string, func(), error) {
-	dir, err := os.MkdirTemp("", "sqlease-bench-daemon-")
+	return goBuild(ctx, "", "sqlease", "github.com/sqlease/sqlease/cmd/sqlease")
+}
+
+// goBuild builds pkg, from the directory src ("": the working directory),
+// into a temporary directory as name; cleanup removes it.
+func goBuild(ctx context.Context, src, name, pkg string) (bin string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "sqlease-bench-"+name+"-")
 	if err != nil {
 		return "", nil, err
 	}
-	bin := filepath.Join(dir, "sqlease")
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/sqlease/sqlease/cmd/sqlease").CombinedOutput()
-	if err != nil {
-		os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("building sqlease: %v\n%s", err, out)
+	cleanup = func() { os.RemoveAll(dir) }
+	bin = filepath.Join(dir, name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
+	cmd.Dir = src
+	if out, err := cmd.CombinedOutput(); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("building %s: %v\n%s", pkg, err, out)
 	}
-	return bin, func() { os.RemoveAll(dir) }, nil
+	return bin, cleanup, nil
 }
 
 // startNode starts `sqlease serve` on a free port (logging warnings only:

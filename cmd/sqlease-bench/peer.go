@@ -19,25 +19,12 @@ import (
 // that sqlease's go.mod does not depend on it.
 
 // buildRiver builds the River baseline into a temporary directory.
-func buildRiver(ctx context.Context) (bin string, cleanup func(), err error) {
-	dir, err := os.MkdirTemp("", "sqlease-bench-river-")
-	if err != nil {
-		return "", nil, err
-	}
-	cleanup = func() { os.RemoveAll(dir) }
+func buildRiver(ctx context.Context) (string, func(), error) {
 	src, err := riverSource()
 	if err != nil {
-		cleanup()
 		return "", nil, err
 	}
-	bin = filepath.Join(dir, "river")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
-	cmd.Dir = src
-	if out, err := cmd.CombinedOutput(); err != nil {
-		cleanup()
-		return "", nil, fmt.Errorf("building the River baseline in %s: %v\n%s", src, err, out)
-	}
-	return bin, cleanup, nil
+	return goBuild(ctx, src, "river", ".")
 }
 
 // riverSource finds cmd/sqlease-bench/river from the working directory (the
