@@ -16,6 +16,7 @@
 //	POST   /v1/jobs/{name}/trigger     run once now (200 with the job)
 //	GET    /v1/jobs/{name}/runs?limit= the run ledger, newest first: {"runs": […]}
 //	GET    /v1/leases                  every lease: {"leases": […]}
+//	GET    /v1/leases/{name}/history   leadership history, newest first: {"events": […], "next": "…"}
 //
 // # Guarantees
 //
@@ -163,6 +164,7 @@ func New(cfg Config) http.Handler {
 	a.handleFunc("POST /v1/jobs/{name}/trigger", a.write(a.jobChange(cfg.Scheduler.Trigger)))
 	a.handleFunc("GET /v1/jobs/{name}/runs", a.listRuns)
 	a.handleFunc("GET /v1/leases", a.listLeases)
+	a.handleFunc("GET /v1/leases/{name}/history", a.leaseHistory)
 	a.routeSingletons()
 	a.handleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

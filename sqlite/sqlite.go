@@ -160,7 +160,7 @@ WHERE lease_name = ?1 AND holder_id = ?2 AND lease_epoch = ?3 AND expires_at > {
 		FenceCheck: r.Replace(`SELECT 1 FROM {leases}
 WHERE lease_name = ?1 AND holder_id = ?2 AND lease_epoch = ?3 AND expires_at > {now}`),
 	}
-	return sqlstore.Dialect{Name: "sqlite", Queries: q, Jobs: jobQueries(prefix), Singletons: singletonQueries(prefix), Classify: Classify,
+	return sqlstore.Dialect{Name: "sqlite", Queries: q, Jobs: jobQueries(prefix), Singletons: singletonQueries(prefix), History: historyQueries(prefix), Classify: Classify,
 		Time: timeArg, IsUniqueViolation: isUniqueViolation}, nil
 }
 

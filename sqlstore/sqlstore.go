@@ -90,6 +90,8 @@ type Dialect struct {
 	Jobs JobQueries
 	// Singletons are the statements of package singleton.
 	Singletons SingletonQueries
+	// History are the statements of the leadership history.
+	History HistoryQueries
 	// Time converts a time parameter for the driver; nil passes time.Time
 	// in UTC. SQLite needs its text form so that comparisons stay textual.
 	Time func(time.Time) any
@@ -103,11 +105,12 @@ type Dialect struct {
 }
 
 // Migrations are the dialect's schema statements in the order Migrate
-// applies them: lease, scheduler, then singleton tables.
+// applies them: lease, scheduler, singleton, then history tables.
 func (d Dialect) Migrations() []string {
 	out := append([]string{}, d.Queries.Migrations...)
 	out = append(out, d.Jobs.Migrations...)
-	return append(out, d.Singletons.Migrations...)
+	out = append(out, d.Singletons.Migrations...)
+	return append(out, d.History.Migrations...)
 }
 
 // Store implements sqlease.LeaseStore on a *sql.DB.

@@ -20,6 +20,7 @@ import (
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/history"
 	"github.com/sqlease/sqlease/httpapi"
 	"github.com/sqlease/sqlease/mysql"
 	"github.com/sqlease/sqlease/postgres"
@@ -172,12 +173,19 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		}
 		n.worker = wel
 	}
+	// The leadership history, written by this node for its own terms.
+	rec, err := history.New(history.Config{Store: store, Holder: holder, Next: obs, Retention: cfg.RunRetention, Logger: log})
+	if err != nil {
+		n.close()
+		return nil, usageError{firstLine(err)}
+	}
+	go func() { _ = rec.Run(bg) }()
 	ecfg := election.Config{
 		// Transient errors are retried within each call's deadline, behind
 		// a circuit breaker; the scheduler's loops retry on their next tick.
 		Store: resilient.Wrap(store, resilient.Config{Logger: log}), LeaseName: cfg.LeaseName, HolderID: holder,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, AcquireInterval: cfg.AcquireInterval,
-		Logger: log, Observer: obs, Changes: leaseChanges,
+		Logger: rec.Logger(log), Observer: rec, Changes: leaseChanges,
 	}
 	if cfg.Dispatch == "leader" {
 		ecfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) {

@@ -1,17 +1,43 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sqlease/sqlease/sqlstore"
 )
 
+// historyLines is how many events status --history shows.
+const historyLines = 20
+
+// printHistory prints the latest leadership history of lease.
+func printHistory(ctx context.Context, out io.Writer, s *sqlstore.Store, lease string) error {
+	events, err := s.LeaseHistory(ctx, lease, 0, historyLines)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nleadership history of %s (newest first):\n", lease)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "AT\tEVENT\tHOLDER\tEPOCH\tREASON")
+	for _, e := range events {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", e.At.Format(time.RFC3339Nano), e.Event, e.Holder, e.Epoch, e.Reason)
+	}
+	if len(events) == 0 {
+		fmt.Fprintln(w, "(none)\t\t\t\t")
+	}
+	return w.Flush()
+}
+
 func statusCmd(env Env) *cobra.Command {
+	var showHistory string
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the leases (holder, epoch, time left), a summary of the jobs and the singletons",
+		Short: "Show the leases (holder, epoch, time left), a summary of the jobs and the singletons; --history adds the leadership history",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := load(cmd.Flags(), env.Getenv, false)
@@ -40,6 +66,11 @@ func statusCmd(env Env) *cobra.Command {
 				fmt.Fprintln(w, "(none)\t\t\t\t")
 			}
 			w.Flush()
+			if showHistory != "" {
+				if err := printHistory(cmd.Context(), env.Stdout, s, showHistory); err != nil {
+					return err
+				}
+			}
 			st, err := s.Stats(cmd.Context())
 			if err != nil {
 				return err
@@ -63,5 +94,7 @@ func statusCmd(env Env) *cobra.Command {
 		},
 	}
 	addFlags(cmd.Flags(), false)
+	cmd.Flags().StringVar(&showHistory, "history", "", "also show the latest leadership history of the leader lease (or of the lease named: --history=NAME), newest first")
+	cmd.Flags().Lookup("history").NoOptDefVal = defaultConfig().LeaseName
 	return cmd
 }

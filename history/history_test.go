@@ -1,0 +1,254 @@
+package history_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/history"
+	"github.com/sqlease/sqlease/internal/mysqltest"
+	"github.com/sqlease/sqlease/internal/pgtest"
+	"github.com/sqlease/sqlease/mysql"
+	"github.com/sqlease/sqlease/postgres"
+	"github.com/sqlease/sqlease/sqlite"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// stores opens one migrated store per real database this run has: SQLite
+// always, PostgreSQL and MariaDB when scripts/test.sh started them.
+func stores(t *testing.T) map[string]*sqlstore.Store {
+	t.Helper()
+	ctx := t.Context()
+	out := map[string]*sqlstore.Store{}
+	s, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "h.db"), "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out["sqlite"] = s
+	if u := os.Getenv("SQLEASE_TEST_POSTGRES_URL"); u != "" {
+		s, err := postgres.OpenStore(ctx, pgtest.CreateDatabase(t, u), "sqlease")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["postgres"] = s
+	} else {
+		t.Error("SQLEASE_TEST_POSTGRES_URL is not set: run bash scripts/test.sh")
+	}
+	if u := os.Getenv(mysqltest.URLEnv); u != "" {
+		s, err := mysql.OpenStore(ctx, mysqltest.CreateDatabase(t, u), "sqlease")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["mariadb"] = s
+	} else {
+		t.Error(mysqltest.URLEnv + " is not set: run bash scripts/test.sh")
+	}
+	for _, s := range out {
+		t.Cleanup(func() { s.DB().Close() })
+	}
+	return out
+}
+
+// TestStore: rows come back newest first per lease, a page continues below
+// its cursor, times are the database clock minus the queue wait, and
+// retention deletes only old rows.
+func TestStore(t *testing.T) {
+	for name, s := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			before, err := s.Now(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i <= 5; i++ {
+				ev := sqlstore.EventAcquired
+				if i%2 == 0 {
+					ev = sqlstore.EventReleased
+				}
+				if err := s.RecordLeaseEvent(ctx, sqlstore.LeaseEvent{Lease: "lead", Event: ev, Holder: "node-a", Epoch: int64(i), Reason: "r" + string(rune('0'+i))}, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.RecordLeaseEvent(ctx, sqlstore.LeaseEvent{Lease: "other", Event: sqlstore.EventLost, Holder: "node-b", Epoch: 9}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.RecordLeaseEvent(ctx, sqlstore.LeaseEvent{Lease: "lead", Event: "elected", Holder: "x", Epoch: 1}, 0); err == nil {
+				t.Error("an unknown event was recorded")
+			}
+			after, _ := s.Now(ctx)
+			page, err := s.LeaseHistory(ctx, "lead", 0, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) != 3 || page[0].Epoch != 5 || page[1].Epoch != 4 || page[2].Epoch != 3 {
+				t.Fatalf("first page: %+v", page)
+			}
+			if page[1].Event != sqlstore.EventReleased || page[1].Holder != "node-a" || page[1].Reason != "r4" {
+				t.Errorf("row: %+v", page[1])
+			}
+			if page[0].At.Before(before.Add(-time.Millisecond)) || page[0].At.After(after.Add(time.Millisecond)) {
+				t.Errorf("at %v is not between %v and %v", page[0].At, before, after)
+			}
+			rest, err := s.LeaseHistory(ctx, "lead", page[2].ID, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rest) != 2 || rest[0].Epoch != 2 || rest[1].Epoch != 1 {
+				t.Fatalf("second page: %+v", rest)
+			}
+			other, err := s.LeaseHistory(ctx, "other", 0, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(other) != 1 || other[0].At.After(before.Add(-59*time.Minute)) {
+				t.Fatalf("an event an hour old: %+v (now %v)", other, before)
+			}
+			n, err := s.PruneLeaseHistory(ctx, 30*time.Minute)
+			if err != nil || n != 1 {
+				t.Fatalf("prune: %d, %v", n, err)
+			}
+			if all, _ := s.LeaseHistory(ctx, "lead", 0, 100); len(all) != 5 {
+				t.Errorf("prune deleted recent rows: %d left", len(all))
+			}
+		})
+	}
+}
+
+// TestRecorder runs real electors on each database: a term released on
+// shutdown, the next acquired after it, and a takeover of a lease whose
+// holder vanished without a release (what kill -9 leaves behind).
+func TestRecorder(t *testing.T) {
+	for name, s := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			var logs bytes.Buffer
+			var mu sync.Mutex
+			log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+			// A dead predecessor: a term recorded as acquired whose lease
+			// expires without a release.
+			l, err := s.Acquire(ctx, "lead", "ghost", 300*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.RecordLeaseEvent(ctx, sqlstore.LeaseEvent{Lease: "lead", Event: sqlstore.EventAcquired, Holder: "ghost", Epoch: l.Epoch}, 0); err != nil {
+				t.Fatal(err)
+			}
+			term := func(holder string) {
+				rec, err := history.New(history.Config{Store: s, Holder: holder, Logger: log})
+				if err != nil {
+					t.Fatal(err)
+				}
+				el, err := election.New(election.Config{Store: s, LeaseName: "lead", HolderID: holder,
+					LeaseDuration: time.Second, RenewInterval: 200 * time.Millisecond, AcquireInterval: 50 * time.Millisecond,
+					Observer: rec, Logger: rec.Logger(log)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rctx, stopRec := context.WithCancel(ctx)
+				recDone := make(chan struct{})
+				go func() { defer close(recDone); _ = rec.Run(rctx) }()
+				ectx, stop := context.WithCancel(ctx)
+				done := make(chan struct{})
+				go func() { defer close(done); _ = el.Run(ectx) }()
+				deadline := time.Now().Add(10 * time.Second)
+				for !el.IsLeader() {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s did not lead", holder)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				stop()
+				<-done
+				stopRec()
+				<-recDone
+			}
+			term("node-a")
+			term("node-b")
+			got, err := s.LeaseHistory(ctx, "lead", 0, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []struct {
+				event, holder string
+				epoch         int64
+				reason        string
+			}{
+				{sqlstore.EventReleased, "node-b", 3, "shutdown"},
+				{sqlstore.EventAcquired, "node-b", 3, "node-a released epoch 2"},
+				{sqlstore.EventReleased, "node-a", 2, "shutdown"},
+				{sqlstore.EventTakenOver, "node-a", 2, "the lease of ghost (epoch 1) expired without a release"},
+				{sqlstore.EventAcquired, "ghost", 1, ""},
+			}
+			if len(got) != len(want) {
+				t.Fatalf("history: %+v", got)
+			}
+			for i, w := range want {
+				g := got[i]
+				if g.Event != w.event || g.Holder != w.holder || g.Epoch != w.epoch || g.Reason != w.reason {
+					t.Errorf("event %d: got %s %s %d %q, want %s %s %d %q", i, g.Event, g.Holder, g.Epoch, g.Reason, w.event, w.holder, w.epoch, w.reason)
+				}
+			}
+			for i := 1; i < len(got); i++ {
+				if got[i].At.After(got[i-1].At) {
+					t.Errorf("event %d at %v is after the newer %v", i, got[i].At, got[i-1].At)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if strings.Contains(logs.String(), "leader_released") {
+				t.Errorf("Info records reached a Warn-level log: %s", logs.String())
+			}
+		})
+	}
+}
+
+// TestNeverBlocks: a full queue drops events instead of blocking the
+// elector, and says so.
+func TestNeverBlocks(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	s := stores(t)["sqlite"]
+	rec, err := history.New(history.Config{Store: s, Holder: "a", Queue: 2, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 100 {
+			rec.LeadershipChanged("lead", i%2 == 0, int64(i/2+1))
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("LeadershipChanged blocked without a writer running")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "lease_history_dropped") {
+		t.Errorf("no lease_history_dropped warning: %s", logs.String())
+	}
+	var _ sqlease.Observer = rec
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

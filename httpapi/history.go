@@ -1,0 +1,72 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// HistoryReader reads the leadership history (*sqlstore.Store). The
+// handler finds it on Config.Leases.
+type HistoryReader interface {
+	LeaseHistory(ctx context.Context, name string, before int64, limit int) ([]sqlstore.LeaseEvent, error)
+}
+
+// LeaseEvent is one event of GET /v1/leases/{name}/history.
+type LeaseEvent struct {
+	Event  string `json:"event"`
+	Holder string `json:"holder"`
+	Epoch  int64  `json:"epoch"`
+	At     string `json:"at"`
+	Reason string `json:"reason"`
+}
+
+// LeaseHistory is the body of GET /v1/leases/{name}/history, newest first.
+type LeaseHistory struct {
+	Events []LeaseEvent `json:"events"`
+	Next   string       `json:"next,omitempty"`
+}
+
+// LeaseEventOut converts a history row to its API form.
+func LeaseEventOut(e sqlstore.LeaseEvent) LeaseEvent {
+	return LeaseEvent{Event: e.Event, Holder: e.Holder, Epoch: e.Epoch, At: timestamp(e.At), Reason: e.Reason}
+}
+
+// leaseHistory is GET /v1/leases/{name}/history?limit=&after=: the cursor
+// is the last event's row id, so a page is one index range scan.
+func (a *api) leaseHistory(w http.ResponseWriter, r *http.Request) {
+	hr, ok := a.cfg.Leases.(HistoryReader)
+	if !ok {
+		writeProblem(w, http.StatusNotFound, "this node's store keeps no leadership history")
+		return
+	}
+	q := r.URL.Query()
+	limit, err := listLimit(q)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var before int64
+	if s := q.Get("after"); s != "" {
+		if before, err = strconv.ParseInt(s, 10, 64); err != nil || before < 1 {
+			a.fail(w, r, badRequest("after: must be the next value of a previous page, got %q", s))
+			return
+		}
+	}
+	events, err := hr.LeaseHistory(r.Context(), r.PathValue("name"), before, limit+1)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	out := LeaseHistory{Events: make([]LeaseEvent, 0, min(len(events), limit))}
+	if len(events) > limit {
+		events = events[:limit]
+		out.Next = strconv.FormatInt(events[limit-1].ID, 10)
+	}
+	for _, e := range events {
+		out.Events = append(out.Events, LeaseEventOut(e))
+	}
+	a.writeJSON(w, r, http.StatusOK, out)
+}
