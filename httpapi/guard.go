@@ -84,6 +84,9 @@ func jsonBody(r *http.Request) bool {
 	if err == nil && mt == "application/x-ndjson" && r.URL.Path == "/v1/jobs:batch" {
 		return true // a batch may come as NDJSON (not a type a form can send either)
 	}
+	if err == nil && mt == "application/x-www-form-urlencoded" && strings.HasPrefix(r.URL.Path, "/ui/") {
+		return true // the dashboard's forms: same-origin (crossSite) and CSRF-checked there
+	}
 	return err == nil && mt == "application/json"
 }
 

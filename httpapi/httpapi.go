@@ -106,6 +106,9 @@ type Config struct {
 	// singleton_stale=<name> while one this node runs is stale. Nil leaves
 	// the routes out.
 	Singletons Singletons
+	// Dashboard serves the web dashboard at "GET /" and under "/ui/" (its
+	// forms are the one non-JSON body the guard lets through). Nil: none.
+	Dashboard http.Handler
 }
 
 // api is the handler New returns.
@@ -166,6 +169,11 @@ func New(cfg Config) http.Handler {
 	a.handleFunc("GET /v1/leases", a.listLeases)
 	a.handleFunc("GET /v1/leases/{name}/history", a.leaseHistory)
 	a.routeSingletons()
+	if cfg.Dashboard != nil {
+		// Not API routes: left out of Routes and the OpenAPI document.
+		a.mux.Handle("GET /{$}", cfg.Dashboard)
+		a.mux.Handle("/ui/", cfg.Dashboard)
+	}
 	a.handleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/action"
+	"github.com/sqlease/sqlease/dashboard"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/history"
 	"github.com/sqlease/sqlease/httpapi"
@@ -225,8 +226,15 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	n.singletonChanges = singletonChanges
 	n.singletons = newSingletonHost(singletonAdmin{store: store, leases: store}, snode, "http://"+localAddr(ln.Addr()), log)
 
+	dash, err := dashboard.New(dashboard.Config{Store: store, Scheduler: n.sched, Elector: n.elector, Singletons: n.singletons,
+		APIToken: cfg.APIToken, ListenAddr: cfg.HTTP, Logger: log})
+	if err != nil {
+		n.close()
+		return nil, err
+	}
 	n.listener = ln
 	n.server = newHTTPServer(log, httpapi.New(httpapi.Config{
+		Dashboard: dash,
 		Scheduler: n.sched, Leases: store, Elector: n.elector,
 		Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		APIToken: cfg.APIToken, Stopping: n.stopping.Load, Logger: log,

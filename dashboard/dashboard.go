@@ -1,0 +1,369 @@
+// Package dashboard is the web dashboard every sqlease node serves at "/":
+// who leads under which epoch and for how long still, the nodes seen
+// recently, the leadership history, the jobs with their run ledgers and
+// the singletons. Plain server-rendered HTML (html/template, assets
+// embedded): the read-only pages work without JavaScript (they reload
+// every 10 s by themselves); with it, the page's main part is re-fetched
+// every RefreshInterval without a reload.
+//
+// # Actions and their guard
+//
+// Pause, resume, trigger and delete go through a confirmation page and a
+// POST form carrying a CSRF token bound to the session cookie (HMAC), from
+// the same origin (Origin and Sec-Fetch-Site are checked; the cookie is
+// HttpOnly, SameSite=Strict). With an API token set, every page needs a
+// sign-in with that token, as the API's reads do; the session is signed
+// with a key derived from the token, so every node of the fleet accepts
+// it. Without a token, actions are offered only while the node listens on
+// loopback; beyond it the dashboard is read-only.
+//
+// # Cost
+//
+// Every query is one index range: jobs page by name (keyset, a filter
+// reads at most maxScan rows per page), runs by (job, scheduled_for,
+// attempt), history by id; nothing counts or scans a whole table, so a
+// page costs the same with 100,000 jobs and a million runs.
+package dashboard
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// Defaults of Config.
+const (
+	DefaultRefreshInterval = 2 * time.Second
+	// SessionLifetime is how long a sign-in lasts.
+	SessionLifetime = 12 * time.Hour
+)
+
+// Singletons lists the daemon's singletons (the daemon's singleton host).
+type Singletons interface {
+	List(ctx context.Context) ([]httpapi.Singleton, error)
+}
+
+// Config configures the dashboard.
+type Config struct {
+	// Store is read for leases, history, runs (required).
+	Store *sqlstore.Store
+	// Scheduler reads jobs and performs the actions (required).
+	Scheduler *scheduler.Scheduler
+	// Elector is this node's elector (required).
+	Elector *election.Elector
+	// Singletons, when set, adds the singletons to the overview.
+	Singletons Singletons
+	// APIToken, when set, is what signs a user in.
+	APIToken string
+	// ListenAddr is the node's listen address: without an API token,
+	// actions are offered only when it is loopback.
+	ListenAddr string
+	// RefreshInterval is how often a page re-fetches its main part.
+	RefreshInterval time.Duration
+	// Logger receives action logs and errors. Nil discards.
+	Logger *slog.Logger
+}
+
+// Dashboard is the dashboard's http.Handler: mount it at "GET /{$}" and
+// "/ui/".
+type Dashboard struct {
+	cfg   Config
+	log   *slog.Logger
+	key   []byte // signs sessions and CSRF tokens
+	token [sha256.Size]byte
+	mux   *http.ServeMux
+	pages map[string]*template.Template
+}
+
+// New returns the dashboard.
+func New(cfg Config) (*Dashboard, error) {
+	if cfg.Store == nil || cfg.Scheduler == nil || cfg.Elector == nil {
+		return nil, fmt.Errorf("dashboard: %w: Store, Scheduler and Elector are required", sqlease.ErrInvalidConfig)
+	}
+	if cfg.RefreshInterval <= 0 {
+		cfg.RefreshInterval = DefaultRefreshInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	d := &Dashboard{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	if cfg.APIToken != "" {
+		// One key for the fleet: a session signed by one node is good on
+		// every node that has the token.
+		k := sha256.Sum256([]byte("sqlease-dashboard\x00" + cfg.APIToken))
+		d.key = k[:]
+		d.token = sha256.Sum256([]byte(cfg.APIToken))
+	} else {
+		d.key = make([]byte, 32)
+		if _, err := rand.Read(d.key); err != nil {
+			return nil, fmt.Errorf("dashboard: session key: %w", err)
+		}
+	}
+	for _, p := range []string{"overview", "history", "jobs", "job", "confirm", "login", "error"} {
+		t, err := template.New(p).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+p+".html")
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: template %s: %w", p, err)
+		}
+		d.pages[p] = t
+	}
+	static, _ := fs.Sub(assets, "static")
+	d.mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", cacheFor(time.Hour, http.FileServerFS(static))))
+	d.mux.HandleFunc("GET /{$}", d.read(d.overview))
+	d.mux.HandleFunc("GET /ui/history", d.read(d.history))
+	d.mux.HandleFunc("GET /ui/jobs", d.read(d.jobs))
+	d.mux.HandleFunc("GET /ui/jobs/{name}", d.read(d.job))
+	d.mux.HandleFunc("GET /ui/jobs/{name}/confirm", d.read(d.confirm))
+	d.mux.HandleFunc("POST /ui/jobs/{name}/{action}", d.act)
+	d.mux.HandleFunc("GET /ui/login", d.loginPage)
+	d.mux.HandleFunc("POST /ui/login", d.login)
+	d.mux.HandleFunc("POST /ui/logout", d.logout)
+	return d, nil
+}
+
+func cacheFor(d time.Duration, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age="+strconv.Itoa(int(d.Seconds())))
+		h.ServeHTTP(w, r)
+	})
+}
+
+// ServeHTTP implements http.Handler.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	d.mux.ServeHTTP(w, r)
+}
+
+// session is what a request's cookie says.
+type session struct {
+	value    string // the cookie's value, "" when none valid
+	signedIn bool   // signed in with the API token
+}
+
+const cookieName = "sqlease_dashboard"
+
+// sessionOf reads and verifies the session cookie.
+func (d *Dashboard) sessionOf(r *http.Request) session {
+	c, err := r.Cookie(cookieName)
+	if err != nil {
+		return session{}
+	}
+	parts := strings.Split(c.Value, ".")
+	if len(parts) != 4 || (parts[0] != "a" && parts[0] != "t") {
+		return session{}
+	}
+	issued, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || time.Since(time.Unix(issued, 0)) > SessionLifetime || time.Until(time.Unix(issued, 0)) > time.Minute {
+		return session{}
+	}
+	want := d.mac("session", strings.Join(parts[:3], "."))
+	if subtle.ConstantTimeCompare([]byte(want), []byte(parts[3])) != 1 {
+		return session{}
+	}
+	return session{value: c.Value, signedIn: parts[0] == "t" && d.cfg.APIToken != ""}
+}
+
+// newSession sets a fresh session cookie: kind "t" after a sign-in, "a"
+// (anonymous) to bind CSRF tokens where no token is set.
+func (d *Dashboard) newSession(w http.ResponseWriter, r *http.Request, kind string) session {
+	nonce := make([]byte, 16)
+	_, _ = rand.Read(nonce)
+	body := kind + "." + strconv.FormatInt(time.Now().Unix(), 10) + "." + hex.EncodeToString(nonce)
+	v := body + "." + d.mac("session", body)
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: v, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(SessionLifetime.Seconds())})
+	return session{value: v, signedIn: kind == "t"}
+}
+
+func (d *Dashboard) mac(purpose, s string) string {
+	m := hmac.New(sha256.New, d.key)
+	m.Write([]byte(purpose + "\x00" + s))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// csrf is the form token of a session.
+func (d *Dashboard) csrf(s session) string {
+	if s.value == "" {
+		return ""
+	}
+	return d.mac("csrf", s.value)[:40]
+}
+
+// canRead: with a token, only after a sign-in (the API's reads need it
+// too: actions may hold secrets).
+func (d *Dashboard) canRead(s session) bool { return d.cfg.APIToken == "" || s.signedIn }
+
+// canAct: signed in with the token; without one, only on loopback.
+func (d *Dashboard) canAct(s session) bool {
+	if d.cfg.APIToken != "" {
+		return s.signedIn
+	}
+	return loopback(d.cfg.ListenAddr)
+}
+
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// crossSite reports why a POST must be refused as cross-site, or "".
+func crossSite(r *http.Request) string {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin":
+	default:
+		return "Sec-Fetch-Site: " + r.Header.Get("Sec-Fetch-Site")
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if o == "null" || err != nil || !strings.EqualFold(u.Host, r.Host) {
+			return "Origin: " + o
+		}
+	}
+	return ""
+}
+
+// view is what every page template gets besides its own data.
+type view struct {
+	Title    string
+	Nav      string
+	Node     nodeInfo
+	CanAct   bool
+	SignedIn bool
+	TokenSet bool
+	CSRF     string
+	Refresh  int // milliseconds; 0: no live refresh
+	Flash    string
+	Data     any
+}
+
+type nodeInfo struct {
+	Holder string
+	Role   string
+}
+
+// read wraps a read-only page: sign-in when a token is set, an anonymous
+// session otherwise (for the CSRF token of its forms), and the fragment
+// mode of the live refresh (?fragment=1 renders only the main part).
+func (d *Dashboard) read(page func(r *http.Request, v *view) (string, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s := d.sessionOf(r)
+		if !d.canRead(s) {
+			http.Redirect(w, r, "/ui/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		if s.value == "" {
+			s = d.newSession(w, r, "a")
+		}
+		v := &view{Node: d.node(), CanAct: d.canAct(s), SignedIn: s.signedIn, TokenSet: d.cfg.APIToken != "",
+			CSRF: d.csrf(s), Refresh: int(d.cfg.RefreshInterval.Milliseconds()), Flash: flash(r.URL.Query().Get("done"))}
+		name, err := page(r, v)
+		if err != nil {
+			d.fail(w, r, err)
+			return
+		}
+		if r.URL.Query().Get("fragment") == "1" {
+			d.render(w, http.StatusOK, name, "main", v)
+			return
+		}
+		d.render(w, http.StatusOK, name, "layout", v)
+	}
+}
+
+func (d *Dashboard) node() nodeInfo {
+	role := "follower"
+	if d.cfg.Elector.IsLeader() {
+		role = "leader"
+	}
+	return nodeInfo{Holder: d.cfg.Elector.HolderID(), Role: role}
+}
+
+func (d *Dashboard) render(w http.ResponseWriter, status int, page, tmpl string, v *view) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	var b strings.Builder
+	if err := d.pages[page].ExecuteTemplate(&b, tmpl, v); err != nil {
+		d.log.Error("dashboard_render_failed", slog.String("page", page), slog.String("error", err.Error()))
+		http.Error(w, "render failed", http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// fail answers an error page: 404 for a missing job, 400 for a bad
+// parameter, 503 for a database fault.
+func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, sqlease.ErrNoJob):
+		status = http.StatusNotFound
+	case errors.Is(err, errForbidden):
+		status = http.StatusForbidden
+	case errors.Is(err, sqlease.ErrInvalidName), errors.Is(err, sqlease.ErrInvalidConfig), errors.Is(err, errBadParam):
+		status = http.StatusBadRequest
+	case errors.Is(err, sqlease.ErrStorage), errors.Is(err, sqlease.ErrTransient), errors.Is(err, context.DeadlineExceeded):
+		status = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+	}
+	if status >= 500 {
+		d.log.Warn("dashboard_failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+	}
+	d.render(w, status, "error", "layout", &view{Title: http.StatusText(status), Node: d.node(),
+		Data: struct {
+			Status int
+			Detail string
+		}{status, err.Error()}})
+}
+
+var errBadParam = errors.New("bad parameter")
+
+func flash(done string) string {
+	switch done {
+	case "pause":
+		return "Paused."
+	case "resume":
+		return "Resumed."
+	case "trigger":
+		return "Triggered: it runs once now."
+	case "delete":
+		return "Deleted."
+	case "login":
+		return "Signed in."
+	case "logout":
+		return "Signed out."
+	}
+	return ""
+}
