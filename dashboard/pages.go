@@ -2,10 +2,10 @@ package dashboard
 
 import (
 	"context"
-	"errors"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
