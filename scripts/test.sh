@@ -366,6 +366,10 @@ need spin spin "the model checks in ./model"
 need promtool prometheus "the alert rule tests in ./deploy"
 # --- end tools ---
 
+# --- chromium: the dashboard's browser tests (./internal/dashtest) drive it headless ---
+need chromium chromium "the dashboard's browser tests in ./internal/dashtest"
+# --- end chromium ---
+
 if [[ -n ${SQLEASE_TEST_POSTGRES_URL:-} ]]; then
 	say "using the PostgreSQL server given by SQLEASE_TEST_POSTGRES_URL (starting none)"
 else
