@@ -58,7 +58,6 @@ var funcs = template.FuncMap{
 	"ago":  ago,
 	"dur":  human,
 	"path": url.PathEscape,
-	"q":    url.QueryEscape,
 }
 
 // human writes a duration for people: 1.8 s, 4 min 12 s, 3 h 5 min.
@@ -184,9 +183,19 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 	if len(nodes[me].Roles) == 0 {
 		nodes[me].Roles = []string{"follower"}
 	}
+	if data.History, err = d.cfg.Store.LeaseHistory(ctx, name, 0, overviewHist); err != nil {
+		return "", err
+	}
+	// Recent leaders that hold nothing now (killed, stopped, cut off):
+	// the on-call engineer wants to see them gone.
+	for _, e := range data.History {
+		if n := nodes[e.Holder]; n == nil && data.Now.Sub(e.At) < seenWithin {
+			nodes[e.Holder] = &nodeRow{Holder: e.Holder, LastSeen: e.At}
+		}
+	}
 	for _, n := range nodes {
 		if len(n.Roles) == 0 {
-			n.Roles = []string{"not seen since " + ago(n.LastSeen, data.Now)}
+			n.Roles = []string{"holds no lease now: a follower, or gone"}
 		}
 		data.Nodes = append(data.Nodes, *n)
 	}
@@ -197,9 +206,6 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 		}
 		return a.Holder < b.Holder
 	})
-	if data.History, err = d.cfg.Store.LeaseHistory(ctx, name, 0, overviewHist); err != nil {
-		return "", err
-	}
 	if d.cfg.Singletons != nil {
 		ss, err := d.cfg.Singletons.List(ctx)
 		if err != nil {

@@ -1,0 +1,307 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/dashboard"
+	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlite"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+type site struct {
+	t      *testing.T
+	srv    *httptest.Server
+	store  *sqlstore.Store
+	sched  *scheduler.Scheduler
+	client *http.Client
+}
+
+// newSite serves the dashboard through the API handler, as the daemon
+// does, on a real SQLite database.
+func newSite(t *testing.T, token, listen string) *site {
+	t.Helper()
+	ctx := context.Background()
+	store, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "d.db"), "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.DB().Close() })
+	sched, err := scheduler.New(scheduler.Config{Store: store, Holder: "node-a",
+		Handler: func(context.Context, sqlease.Run) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	el, err := election.New(election.Config{Store: store, LeaseName: "lead", HolderID: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dashboard.New(dashboard.Config{Store: store, Scheduler: sched, Elector: el, APIToken: token, ListenAddr: listen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Scheduler: sched, Leases: store, Elector: el, APIToken: token,
+		ListenAddr: listen, Dashboard: d}))
+	t.Cleanup(srv.Close)
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &site{t: t, srv: srv, store: store, sched: sched, client: client}
+}
+
+func (s *site) get(path string) (int, string, http.Header) {
+	s.t.Helper()
+	res, err := s.client.Get(s.srv.URL + path)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b), res.Header
+}
+
+func (s *site) post(path string, form url.Values, hdr ...string) (int, string, http.Header) {
+	s.t.Helper()
+	req, _ := http.NewRequest("POST", s.srv.URL+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := s.client.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b), res.Header
+}
+
+func (s *site) job(name string, paused bool) {
+	s.t.Helper()
+	ctx := context.Background()
+	if _, _, err := s.sched.Create(ctx, sqlease.Job{Name: name, Schedule: sqlease.Schedule{Every: time.Hour}}); err != nil {
+		s.t.Fatal(err)
+	}
+	if paused {
+		if _, err := s.sched.Pause(ctx, name); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+}
+
+var (
+	jobLink = regexp.MustCompile(`<a href="/ui/jobs/([^"/?]+)">`)
+	nextRe  = regexp.MustCompile(`href="(/ui/jobs\?[^"]*after=[^"]*)" rel="next"`)
+	csrfRe  = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+)
+
+// pages follows the jobs list from path through its next links and
+// returns the names in order.
+func (s *site) pages(path string) (names []string, pages int) {
+	s.t.Helper()
+	for path != "" {
+		pages++
+		if pages > 20 {
+			s.t.Fatal("too many pages")
+		}
+		code, body, _ := s.get(path)
+		if code != 200 {
+			s.t.Fatalf("%s: %d %s", path, code, body)
+		}
+		for _, m := range jobLink.FindAllStringSubmatch(body, -1) {
+			names = append(names, m[1])
+		}
+		path = ""
+		if m := nextRe.FindStringSubmatch(body); m != nil {
+			path = strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+	}
+	return names, pages
+}
+
+// TestJobsPaged: the job list pages by name without repeats or gaps, and
+// its filters (name prefix, state) keep paging right.
+func TestJobsPaged(t *testing.T) {
+	s := newSite(t, "", "127.0.0.1:0")
+	var all, pausedJobs, prefixed []string
+	for i := range 130 {
+		name := fmt.Sprintf("j%03d", i)
+		s.job(name, i%7 == 0)
+		all = append(all, name)
+		if i%7 == 0 {
+			pausedJobs = append(pausedJobs, name)
+		}
+		if strings.HasPrefix(name, "j1") {
+			prefixed = append(prefixed, name)
+		}
+	}
+	s.job("j1", false)
+	all = append(all, "j1")
+	sort.Strings(all) // by name: "j1" comes after "j099"
+	prefixed = append([]string{"j1"}, prefixed...)
+	check := func(path string, want []string, wantPages int) {
+		t.Helper()
+		got, pages := s.pages(path)
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: got %d names %v, want %d %v", path, len(got), got, len(want), want)
+		}
+		if wantPages > 0 && pages != wantPages {
+			t.Errorf("%s: %d pages, want %d", path, pages, wantPages)
+		}
+	}
+	check("/ui/jobs", all, 3)
+	check("/ui/jobs?state=paused", pausedJobs, 1)
+	check("/ui/jobs?prefix=j1", prefixed, 1)
+	check("/ui/jobs?prefix=j12&state=paused", []string{"j126"}, 1)
+	if code, _, _ := s.get("/ui/jobs?state=bogus"); code != 400 {
+		t.Errorf("a bad state filter: %d", code)
+	}
+}
+
+// TestRunsAndHistoryPaged: a job's ledger and the leadership history page
+// newest first through every row.
+func TestRunsAndHistoryPaged(t *testing.T) {
+	s := newSite(t, "", "127.0.0.1:0")
+	s.job("report", false)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 120 {
+		at := base.Add(time.Duration(i) * time.Minute).Format("2006-01-02 15:04:05.000")
+		if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
+			VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'report'), 'report', ?, 1, 'h', 1, ?, ?, 'failed', ?)`, at, at, at, fmt.Sprintf("boom-%03d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 75; i++ {
+		if err := s.store.RecordLeaseEvent(context.Background(), sqlstore.LeaseEvent{Lease: "lead", Event: sqlstore.EventAcquired, Holder: fmt.Sprintf("h%03d", i), Epoch: int64(i)}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	follow := func(path string, item, next *regexp.Regexp) []string {
+		var out []string
+		for n := 0; path != ""; n++ {
+			if n > 10 {
+				t.Fatal("too many pages")
+			}
+			code, body, _ := s.get(path)
+			if code != 200 {
+				t.Fatalf("%s: %d", path, code)
+			}
+			for _, m := range item.FindAllStringSubmatch(body, -1) {
+				out = append(out, m[1])
+			}
+			path = ""
+			if m := next.FindStringSubmatch(body); m != nil {
+				path = strings.ReplaceAll(m[1], "&amp;", "&")
+			}
+		}
+		return out
+	}
+	runs := follow("/ui/jobs/report", regexp.MustCompile(`boom-(\d+)`), regexp.MustCompile(`href="([^"]+)" rel="next"`))
+	if len(runs) != 120 || runs[0] != "119" || runs[119] != "000" {
+		t.Errorf("runs: %d, first %v", len(runs), runs[:min(3, len(runs))])
+	}
+	for i := 1; i < len(runs); i++ {
+		if runs[i] >= runs[i-1] {
+			t.Fatalf("runs not newest first at %d: %v", i, runs[i-1:i+1])
+		}
+	}
+	hist := follow("/ui/history", regexp.MustCompile(`<td class="holder">h(\d+)</td>`), regexp.MustCompile(`href="([^"]+)" rel="next"`))
+	if len(hist) != 75 || hist[0] != "075" || hist[74] != "001" {
+		t.Errorf("history: %d %v", len(hist), hist)
+	}
+	// The live refresh fetches the main part only.
+	code, body, _ := s.get("/ui/history?fragment=1")
+	if code != 200 || strings.Contains(body, "<html") || !strings.Contains(body, "h075") {
+		t.Errorf("fragment: %d %.200s", code, body)
+	}
+}
+
+// TestTokenGuard: with an API token every page asks for a sign-in; a
+// wrong token, a missing or stale CSRF token and a cross-site post change
+// nothing; signed in, a confirmed pause does.
+func TestTokenGuard(t *testing.T) {
+	const token = "dash-token-0123456789"
+	s := newSite(t, token, "127.0.0.1:0")
+	s.job("payroll", false)
+	for _, p := range []string{"/", "/ui/jobs", "/ui/jobs/payroll", "/ui/history", "/ui/jobs/payroll/confirm?action=pause"} {
+		code, _, h := s.get(p)
+		if code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/ui/login?next=") {
+			t.Errorf("%s without a sign-in: %d %s", p, code, h.Get("Location"))
+		}
+	}
+	pausedNow := func() bool {
+		j, err := s.sched.Job(context.Background(), "payroll")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.Paused
+	}
+	if code, _, _ := s.post("/ui/jobs/payroll/pause", url.Values{"csrf": {"x"}}); code != 403 || pausedNow() {
+		t.Fatalf("pause without a sign-in: %d", code)
+	}
+	if code, _, _ := s.post("/ui/login", url.Values{"token": {"wrong"}, "next": {"/"}}); code != 401 {
+		t.Fatalf("a wrong token: %d", code)
+	}
+	code, _, h := s.post("/ui/login", url.Values{"token": {token}, "next": {"/ui/jobs/payroll"}})
+	if code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/ui/jobs/payroll") {
+		t.Fatalf("sign-in: %d %s", code, h.Get("Location"))
+	}
+	if c := h.Get("Set-Cookie"); !strings.Contains(c, "HttpOnly") || !strings.Contains(c, "SameSite=Strict") {
+		t.Errorf("session cookie: %s", c)
+	}
+	code, body, _ := s.get("/ui/jobs/payroll/confirm?action=pause")
+	m := csrfRe.FindStringSubmatch(body)
+	if code != 200 || m == nil {
+		t.Fatalf("confirmation page: %d", code)
+	}
+	if code, _, _ := s.post("/ui/jobs/payroll/pause", url.Values{"csrf": {"stale"}}); code != 403 || pausedNow() {
+		t.Fatalf("a wrong CSRF token: %d", code)
+	}
+	if code, _, _ := s.post("/ui/jobs/payroll/pause", url.Values{"csrf": {m[1]}}, "Origin", "http://evil.example"); code != 403 || pausedNow() {
+		t.Fatalf("a cross-site post: %d", code)
+	}
+	if code, _, _ := s.post("/ui/jobs/payroll/pause", url.Values{"csrf": {m[1]}}, "Sec-Fetch-Site", "cross-site"); code != 403 || pausedNow() {
+		t.Fatalf("a cross-site post (Sec-Fetch-Site): %d", code)
+	}
+	if code, _, h := s.post("/ui/jobs/payroll/pause", url.Values{"csrf": {m[1]}}); code != http.StatusSeeOther || !pausedNow() {
+		t.Fatalf("the confirmed pause: %d %s", code, h.Get("Location"))
+	}
+	// An open redirect through next is not possible.
+	if _, _, h := s.post("/ui/login", url.Values{"token": {token}, "next": {"//evil.example/"}}); !strings.HasPrefix(h.Get("Location"), "/?") {
+		t.Errorf("next=//evil.example/ redirects to %s", h.Get("Location"))
+	}
+}
+
+// TestReadOnlyBeyondLoopback: without a token, a node that listens beyond
+// loopback shows everything and changes nothing.
+func TestReadOnlyBeyondLoopback(t *testing.T) {
+	s := newSite(t, "", "0.0.0.0:8080")
+	s.job("payroll", false)
+	code, body, _ := s.get("/ui/jobs/payroll")
+	if code != 200 || strings.Contains(body, "confirm?action=") || !strings.Contains(body, "read-only") {
+		t.Fatalf("job page: %d", code)
+	}
+	if code, _, _ := s.get("/ui/jobs/payroll/confirm?action=trigger"); code != 403 {
+		t.Errorf("confirmation page: %d", code)
+	}
+	if code, _, _ := s.post("/ui/jobs/payroll/delete", url.Values{"csrf": {"x"}}); code != 403 {
+		t.Errorf("delete: %d", code)
+	}
+	if _, err := s.sched.Job(context.Background(), "payroll"); err != nil {
+		t.Fatalf("the job is gone: %v", err)
+	}
+}
