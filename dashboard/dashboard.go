@@ -43,6 +43,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sqlease/sqlease"
@@ -97,6 +98,10 @@ type Dashboard struct {
 	token [sha256.Size]byte
 	mux   *http.ServeMux
 	pages map[string]*template.Template
+
+	failMu    sync.Mutex
+	failSince time.Time // start of the current second of failed sign-ins
+	failures  int
 }
 
 // New returns the dashboard.

@@ -280,6 +280,18 @@ func TestTokenGuard(t *testing.T) {
 	if code, _, h := s.post("/ui/jobs/payroll/pause", url.Values{"csrf": {m[1]}}); code != http.StatusSeeOther || !pausedNow() {
 		t.Fatalf("the confirmed pause: %d %s", code, h.Get("Location"))
 	}
+	// Guessing is slow: a few failures per second, then 429 for everyone.
+	limited := false
+	for range 6 {
+		if code, _, _ := s.post("/ui/login", url.Values{"token": {"guess"}}); code == http.StatusTooManyRequests {
+			limited = true
+			break
+		}
+	}
+	if !limited {
+		t.Error("six wrong sign-ins in a row were all answered")
+	}
+	time.Sleep(1100 * time.Millisecond)
 	// An open redirect through next is not possible.
 	if _, _, h := s.post("/ui/login", url.Values{"token": {token}, "next": {"//evil.example/"}}); !strings.HasPrefix(h.Get("Location"), "/?") {
 		t.Errorf("next=//evil.example/ redirects to %s", h.Get("Location"))

@@ -574,9 +574,13 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	next := safeNext(r.PostForm.Get("next"))
 	got := sha256.Sum256([]byte(strings.TrimSpace(r.PostForm.Get("token"))))
+	if !d.signInAllowed() {
+		w.Header().Set("Retry-After", "1")
+		d.refuse(w, r, http.StatusTooManyRequests, "too many failed sign-ins: wait a second")
+		return
+	}
 	if d.cfg.APIToken == "" || subtle.ConstantTimeCompare(got[:], d.token[:]) != 1 {
-		// A wrong guess costs a moment: no fast brute force.
-		time.Sleep(500 * time.Millisecond)
+		d.signInFailed()
 		d.log.Warn("dashboard_sign_in_failed", slog.String("remote", r.RemoteAddr))
 		v := &view{Title: "Sign in", Node: d.node(), TokenSet: d.cfg.APIToken != "", Data: loginData{Next: next, Error: "That is not the API token."}}
 		d.render(w, http.StatusUnauthorized, "login", "layout", v)
@@ -605,4 +609,26 @@ func safeNext(s string) string {
 		return "/"
 	}
 	return s
+}
+
+// maxFailedSignIns bounds failed sign-ins per second, node-wide: guessing
+// stays slow without holding a request slot per guess.
+const maxFailedSignIns = 5
+
+func (d *Dashboard) signInAllowed() bool {
+	d.failMu.Lock()
+	defer d.failMu.Unlock()
+	if time.Since(d.failSince) >= time.Second {
+		d.failSince, d.failures = time.Now(), 0
+	}
+	return d.failures < maxFailedSignIns
+}
+
+func (d *Dashboard) signInFailed() {
+	d.failMu.Lock()
+	defer d.failMu.Unlock()
+	if time.Since(d.failSince) >= time.Second {
+		d.failSince, d.failures = time.Now(), 0
+	}
+	d.failures++
 }

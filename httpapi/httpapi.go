@@ -17,6 +17,7 @@
 //	GET    /v1/jobs/{name}/runs?limit= the run ledger, newest first: {"runs": […]}
 //	GET    /v1/leases                  every lease: {"leases": […]}
 //	GET    /v1/leases/{name}/history   leadership history, newest first: {"events": […], "next": "…"}
+//	GET    /, /ui/…                    the web dashboard, when Config.Dashboard is set
 //
 // # Guarantees
 //

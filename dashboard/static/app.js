@@ -24,6 +24,10 @@
     u.searchParams.set("fragment", "1");
     fetch(u.toString(), { credentials: "same-origin", headers: { "Accept": "text/html" } })
       .then(function (res) {
+        if (res.redirected && res.url.indexOf("/ui/login") >= 0) {
+          window.location.assign(res.url); // the sign-in ended: ask for it again
+          throw new Error("signed out");
+        }
         if (res.redirected || !res.ok) throw new Error("HTTP " + res.status);
         return res.text();
       })
