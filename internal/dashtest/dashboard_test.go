@@ -317,8 +317,26 @@ func TestFailoverOnPage(t *testing.T) {
 		t.Fatal("another job was paused")
 	}
 
-	run(t, ctx, chromedp.Navigate(watcher.URL("/ui/history")))
-	waitFor(t, ctx, 5*time.Second, "the history page", `document.querySelectorAll(".events tbody tr").length >= 2`)
+	// A graceful stop of the leader: its release and the next holder's
+	// acquisition, each with its reason, in the history every node shows.
+	stopped := d.Node(newLead)
+	var last *fleettest.Node
+	for _, n := range d.Running() {
+		if n != stopped {
+			last = n
+		}
+	}
+	stopped.Term()
+	if !stopped.WaitExit(10 * time.Second) {
+		t.Fatalf("%s did not stop", newLead)
+	}
+	run(t, ctx, chromedp.Navigate(last.URL("/ui/history")))
+	waitFor(t, ctx, failoverBound+refreshEvery+1500*time.Millisecond, "the release and the next acquisition in the history",
+		fmt.Sprintf(`(() => {
+			const rows = [...document.querySelectorAll(".events tbody tr")].map(r => r.textContent.replace(/\s+/g, " "));
+			return rows.length >= 4 && rows[0].includes("acquired") && rows[0].includes("%[1]s released epoch %[2]d") &&
+				rows[1].includes("released") && rows[1].includes("%[1]s") && rows[1].includes("shutdown");
+		})()`, newLead, epoch+1))
 	shoot(t, ctx, "history")
 }
 
