@@ -27,6 +27,7 @@ import (
 
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/pgtest"
@@ -261,6 +262,19 @@ func TestFailoverOnPage(t *testing.T) {
 		t.Errorf("the latest history row is not the leader's acquisition: %q", got)
 	}
 	shoot(t, ctx, "overview")
+	// Readable without JavaScript: the leader is in the served HTML.
+	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, chromedp.Navigate(watcher.URL("/")))
+	if got := text(t, ctx, "#leader"); got != lead.Holder {
+		t.Errorf("without JavaScript the overview names %q, want %q", got, lead.Holder)
+	}
+	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: false}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, chromedp.Navigate(watcher.URL("/")))
+	waitFor(t, ctx, 5*time.Second, "the overview again", `!!document.querySelector("#leader")`)
 
 	// kill -9 the leader; the open page follows without a reload.
 	eval[int](t, ctx, `window.noReload = 1`)
@@ -397,10 +411,21 @@ func TestNoTokenNoChange(t *testing.T) {
 	if status != 403 || paused(t, pdb, "payroll") {
 		t.Fatalf("pause with a wrong CSRF token: status %v, paused %v", status, paused(t, pdb, "payroll"))
 	}
-	run(t, ctx, chromedp.Click(chromedp.CSS(`a[href$="confirm?action=pause"]`)))
-	waitFor(t, ctx, 5*time.Second, "the confirmation", `!!document.querySelector("#confirm")`)
+	// By keyboard alone: Tab to the action, Enter, Enter on the
+	// confirmation (its button has the focus).
+	for i := 0; ; i++ {
+		if i == 40 {
+			t.Fatal("Tab never reached the pause link")
+		}
+		run(t, ctx, chromedp.KeyEvent(kb.Tab))
+		if eval[bool](t, ctx, `!!document.activeElement && (document.activeElement.getAttribute("href") || "").endsWith("confirm?action=pause")`) {
+			break
+		}
+	}
+	run(t, ctx, chromedp.KeyEvent(kb.Enter))
+	waitFor(t, ctx, 5*time.Second, "the confirmation, its button focused", `!!document.querySelector("#confirm") && document.activeElement === document.querySelector("#confirm")`)
 	shoot(t, ctx, "confirm")
-	run(t, ctx, chromedp.Click(chromedp.CSS("#confirm")))
+	run(t, ctx, chromedp.KeyEvent(kb.Enter))
 	waitFor(t, ctx, 5*time.Second, "paused", `document.querySelector("#job-state") && document.querySelector("#job-state").textContent === "paused"`)
 	if !paused(t, pdb, "payroll") {
 		t.Fatal("signed in, the pause did not reach the database")
