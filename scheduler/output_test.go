@@ -1,0 +1,103 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+func TestTailOutput(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		limit int
+		want  string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{"0123456789abc", 10, "[… 3 bytes dropped]\n3456789abc"},
+		// A cut inside a character moves to the next one.
+		{"aé" + strings.Repeat("x", 8), 9, "[… 3 bytes dropped]\n" + strings.Repeat("x", 8)},
+		{"anything", 0, ""},
+		{"anything", -1, ""},
+	} {
+		if got := scheduler.TailOutput(tc.in, tc.limit); got != tc.want {
+			t.Errorf("TailOutput(%q, %d) = %q, want %q", tc.in, tc.limit, got, tc.want)
+		}
+	}
+	// Outside a run SetOutput does nothing and the limit is 0.
+	scheduler.SetOutput(context.Background(), "lost")
+	if n := scheduler.OutputLimit(context.Background()); n != 0 {
+		t.Errorf("OutputLimit outside a run = %d", n)
+	}
+}
+
+// TestRunOutput: what a handler hands over with SetOutput is stored with its
+// run (the tail, marked, beyond OutputLimit), on success and failure; a
+// handler that sets none — every library job written before output
+// existed — stores none; OutputLimit < 0 keeps nothing.
+func TestRunOutput(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		handle := func(ctx context.Context, r sqlease.Run) error {
+			switch {
+			case strings.HasPrefix(r.Job, "says"):
+				scheduler.SetOutput(ctx, "first")
+				scheduler.SetOutput(ctx, "hello from "+r.Job) // the last one counts
+			case strings.HasPrefix(r.Job, "long"):
+				if scheduler.OutputLimit(ctx) != 32 {
+					return errors.New("limit not 32")
+				}
+				scheduler.SetOutput(ctx, strings.Repeat("a", 68)+strings.Repeat("z", 32))
+			case strings.HasPrefix(r.Job, "fails"):
+				scheduler.SetOutput(ctx, "why it failed")
+				return errors.New("exit status 3")
+			}
+			return nil
+		}
+		store := newStore(t)
+		s := newSched(t, scheduler.Config{Store: store, Holder: "w1", Handler: handle, OutputLimit: 32})
+		want := map[string]string{
+			"says": "hello from says", "quiet": "", "fails": "why it failed",
+			"long": "[… 68 bytes dropped]\n" + strings.Repeat("z", 32),
+		}
+		for name := range want {
+			if _, _, err := s.Create(ctx, sqlease.Job{Name: name}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stop := runClaim(t, s)
+		finished := func(name string) (sqlease.Run, bool) {
+			runs, err := s.Runs(ctx, name, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(runs) != 1 {
+				return sqlease.Run{}, false
+			}
+			return runs[0], runs[0].Outcome != sqlease.OutcomeRunning
+		}
+		for name, out := range want {
+			waitFor(t, 20*time.Second, name+" to finish", func() bool { _, ok := finished(name); return ok })
+			if r, _ := finished(name); r.Output != out {
+				t.Errorf("%s: output %q, want %q (outcome %s)", name, r.Output, out, r.Outcome)
+			}
+		}
+		stop()
+
+		off := newSched(t, scheduler.Config{Store: store, Holder: "w2", Handler: handle, OutputLimit: -1})
+		if _, _, err := off.Create(ctx, sqlease.Job{Name: "says-off"}); err != nil {
+			t.Fatal(err)
+		}
+		runClaim(t, off)
+		waitFor(t, 20*time.Second, "says-off to finish", func() bool { _, ok := finished("says-off"); return ok })
+		if r, _ := finished("says-off"); r.Output != "" {
+			t.Errorf("OutputLimit -1 kept %q", r.Output)
+		}
+	})
+}
