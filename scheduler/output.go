@@ -47,14 +47,22 @@ func OutputLimit(ctx context.Context) int {
 // OutputDropped's marker; invalid UTF-8 is stored as U+FFFD. Outside a run
 // of a Scheduler, or when the scheduler keeps no output, it does nothing.
 // The output is stored and shown as given: leave secrets out of it.
-func SetOutput(ctx context.Context, out string) {
+func SetOutput(ctx context.Context, out string) { SetOutputTail(ctx, out, 0) }
+
+// SetOutputTail is SetOutput for the tail of a longer output whose first
+// dropped bytes the handler left out already (it kept only OutputLimit's
+// worth): the marker counts them too.
+func SetOutputTail(ctx context.Context, tail string, dropped int64) {
 	s, ok := ctx.Value(outputKey{}).(*outputSlot)
-	if !ok {
+	if !ok || s.limit <= 0 {
 		return
 	}
-	out = TailOutput(out, s.limit)
+	tail, cut := cutTail(tail, s.limit)
+	if dropped += int64(cut); dropped > 0 {
+		tail = OutputDropped(dropped) + tail
+	}
 	s.mu.Lock()
-	s.out = out
+	s.out = tail
 	s.mu.Unlock()
 }
 
@@ -74,18 +82,37 @@ func TailOutput(out string, limit int) string {
 	if limit <= 0 {
 		return ""
 	}
-	if len(out) <= limit {
+	tail, cut := cutTail(out, limit)
+	if cut == 0 {
 		return out
+	}
+	return OutputDropped(int64(cut)) + tail
+}
+
+// cutTail returns the last limit bytes of out or fewer, starting on a
+// character boundary, and how many bytes it left out.
+func cutTail(out string, limit int) (string, int) {
+	if len(out) <= limit {
+		return out, 0
 	}
 	cut := len(out) - limit
 	for i := 0; i < utf8.UTFMax-1 && cut < len(out) && !utf8.RuneStart(out[cut]); i++ {
 		cut++
 	}
-	return OutputDropped(int64(cut)) + out[cut:]
+	return out[cut:], cut
 }
 
 // OutputDropped is the marker that starts a kept output whose first n bytes
 // were dropped: "[… n bytes dropped]\n".
 func OutputDropped(n int64) string {
 	return "[… " + strconv.FormatInt(n, 10) + " bytes dropped]\n"
+}
+
+// WithOutput returns a context in which a handler's SetOutput is kept as a
+// Scheduler would keep it under OutputLimit limit, and a function that
+// returns what was kept: for running a handler outside a Scheduler (its
+// tests, a tool).
+func WithOutput(ctx context.Context, limit int) (context.Context, func() string) {
+	s := &outputSlot{limit: max(limit, 0)}
+	return context.WithValue(ctx, outputKey{}, s), s.get
 }
