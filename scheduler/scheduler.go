@@ -646,7 +646,7 @@ func (s *Scheduler) JobsChecked(ctx context.Context, after string, limit int) ([
 	return out, skipped, last, err
 }
 
-// Delete deletes a job; its run ledger stays.
+// Delete deletes a job and its runs' output; its run ledger stays.
 func (s *Scheduler) Delete(ctx context.Context, name string) error {
 	return s.store.DeleteJob(ctx, name)
 }

@@ -158,7 +158,7 @@ func jobsCmd(env Env) *cobra.Command {
 		j, err := s.Trigger(ctx, name)
 		return httpapi.JobOut(j), err
 	})
-	del := one("delete", "Delete a job (its run ledger stays)", func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error) {
+	del := one("delete", "Delete a job (its run ledger stays; its runs' output goes with it)", func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error) {
 		if err := s.Delete(ctx, name); err != nil {
 			return nil, err
 		}
