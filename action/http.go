@@ -167,7 +167,7 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 		return nil
 	}
 	msg := fmt.Sprintf("http action: %s: HTTP status %s", method, resp.Status)
-	if text := firstLine(redact(strings.ToValidUTF8(head.String(), ""), list), MaxErrorOutput); text != "" {
+	if text := firstLine(redactHead(head.Bytes(), MaxErrorOutput+1, list), MaxErrorOutput); text != "" {
 		msg += ": " + text
 	}
 	return &failure{msg, err}

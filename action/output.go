@@ -122,12 +122,25 @@ func findSecrets(b []byte, secrets []string) [][2]int {
 	return spans
 }
 
-// redact replaces every secret in s.
-func redact(s string, secrets []string) string {
-	for _, v := range secrets {
-		s = strings.ReplaceAll(s, v, Redaction)
+// redactHead returns the first n bytes of b with the secrets redacted, as
+// valid UTF-8. b holds more than n bytes where it can (the longest secret's
+// worth), so that a secret across byte n is found whole, and replaced; a
+// fragment of one cut at b's end lies beyond n and is left out.
+func redactHead(b []byte, n int, secrets []string) string {
+	var out strings.Builder
+	at := 0
+	for _, s := range findSecrets(b, secrets) {
+		if s[0] >= n {
+			break
+		}
+		out.Write(b[at:s[0]])
+		out.WriteString(Redaction)
+		at = s[1]
 	}
-	return s
+	if at < n {
+		out.Write(b[at:min(n, len(b))])
+	}
+	return strings.ToValidUTF8(out.String(), "\uFFFD")
 }
 
 // keepFor hands the capture's tail to the run (scheduler.SetOutputTail); no

@@ -181,6 +181,16 @@ func TestCaptureProperty(t *testing.T) {
 		if len(restored) > limit {
 			t.Fatalf("trial %d: kept %d bytes of output, limit %d", trial, len(restored), limit)
 		}
+		// The head an HTTP error shows: the first limit bytes, a secret
+		// across them whole, none cut at the end of what was read.
+		head := redactHead([]byte(all[:min(len(all), limit+len(secret)-1)]), limit, secretList(secret))
+		if strings.ContainsAny(strings.ReplaceAll(head, Redaction, ""), secret) {
+			t.Fatalf("trial %d: head %q of %q (limit %d) shows part of the secret", trial, head, all, limit)
+		}
+		if restored := strings.ReplaceAll(head, Redaction, secret); !strings.HasPrefix(all, restored) ||
+			len(restored) < min(limit, len(all)) || len(restored) >= limit+len(secret) {
+			t.Fatalf("trial %d: head %q of %q (limit %d): not its head", trial, head, all, limit)
+		}
 	}
 }
 
