@@ -26,12 +26,18 @@ type SessionLock interface {
 	// Lock blocks until this session holds the lock or ctx ends.
 	Lock(ctx context.Context) error
 	// Takeover makes this session's holder the lease's holder with epoch + 1
-	// (1 on insert) and expires_at = now + ttl, whether or not the previous
-	// lease has expired. It is correct only while the lock is held.
+	// (1 on insert) and expires_at = now + ttl, and marks the term as taken
+	// through the lock. It takes over an unexpired lease only if that term
+	// was marked so too: winning the lock says that the lock's previous
+	// holder's session has ended, not that a term acquired without the lock
+	// (while a frozen session kept it) has. Such a term it leaves to
+	// expire, returning ErrLeaseHeld. It is correct only while the lock is
+	// held.
 	Takeover(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error)
 	// Renew is LeaseStore.Renew made on the locked session, verifying in the
-	// same round trip that the session still holds the lock. It returns
-	// ErrLeaseLost or ErrSessionLost.
+	// same round trip that the session still holds the lock, and marking
+	// the term as held through the lock. It returns ErrLeaseLost or
+	// ErrSessionLost.
 	Renew(ctx context.Context, tok Token, ttl time.Duration) (Lease, error)
 	// Lost is closed as soon as the client sees the session end, at the
 	// latest from a successful Takeover on: the connection is watched by a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sqlease/sqlease"
@@ -63,21 +64,14 @@ func (e *Elector) runAdvisory(ctx context.Context, callbacks *sync.WaitGroup) {
 // leadLocked takes the lease over with the lock held and leads through the
 // locked session.
 func (e *Elector) leadLocked(ctx context.Context, lock sqlease.SessionLock, callbacks *sync.WaitGroup) (resigned bool, err error) {
-	prior := e.priorTTL()
-	sentAt := e.cfg.Clock.Now()
-	lease, err := lock.Takeover(ctx, e.cfg.LeaseName, e.cfg.HolderID, e.cfg.LeaseDuration)
-	e.obs.AcquireAttempted(e.cfg.LeaseName, e.cfg.Clock.Now().Sub(sentAt), err == nil, err)
+	lease, sentAt, prior, err := e.takeover(ctx, lock)
 	if err != nil {
-		if !errors.Is(err, sqlease.ErrSessionLost) {
-			e.wrote(err)
-		}
 		return false, err
 	}
-	e.setErr(nil)
-	e.wrote(nil)
 	// The previous holder's lease may not have expired: a takeover does not
-	// wait for it. It can no longer be renewed (the renew needs the lock, or
-	// the epoch), so it expires within its duration of now.
+	// wait for a term taken through the lock. It can no longer be renewed
+	// (the renew needs the lock, or the epoch), so it expires within its
+	// duration of now.
 	settled := e.cfg.Clock.Now().Add(prior)
 	return e.lead(ctx, lease, sentAt, settled, callbacks, term{
 		renew: lock.Renew,
@@ -109,22 +103,76 @@ func (e *Elector) leadLocked(ctx context.Context, lock sqlease.SessionLock, call
 	}), nil
 }
 
+// takeover takes the lease over through the locked session, with the time
+// it sent the takeover and how long the term it deposed may still run. A
+// live term acquired without the lock is not deposed (the lock's previous
+// holder has gone, that term's holder has not: finding F1,
+// model/README.md): the follower keeps the lock and tries again when that
+// lease is due to expire, or at once when woken by its release.
+func (e *Elector) takeover(ctx context.Context, lock sqlease.SessionLock) (sqlease.Lease, time.Time, time.Duration, error) {
+	deferred := false
+	for {
+		prior := e.priorTTL()
+		sentAt := e.cfg.Clock.Now()
+		lease, err := lock.Takeover(ctx, e.cfg.LeaseName, e.cfg.HolderID, e.cfg.LeaseDuration)
+		e.obs.AcquireAttempted(e.cfg.LeaseName, e.cfg.Clock.Now().Sub(sentAt), err == nil, err)
+		if err == nil {
+			e.setErr(nil)
+			e.wrote(nil)
+			return lease, sentAt, prior, nil
+		}
+		if !errors.Is(err, sqlease.ErrLeaseHeld) {
+			if !errors.Is(err, sqlease.ErrSessionLost) {
+				e.wrote(err)
+			}
+			return sqlease.Lease{}, time.Time{}, 0, err
+		}
+		e.setErr(nil)
+		e.wrote(nil)
+		if !deferred {
+			deferred = true
+			e.log.Info("leader_takeover_deferred",
+				slog.String("reason", "the lock is ours, but the lease was acquired without it and is live: it is left to expire"))
+		}
+		wait := e.cfg.AcquireInterval
+		if cur, err := e.cfg.Store.Lease(ctx, e.cfg.LeaseName); err == nil {
+			e.observe(cur)
+			// At most a lease duration, so that the locked session is
+			// used often enough for servers that end idle sessions
+			// (MySQL's wait_timeout, set from the lease at the takeover).
+			wait = min(max(cur.Remaining()+time.Millisecond, time.Millisecond), e.cfg.LeaseDuration)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return sqlease.Lease{}, time.Time{}, 0, ctx.Err()
+		case <-e.wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
 // leadUnlocked leads on a lease acquired after it expired, renewing through
 // the store, while the session's Lock keeps waiting. Once the lock is won,
-// the term ends if that session is lost, as a locked term does; a follower
-// that wins the lock first takes the lease over (the previous holder's
-// session ended, and it cannot tell this term from that one's).
+// it renews through that session, which marks the term as held through the
+// lock, and the term ends if that session is lost, as a locked term does. A
+// follower that wins the lock first leaves the term to expire (takeover).
 func (e *Elector) leadUnlocked(ctx context.Context, lock sqlease.SessionLock, p *pendingLock, lease sqlease.Lease, sentAt time.Time, callbacks *sync.WaitGroup) bool {
 	e.log.Warn("leader_acquired_without_lock", slog.Int64("lease_epoch", lease.Epoch),
 		slog.String("reason", "the lease expired while another session kept the lock: its holder is frozen or cut off"))
 	lost, ended := make(chan struct{}), make(chan struct{})
 	defer close(ended)
+	var won atomic.Bool
 	go func() {
 		select {
 		case <-p.done:
 			if p.err != nil {
 				return // the term goes on without the lock
 			}
+			won.Store(true)
+			e.log.Info("leader_lock_won", slog.Int64("lease_epoch", lease.Epoch))
 			select {
 			case <-lock.Lost():
 				close(lost)
@@ -134,8 +182,13 @@ func (e *Elector) leadUnlocked(ctx context.Context, lock sqlease.SessionLock, p 
 		}
 	}()
 	return e.lead(ctx, lease, sentAt, time.Time{}, callbacks, term{
-		renew: e.cfg.Store.Renew,
-		lost:  lost,
+		renew: func(ctx context.Context, tok sqlease.Token, ttl time.Duration) (sqlease.Lease, error) {
+			if won.Load() {
+				return lock.Renew(ctx, tok, ttl)
+			}
+			return e.cfg.Store.Renew(ctx, tok, ttl)
+		},
+		lost: lost,
 		release: func(ctx context.Context, tok sqlease.Token) error {
 			p.stop()
 			cerr := lock.Close(ctx)

@@ -62,9 +62,12 @@
 //     gate closes and the leading context is cancelled.
 //   - Fence fails: the gate closes and leadership is dropped.
 //   - Advisory mode, the leader frozen or partitioned past its lease: a
-//     follower acquires the expired lease; when the old session finally
-//     ends, whichever follower's Lock comes first takes over (possibly one
-//     more handoff).
+//     follower acquires the expired lease without the lock and leads on it
+//     alone. When the old session finally ends, that follower keeps its
+//     term: if its own Lock comes first it renews through that session from
+//     then on; if another follower's does, that one leaves the live term to
+//     expire rather than deposing it (the lease row records which terms
+//     hold the lock), so two gates are never open at once.
 //   - Context ends: the gate closes, the OnStartedLeading callback is waited
 //     for (at most until the local deadline), then the lease is released so a
 //     follower takes over at its next poll.

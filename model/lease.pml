@@ -14,13 +14,16 @@
  * may also end the session of a live node (a restart, a killed backend).
  *
  * Switches: -DADVISORY (advisory mode: a session lock), -DSESSION_LOSS,
- * -DNO_RELEASE (no graceful shutdown), -DSTRICT_G1 (README: finding F1),
+ * -DNO_RELEASE (no graceful shutdown), -DSTRICT_G1 (the strict G1 also
+ * with session loss: SPEC §3's window, refuted),
  * the reachability probes
  * -DREACH_… (each asserts that an interesting step never happens, so that
  * spin must refute it: the checks above are not vacuous),
  * and the planted defects -DBUG_RECEIVE_TIME, -DBUG_NO_FENCE,
  * -DBUG_EARLY_RETRY, -DBUG_LOCK_ONLY, -DBUG_F2_RELEASE (the release that
- * finding F2 showed wrong, since fixed).
+ * finding F2 showed wrong, since fixed), -DBUG_F1_TAKEOVER (the takeover
+ * that finding F1 showed wrong, since fixed: it deposed a live term
+ * acquired without the lock).
  */
 
 /* ---- Constants: the election package's defaults, 1 tick = 1 s ---- */
@@ -34,8 +37,8 @@
 #define BOUND    (LEASE + ACQUIRE) /* G5: failover within lease + acquire */
 #endif
 #ifndef OVERLAP
-#if defined(ADVISORY) && !defined(STRICT_G1)
-#define OVERLAP  ADVGATE /* advisory: a deposed gate closes within 2 RenewIntervals */
+#if defined(ADVISORY) && defined(SESSION_LOSS) && !defined(STRICT_G1)
+#define OVERLAP  ADVGATE /* a session lost while its node lives: the deposed gate closes within 2 RenewIntervals */
 #else
 #define OVERLAP  0
 #endif
@@ -60,6 +63,7 @@ byte holder;         /* lease row: holding node + 1, 0 = no row */
 byte epoch;          /* lease row: lease_epoch, the fencing token */
 byte expires;        /* lease row: expires_at; expired when expires <= now */
 byte lockOwner;      /* advisory: node + 1 whose session holds the lock, 0 = free */
+bool rowLocked;      /* lease row: lease_locked, the term was taken or renewed through the lock */
 byte occEpoch;       /* the occurrence: epoch of its last started attempt, 0 = none */
 bool occDone;        /* the occurrence completed */
 
@@ -76,6 +80,7 @@ byte res[N];         /* its response: the epoch acquired, 1 = renewed, 0 = refus
 bool viaLock[N];     /* the term renews through its locked session (a takeover) */
 bool lockWait[N];    /* advisory: a Lock call is waiting */
 bool locked[N];      /* advisory: this node's session was granted the lock */
+byte tkWake[N];      /* advisory: a refused takeover is tried again from then (or on expiry) */
 byte wr[N];          /* fenced write in flight: 0 none, 1 start attempt, 2 finish */
 byte wrEp[N];        /* its epoch */
 byte wres[N];        /* its outcome: 0 pending, 1 committed, 2 fence failed */
@@ -96,12 +101,12 @@ byte lastCommit;     /* epoch of the last committed fenced write */
 #define mayStillSend(k, e) (sending[k] != 0 && sending[k] < e && !dead[k] && now < trusted[k])
 
 /* G1, checked where a gate opens or is extended (a tick only closes
- * gates): no other node's gate is open. In advisory mode a takeover through
- * the lock does not wait for the lease, and two gates can be open at once
- * (README, finding F1): there the clock bounds the overlap instead, and
- * -DSTRICT_G1 asks for the strict property. */
+ * gates): no other node's gate is open. When the database ends the session
+ * of a live node (SESSION_LOSS), a takeover through the lock deposes a term
+ * whose gate is open (SPEC §3): there the clock bounds the overlap instead,
+ * and -DSTRICT_G1 asks for the strict property. */
 inline g1(i) {
-#if !defined(ADVISORY) || defined(STRICT_G1)
+#if !(defined(ADVISORY) && defined(SESSION_LOSS)) || defined(STRICT_G1)
 	j = 0;
 	do
 	:: j < N -> assert(j == i || !acts(j)); j++
@@ -155,7 +160,7 @@ inline endTerm(i) {
 	ph[i] = FOLLOW; wake[i] = now;
 #ifdef ADVISORY
 	if :: lockOwner == i + 1 -> lockOwner = 0 :: else fi;
-	locked[i] = 0; lockWait[i] = 1;
+	locked[i] = 0; lockWait[i] = 1; tkWake[i] = 0;
 #endif
 }
 
@@ -198,7 +203,8 @@ end:	do
 	:: atomic { ph[i] == ACQ_SENT ->
 		if
 		:: holder == 0 || expires <= now ->
-			epoch++; holder = i + 1; expires = now + LEASE; res[i] = epoch; moved()
+			epoch++; holder = i + 1; expires = now + LEASE; res[i] = epoch; moved();
+			rowLocked = 0
 		:: else -> res[i] = 0
 		fi;
 		ph[i] = ACQ_DONE
@@ -214,25 +220,39 @@ end:	do
 	:: atomic { lockOwner == 0 && lockWait[i] && !dead[i] ->
 		lockOwner = i + 1; lockWait[i] = 0; locked[i] = 1
 	}
-	/* awaitLead: the lock is ours; leadLocked: Takeover */
-	:: atomic { isLive(i) && ph[i] == FOLLOW && locked[i] && lockOwner == i + 1 ->
+	/* awaitLead: the lock is ours; leadLocked: takeover (again once a
+	 * refused takeover's lease is due, or has expired or been released) */
+	:: atomic { isLive(i) && ph[i] == FOLLOW && locked[i] && lockOwner == i + 1 &&
+	            (now >= tkWake[i] || expires <= now) ->
 		sentAt[i] = now; ph[i] = TAKE_SENT
 	}
-	/* database: Takeover through the locked session, whatever the lease */
+	/* database: Takeover through the locked session, of a missing or
+	 * expired lease or of a term taken through the lock; a live term
+	 * acquired without it is left to expire (the fix of finding F1) */
 	:: atomic { ph[i] == TAKE_SENT ->
 		if
+#ifdef BUG_F1_TAKEOVER
 		:: lockOwner == i + 1 ->
+#else
+		:: lockOwner == i + 1 && (holder == 0 || expires <= now || rowLocked) ->
+#endif
 #ifdef REACH_DEPOSE
 			assert(holder == 0 || expires <= now); /* probe: no unexpired lease is taken over */
 #endif
-			epoch++; holder = i + 1; expires = now + LEASE; res[i] = epoch; moved()
-		:: else -> res[i] = 0 /* ErrSessionLost */
+			epoch++; holder = i + 1; expires = now + LEASE; res[i] = epoch; moved();
+			rowLocked = 1
+#ifndef BUG_F1_TAKEOVER
+		:: lockOwner == i + 1 && holder != 0 && expires > now && !rowLocked -> res[i] = 255 /* ErrLeaseHeld */
+#endif
+		:: lockOwner != i + 1 -> res[i] = 0 /* ErrSessionLost */
 		fi;
 		ph[i] = TAKE_DONE
 	}
 	:: atomic { isLive(i) && ph[i] == TAKE_DONE ->
 		if
-		:: res[i] != 0 ->
+		:: res[i] == 255 -> /* keep the lock, read the lease, wait until it is due */
+			ph[i] = FOLLOW; tkWake[i] = expires; sentAt[i] = 0; res[i] = 0
+		:: res[i] != 0 && res[i] != 255 ->
 			viaLock[i] = 1;
 			/* PriorTermsEnd: the taken-over lease runs out within its
 			 * duration of now (priorTTL). */
@@ -248,7 +268,7 @@ end:	do
 	:: atomic { isLive(i) && locked[i] && lockOwner != i + 1 && (ph[i] == LEAD || ph[i] == FOLLOW) ->
 		if
 		:: ph[i] == LEAD -> endTerm(i)
-		:: else -> locked[i] = 0
+		:: else -> locked[i] = 0; tkWake[i] = 0
 		fi
 	}
 #endif
@@ -257,13 +277,17 @@ end:	do
 	 * the gate: drop */
 	:: atomic { isLive(i) && ph[i] == LEAD && (tok[i] == 0 || now >= trusted[i]) -> endTerm(i) }
 	:: atomic { isLive(i) && ph[i] == LEAD && tok[i] != 0 && now >= wake[i] && now < trusted[i] ->
+		/* leadUnlocked: once its Lock is won, a term acquired without
+		 * the lock renews through the locked session */
+		viaLock[i] = viaLock[i] || locked[i];
 		sentAt[i] = now; ph[i] = REN_SENT
 	}
 	/* database: Renew (through the session in a locked term) */
 	:: atomic { ph[i] == REN_SENT ->
 		if
 		:: holder == i + 1 && epoch == tok[i] && expires > now && (!viaLock[i] || lockOwner == i + 1) ->
-			expires = now + LEASE; res[i] = 1; moved()
+			expires = now + LEASE; res[i] = 1; moved();
+			if :: viaLock[i] -> rowLocked = 1 :: else fi
 		:: else -> res[i] = 0
 		fi;
 		ph[i] = REN_DONE
@@ -390,7 +414,8 @@ end:	do
 #define idle(i) (dead[i] || paused[i] || \
 	((ph[i] == FOLLOW || ph[i] == LEAD) && now < wake[i] && wres[i] == 0 && wr[i] == 0 && \
 	 !(ph[i] == LEAD && (tok[i] == 0 || now >= trusted[i])) && \
-	 !(locked[i] && lockOwner != i + 1) && !(ph[i] == FOLLOW && locked[i])))
+	 !(locked[i] && lockOwner != i + 1) && \
+	 !(ph[i] == FOLLOW && locked[i] && (now >= tkWake[i] || expires <= now))))
 #define lockIdle (lockOwner != 0 || !(lockWait[0] && !dead[0]) && !(lockWait[1] && !dead[1]) && (N < 3 || !(lockWait[2] && !dead[2])))
 
 active proctype Clock() {

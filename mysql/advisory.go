@@ -124,7 +124,7 @@ func NewLocker(cfg AdvisoryConfig) (sqlease.SessionLocker, error) {
 	}, nil
 }
 
-type advisorySQL struct{ getLock, holds, takeover, takeoverRead, renew, renewRead string }
+type advisorySQL struct{ getLock, holds, unlockedTerm, takeover, takeoverRead, renew, renewRead string }
 
 func advisoryQueries(prefix string) advisorySQL {
 	r := strings.NewReplacer("{leases}", prefix+"_leases", "{now}", now,
@@ -132,19 +132,30 @@ func advisoryQueries(prefix string) advisorySQL {
 	return advisorySQL{
 		getLock: `SELECT GET_LOCK(?, ` + strconv.Itoa(int(lockWait/time.Second)) + `)`,
 		holds:   r.Replace(`SELECT {held}`),
-		// Unconditional: the lock, checked in the same transaction, says
-		// this session may take the lease over, expired or not.
-		takeover: r.Replace(`INSERT INTO {leases} (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at)
-VALUES (?, ?, 1, {now}, {now}, ` + plusMS(now, "?") + `)
+		// The lock says the previous lock holder's session has ended, not
+		// that the lease's holder has: a live term acquired without the
+		// lock (its holder's lease expired while a frozen session kept the
+		// lock) must be left to expire, or two gates would be open at once
+		// (finding F1, model/README.md). Read under the row lock, in the
+		// takeover's transaction.
+		unlockedTerm: r.Replace(`SELECT 1 FROM {leases} WHERE lease_name = ? AND lease_locked = 0 AND expires_at > {now} FOR UPDATE`),
+		// Otherwise unconditional: the lock, checked in the same
+		// transaction, says this session may take the lease over, expired
+		// or not.
+		takeover: r.Replace(`INSERT INTO {leases} (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at, lease_locked)
+VALUES (?, ?, 1, {now}, {now}, ` + plusMS(now, "?") + `, 1)
 ON DUPLICATE KEY UPDATE
 	holder_id   = VALUES(holder_id),
 	lease_epoch = lease_epoch + 1,
 	acquired_at = VALUES(acquired_at),
 	renewed_at  = VALUES(renewed_at),
-	expires_at  = VALUES(expires_at)`),
+	expires_at  = VALUES(expires_at),
+	lease_locked = 1`),
 		takeoverRead: r.Replace(`SELECT lease_epoch, acquired_at, renewed_at, expires_at, acquired_at
 FROM {leases} WHERE lease_name = ? AND holder_id = ?`),
-		renew: r.Replace(`UPDATE {leases} SET renewed_at = {now}, expires_at = ` + plusMS(now, "?") + `
+		// Marks a term acquired without the lock, which has won it since,
+		// as held through it.
+		renew: r.Replace(`UPDATE {leases} SET renewed_at = {now}, expires_at = ` + plusMS(now, "?") + `, lease_locked = 1
 WHERE lease_name = ? AND holder_id = ? AND lease_epoch = ? AND expires_at > {now} AND {held}`),
 		renewRead: r.Replace(`SELECT acquired_at, renewed_at, expires_at, renewed_at
 FROM {leases} WHERE lease_name = ? AND holder_id = ? AND lease_epoch = ?`),
@@ -309,6 +320,9 @@ func (s *session) Lock(ctx context.Context) error {
 	return nil
 }
 
+// errUnlockedTerm is Takeover's refusal inside its transaction.
+var errUnlockedTerm = errors.New("lease acquired without the lock, unexpired")
+
 // Takeover implements sqlease.SessionLock.
 func (s *session) Takeover(ctx context.Context, name, holder string, ttl time.Duration) (sqlease.Lease, error) {
 	if err := sqlease.ValidateLease(name, holder, ttl); err != nil {
@@ -331,6 +345,13 @@ func (s *session) Takeover(ctx context.Context, name, holder string, ttl time.Du
 		if err := tx.QueryRowContext(ctx, s.q.holds, s.name).Scan(&held); err != nil || !held {
 			return err
 		}
+		var one int
+		switch err := tx.QueryRowContext(ctx, s.q.unlockedTerm, name).Scan(&one); {
+		case err == nil:
+			return errUnlockedTerm
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, s.q.takeover, name, holder, ttl.Milliseconds()); err != nil {
 			return err
 		}
@@ -340,6 +361,9 @@ func (s *session) Takeover(ctx context.Context, name, holder string, ttl time.Du
 		}
 		return tx.Commit()
 	})
+	if errors.Is(err, errUnlockedTerm) {
+		return sqlease.Lease{}, fmt.Errorf("take over lease %q: %w: it was acquired without the lock and has not expired", name, sqlease.ErrLeaseHeld)
+	}
 	if err != nil {
 		return sqlease.Lease{}, fmt.Errorf("take over lease %q: %w", name, s.fail(ctx, err))
 	}

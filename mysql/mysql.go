@@ -282,8 +282,13 @@ func Dialect(prefix string) (sqlstore.Dialect, error) {
 	lease_epoch bigint       NOT NULL,
 	acquired_at datetime(6)  NOT NULL,
 	renewed_at  datetime(6)  NOT NULL,
-	expires_at  datetime(6)  NOT NULL
+	expires_at  datetime(6)  NOT NULL,
+	lease_locked tinyint(1)  NOT NULL DEFAULT 0
 ) {options}`)},
+		// lease_locked: the term was taken or renewed through the advisory
+		// lock (see the session's takeover).
+		Columns: []sqlstore.Column{{Table: prefix + "_leases", Name: "lease_locked",
+			Add: r.Replace(`ALTER TABLE {leases} ADD COLUMN lease_locked tinyint(1) NOT NULL DEFAULT 0`)}},
 		// ON DUPLICATE KEY UPDATE assigns left to right and each assignment
 		// sees the columns already assigned: expires_at, which every
 		// condition reads, comes last. Rows affected: 1 inserted, 2 taken
@@ -296,6 +301,7 @@ ON DUPLICATE KEY UPDATE
 	lease_epoch = IF(expires_at <= VALUES(acquired_at), lease_epoch + 1, lease_epoch),
 	acquired_at = IF(expires_at <= VALUES(acquired_at), VALUES(acquired_at), acquired_at),
 	renewed_at  = IF(expires_at <= VALUES(acquired_at), VALUES(renewed_at), renewed_at),
+	lease_locked = IF(expires_at <= VALUES(acquired_at), 0, lease_locked),
 	expires_at  = IF(expires_at <= VALUES(acquired_at), VALUES(expires_at), expires_at)`),
 			// The write's clock reading is acquired_at. The holder check
 			// is redundant with rows affected, except on a pool opened with

@@ -87,17 +87,28 @@ func advisoryQueries(prefix string) advisorySQL {
 		// this connection one round trip ago. Through a transaction-mode
 		// pooler the next renew, which does check, refuses; meanwhile the
 		// epoch bump fences whoever else took over.
+		//
+		// The lock says the previous lock holder's session has ended, not
+		// that the lease's holder has: a term acquired without the lock
+		// (its holder's lease expired while a frozen session kept the
+		// lock) is live, and deposing it would open two gates at once
+		// (finding F1, model/README.md). Such a term is taken over only
+		// once it has expired; no row comes back until then.
 		takeover: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now)
-INSERT INTO {leases} AS l (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at)
-SELECT $1, $2, 1, n.now, n.now, n.now + $3::bigint * interval '1 millisecond' FROM n
+INSERT INTO {leases} AS l (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at, lease_locked)
+SELECT $1, $2, 1, n.now, n.now, n.now + $3::bigint * interval '1 millisecond', true FROM n
 ON CONFLICT (lease_name) DO UPDATE SET
 	holder_id = EXCLUDED.holder_id,
 	lease_epoch = l.lease_epoch + 1,
 	acquired_at = EXCLUDED.acquired_at,
 	renewed_at = EXCLUDED.renewed_at,
-	expires_at = EXCLUDED.expires_at
+	expires_at = EXCLUDED.expires_at,
+	lease_locked = true
+WHERE l.lease_locked OR l.expires_at <= EXCLUDED.acquired_at
 RETURNING l.lease_epoch, l.acquired_at, l.renewed_at, l.expires_at, l.acquired_at`),
-		renew: strings.ReplaceAll(r.Replace(`UPDATE {leases} AS l SET renewed_at = n.now, expires_at = n.now + $4::bigint * interval '1 millisecond'
+		// A term acquired without the lock that has won it since renews
+		// here too, and is marked as locked from then on.
+		renew: strings.ReplaceAll(r.Replace(`UPDATE {leases} AS l SET renewed_at = n.now, expires_at = n.now + $4::bigint * interval '1 millisecond', lease_locked = true
 FROM (SELECT clock_timestamp() AS now) AS n
 WHERE l.lease_name = $1 AND l.holder_id = $2 AND l.lease_epoch = $3 AND l.expires_at > n.now AND {held}
 RETURNING l.acquired_at, l.renewed_at, l.expires_at, n.now`), "$KEY", "$5"),
@@ -285,7 +296,7 @@ func (s *session) Takeover(ctx context.Context, name, holder string, ttl time.Du
 			Scan(&l.Epoch, &l.AcquiredAt, &l.RenewedAt, &l.ExpiresAt, &l.ObservedAt)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return sqlease.Lease{}, fmt.Errorf("take over lease %q: %w: the session does not hold the lock it was granted — a connection pooler in transaction mode? Connect directly or in session mode", name, sqlease.ErrSessionLost)
+		return sqlease.Lease{}, fmt.Errorf("take over lease %q: %w: it was acquired without the lock and has not expired", name, sqlease.ErrLeaseHeld)
 	}
 	if err != nil {
 		return sqlease.Lease{}, fmt.Errorf("take over lease %q: %w", name, s.fail(err))

@@ -109,7 +109,8 @@ func Dialect(prefix string) (sqlstore.Dialect, error) {
 	lease_epoch bigint       NOT NULL,
 	acquired_at timestamptz  NOT NULL,
 	renewed_at  timestamptz  NOT NULL,
-	expires_at  timestamptz  NOT NULL
+	expires_at  timestamptz  NOT NULL,
+	lease_locked boolean     NOT NULL DEFAULT false
 )`),
 			// A notification with the lease name whenever a lease changes
 			// hands or is released (never on a renew), for followers'
@@ -125,6 +126,11 @@ EXECUTE FUNCTION {leases}_notify()`),
 WHEN (OLD.lease_epoch <> NEW.lease_epoch OR OLD.holder_id <> NEW.holder_id OR NEW.expires_at < OLD.expires_at)
 EXECUTE FUNCTION {leases}_notify()`),
 		},
+		// lease_locked: the term was taken through the advisory lock (or
+		// renewed through it since), so a later lock winner may depose it;
+		// a term acquired without the lock it must leave to expire.
+		Columns: []sqlstore.Column{{Table: prefix + "_leases", Name: "lease_locked",
+			Add: r.Replace(`ALTER TABLE {leases} ADD COLUMN IF NOT EXISTS lease_locked boolean NOT NULL DEFAULT false`)}},
 		// One clock reading per statement, taken in the CTE.
 		Acquire: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now)
 INSERT INTO {leases} AS l (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at)
@@ -134,7 +140,8 @@ ON CONFLICT (lease_name) DO UPDATE SET
 	lease_epoch = l.lease_epoch + 1,
 	acquired_at = EXCLUDED.acquired_at,
 	renewed_at = EXCLUDED.renewed_at,
-	expires_at = EXCLUDED.expires_at
+	expires_at = EXCLUDED.expires_at,
+	lease_locked = false
 WHERE l.expires_at <= EXCLUDED.acquired_at
 RETURNING l.lease_epoch, l.acquired_at, l.renewed_at, l.expires_at, l.acquired_at`),
 		Renew: r.Replace(`UPDATE {leases} AS l SET renewed_at = n.now, expires_at = n.now + $4::bigint * interval '1 millisecond'

@@ -271,10 +271,14 @@ func advisoryQueries(prefix string) (advisorySQL, error) {
 EXEC @r = sp_getapplock @Resource = @p1, @LockMode = 'Exclusive', @LockOwner = 'Session', @LockTimeout = @p2;
 SELECT @r;`,
 		holds: `SELECT APPLOCK_MODE('public', @p1, 'Session')`,
-		// Acquire's MERGE under the same hints, but unconditional on expiry
-		// (the lock, not the row, says who may take over), and with an empty
-		// source unless this session holds the lock: one atomic statement,
-		// so no transaction can be left open by an interrupted takeover.
+		// Acquire's MERGE under the same hints, with an empty source unless
+		// this session holds the lock: one atomic statement, so no
+		// transaction can be left open by an interrupted takeover. The lock
+		// says the previous lock holder's session has ended, not that the
+		// lease's holder has: a live term acquired without the lock (its
+		// holder's lease expired while a frozen session kept the lock) is
+		// left to expire, or two gates would be open at once (finding F1,
+		// model/README.md).
 		takeover: r.Replace(`MERGE INTO {leases} WITH (UPDLOCK, HOLDLOCK) AS l
 USING (
 	SELECT @p1 AS lease_name, @p2 AS holder_id, n.now, ` + addMS(msParam("@p3"), "n.now") + ` AS expires_at
@@ -282,19 +286,22 @@ USING (
 	WHERE ` + held("@p4") + `
 ) AS s
 ON l.lease_name = s.lease_name
-WHEN MATCHED THEN UPDATE SET
+WHEN MATCHED AND (l.lease_locked = 1 OR l.expires_at <= s.now) THEN UPDATE SET
 	holder_id = s.holder_id,
 	lease_epoch = l.lease_epoch + 1,
 	acquired_at = s.now,
 	renewed_at = s.now,
-	expires_at = s.expires_at
+	expires_at = s.expires_at,
+	lease_locked = 1
 WHEN NOT MATCHED THEN
-	INSERT (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at)
-	VALUES (s.lease_name, s.holder_id, 1, s.now, s.now, s.expires_at)
+	INSERT (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at, lease_locked)
+	VALUES (s.lease_name, s.holder_id, 1, s.now, s.now, s.expires_at, 1)
 OUTPUT inserted.lease_epoch, inserted.acquired_at, inserted.renewed_at, inserted.expires_at, inserted.acquired_at;`),
 		// The store's Renew, exactly, and the lock check in the same
 		// statement.
-		renew: d.Queries.Renew + "\n\tAND " + held("@p5"),
+		// A term acquired without the lock that has won it since renews
+		// here too, and is marked as held through it from then on.
+		renew: strings.Replace(d.Queries.Renew, "SET renewed_at = n.now,", "SET lease_locked = 1, renewed_at = n.now,", 1) + "\n\tAND " + held("@p5"),
 		// Checked first: releasing a lock the session does not hold is an
 		// error, and the lock may be gone already.
 		release: `IF APPLOCK_MODE('public', @p1, 'Session') <> 'NoLock'
@@ -627,6 +634,18 @@ func (s *session) Takeover(ctx context.Context, name, holder string, ttl time.Du
 			Scan(&l.Epoch, &l.AcquiredAt, &l.RenewedAt, &l.ExpiresAt, &l.ObservedAt)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
+		// An empty source (the lock is gone) or an unexpired lease acquired
+		// without the lock: the lock's mode tells.
+		mode := ""
+		herr := s.exec(ctx, func(ctx context.Context, c *sql.Conn) error {
+			return c.QueryRowContext(ctx, s.q.holds, s.resource).Scan(&mode)
+		})
+		switch {
+		case herr != nil:
+			return sqlease.Lease{}, fmt.Errorf("take over lease %q: %w", name, s.fail(herr))
+		case mode == exclusive:
+			return sqlease.Lease{}, fmt.Errorf("take over lease %q: %w: it was acquired without the lock and has not expired", name, sqlease.ErrLeaseHeld)
+		}
 		s.lose(errors.New("the session no longer holds its lock (takeover)"))
 		return sqlease.Lease{}, fmt.Errorf("take over lease %q: %w", name, s.lostErr())
 	}

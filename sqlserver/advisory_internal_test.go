@@ -123,17 +123,22 @@ func TestAdvisoryTakeover(t *testing.T) {
 		"SELECT @p1 AS lease_name, @p2 AS holder_id, n.now, " + addMS(msParam("@p3"), "n.now") + " AS expires_at",
 		"FROM (SELECT SYSUTCDATETIME() AS now) AS n\n\tWHERE APPLOCK_MODE('public', @p4, 'Session') = 'Exclusive'\n) AS s",
 		"ON l.lease_name = s.lease_name",
-		"WHEN MATCHED THEN UPDATE SET",
+		"WHEN MATCHED AND (l.lease_locked = 1 OR l.expires_at <= s.now) THEN UPDATE SET",
 		"lease_epoch = l.lease_epoch + 1",
 		"WHEN NOT MATCHED THEN",
-		"VALUES (s.lease_name, s.holder_id, 1, s.now, s.now, s.expires_at)",
+		"\tlease_locked = 1\nWHEN NOT MATCHED",
+		"VALUES (s.lease_name, s.holder_id, 1, s.now, s.now, s.expires_at, 1)",
 	} {
 		if !strings.Contains(q.takeover, want) {
 			t.Errorf("takeover lacks %q:\n%s", want, q.takeover)
 		}
 	}
-	if strings.Contains(q.takeover, "expires_at <=") || strings.Contains(q.takeover, "expires_at >") {
-		t.Errorf("takeover depends on the expiry; the lock alone decides:\n%s", q.takeover)
+	// The expiry matters only for a term acquired without the lock.
+	if strings.Count(q.takeover, "expires_at <=") != 1 || strings.Contains(q.takeover, "expires_at >") {
+		t.Errorf("takeover depends on the expiry other than for a lockless term:\n%s", q.takeover)
+	}
+	if !strings.Contains(acq, "\tlease_locked = 0\nWHEN NOT MATCHED") {
+		t.Errorf("Acquire does not mark its term as acquired without the lock:\n%s", acq)
 	}
 	if strings.Count(q.takeover, "SYSUTCDATETIME()") != 1 {
 		t.Errorf("takeover reads the clock %d times, want 1", strings.Count(q.takeover, "SYSUTCDATETIME()"))
@@ -143,8 +148,7 @@ func TestAdvisoryTakeover(t *testing.T) {
 	}
 	// Same columns in, same columns out as Acquire, which sqlstore scans.
 	for _, line := range []string{
-		"\tINSERT (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at)\n",
-		"\tholder_id = s.holder_id,\n\tlease_epoch = l.lease_epoch + 1,\n\tacquired_at = s.now,\n\trenewed_at = s.now,\n\texpires_at = s.expires_at\n",
+		"\tholder_id = s.holder_id,\n\tlease_epoch = l.lease_epoch + 1,\n\tacquired_at = s.now,\n\trenewed_at = s.now,\n\texpires_at = s.expires_at,\n",
 	} {
 		if !strings.Contains(acq, line) || !strings.Contains(q.takeover, line) {
 			t.Errorf("takeover and Acquire differ in %q", line)
@@ -168,7 +172,8 @@ func TestAdvisoryRenew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := d.Queries.Renew + "\n\tAND APPLOCK_MODE('public', @p5, 'Session') = 'Exclusive'"; q.renew != want {
+	if want := strings.Replace(d.Queries.Renew, "SET renewed_at", "SET lease_locked = 1, renewed_at", 1) +
+		"\n\tAND APPLOCK_MODE('public', @p5, 'Session') = 'Exclusive'"; q.renew != want || !strings.Contains(q.renew, "lease_locked = 1") {
 		t.Errorf("renew =\n%s\nwant\n%s", q.renew, want)
 	}
 	for _, want := range []string{

@@ -28,7 +28,9 @@ type fakeServer struct {
 	mode     string // APPLOCK_MODE of the session
 	holdsErr error  // error for the lock check
 	renewOK  bool   // the lease row matches the token
-	stall    bool   // lock checks wait for their context
+	// unlockedTerm: the lease is live and was acquired without the lock
+	unlockedTerm bool
+	stall        bool // lock checks wait for their context
 	// otherSession: lock checks run on a session without the lock
 	otherSession bool
 	calls        []string
@@ -108,7 +110,7 @@ func (c *fakeConn) QueryContext(ctx context.Context, query string, args []driver
 	defer c.enter(name)()
 	f := c.f
 	f.mu.Lock()
-	mode, holdsErr, renewOK, stall := f.mode, f.holdsErr, f.renewOK, f.stall
+	mode, holdsErr, renewOK, stall, unlocked := f.mode, f.holdsErr, f.renewOK, f.stall, f.unlockedTerm
 	if f.otherSession && name == "holds" {
 		mode = "NoLock"
 	}
@@ -145,7 +147,7 @@ func (c *fakeConn) QueryContext(ctx context.Context, query string, args []driver
 		}
 		return &fakeRows{cols: []string{""}, rows: [][]driver.Value{{mode}}}, nil
 	case "takeover":
-		if mode != exclusive {
+		if mode != exclusive || unlocked {
 			return &fakeRows{cols: make([]string, 5)}, nil
 		}
 		return &fakeRows{cols: make([]string, 5), rows: [][]driver.Value{{int64(4), now, now, now.Add(time.Minute), now}}}, nil
@@ -373,6 +375,25 @@ func TestSessionTakeoverWithoutLock(t *testing.T) {
 	s := fakeLock(t, f, time.Hour)
 	if _, err := s.Takeover(context.Background(), "adv", "h", time.Minute); !errors.Is(err, sqlease.ErrSessionLost) {
 		t.Fatalf("Takeover before Lock: %v, want ErrSessionLost", err)
+	}
+}
+
+// A takeover that merges nothing while the session holds the lock met a
+// live lease acquired without the lock (finding F1): ErrLeaseHeld, and the
+// session stays usable.
+func TestSessionTakeoverOfLocklessTerm(t *testing.T) {
+	f := &fakeServer{codes: []int{0}, unlockedTerm: true}
+	s := fakeLock(t, f, time.Hour)
+	if err := s.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Takeover(context.Background(), "adv", "h", time.Minute); !errors.Is(err, sqlease.ErrLeaseHeld) {
+		t.Fatalf("Takeover of a live lockless term: %v, want ErrLeaseHeld", err)
+	}
+	notLost(t, s)
+	f.set(func(f *fakeServer) { f.unlockedTerm = false })
+	if l, err := s.Takeover(context.Background(), "adv", "h", time.Minute); err != nil || l.Epoch != 4 {
+		t.Fatalf("Takeover once the term expired: %v, %v", l, err)
 	}
 }
 

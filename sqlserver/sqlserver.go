@@ -132,7 +132,7 @@ func Dialect(prefix string) (sqlstore.Dialect, error) {
 		return sqlstore.Dialect{}, err
 	}
 	leases := prefix + "_leases"
-	r := strings.NewReplacer("{leases}", quote(leases), "{leases_pk}", quote(leases+"_pk"),
+	r := strings.NewReplacer("{leases}", quote(leases), "{leases_pk}", quote(leases+"_pk"), "{leases_locked_df}", quote(leases+"_locked_df"),
 		"{bin}", binary, "{n}", nowTable)
 	q := sqlstore.Queries{
 		Migrations: []string{r.Replace(`IF OBJECT_ID(N'{leases}', N'U') IS NULL
@@ -143,8 +143,13 @@ CREATE TABLE {leases} (
 	acquired_at datetime2(7)  NOT NULL,
 	renewed_at  datetime2(7)  NOT NULL,
 	expires_at  datetime2(7)  NOT NULL,
+	lease_locked bit          NOT NULL CONSTRAINT {leases_locked_df} DEFAULT 0,
 	CONSTRAINT {leases_pk} PRIMARY KEY (lease_name)
 )`)},
+		// lease_locked: the term was taken or renewed through the advisory
+		// lock (see the session's takeover).
+		Columns: []sqlstore.Column{{Table: quote(leases), Name: "lease_locked",
+			Add: r.Replace(`ALTER TABLE {leases} ADD lease_locked bit NOT NULL CONSTRAINT {leases_locked_df} DEFAULT 0`)}},
 		// One statement, one clock reading (s.now). UPDLOCK, HOLDLOCK makes
 		// the read of the target serializable with update locks: the row,
 		// or the key range where it would be inserted, stays locked from
@@ -161,7 +166,8 @@ WHEN MATCHED AND l.expires_at <= s.now THEN UPDATE SET
 	lease_epoch = l.lease_epoch + 1,
 	acquired_at = s.now,
 	renewed_at = s.now,
-	expires_at = s.expires_at
+	expires_at = s.expires_at,
+	lease_locked = 0
 WHEN NOT MATCHED THEN
 	INSERT (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at)
 	VALUES (s.lease_name, s.holder_id, 1, s.now, s.now, s.expires_at)

@@ -25,6 +25,12 @@ type Queries struct {
 	// Migrations create the schema; each entry is one statement, applied in
 	// order, idempotently (IF NOT EXISTS or equivalent).
 	Migrations []string
+	// Columns are added to tables created by earlier versions, after
+	// Migrations: each is probed first and altered only when missing, so
+	// that a node starting on an up-to-date schema never takes the
+	// exclusive table lock an ALTER TABLE needs, behind which every renew
+	// would queue.
+	Columns []Column
 
 	// Acquire: (name, holder, ttl_ms). Inserts the row with epoch 1, or takes
 	// over an expired row with epoch + 1, in one statement. Returns one row
@@ -71,6 +77,15 @@ type Queries struct {
 	// fail (PostgreSQL), a fleet starting at once on a fresh database then
 	// migrates one node after the other.
 	MigrateLock, MigrateUnlock string
+}
+
+// Column is a column added to an existing table.
+type Column struct {
+	// Table and Name identify it; they are the dialect's own (quoted where
+	// it needs), built from a validated prefix.
+	Table, Name string
+	// Add is the statement that adds it (ALTER TABLE … ADD …).
+	Add string
 }
 
 // Dialect is what a database contributes to the store.
@@ -146,6 +161,19 @@ func (s *Store) Migrate(ctx context.Context) error {
 	for i, stmt := range s.d.Migrations() {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("sqlease: %s migration %d: %w", s.d.Name, i+1, s.classify(err))
+		}
+	}
+	for _, c := range s.d.Queries.Columns {
+		// Outside a transaction: a failed probe must not abort one.
+		rows, err := conn.QueryContext(ctx, "SELECT "+c.Name+" FROM "+c.Table+" WHERE 1 = 0")
+		if err == nil {
+			err = rows.Close()
+		}
+		if err == nil {
+			continue
+		}
+		if _, err := conn.ExecContext(ctx, c.Add); err != nil {
+			return fmt.Errorf("sqlease: %s migration: add column %s.%s: %w", s.d.Name, c.Table, c.Name, s.classify(err))
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -136,5 +137,128 @@ func waitCond(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// AdvisoryTakeoverSparesLocklessTerm is the regression check of finding F1
+// (model/README.md): winning the lock says that the lock's previous holder's
+// session has ended, not that a term acquired without the lock has. A
+// session that wins the lock must leave such a live term to expire
+// (Takeover returns ErrLeaseHeld and changes nothing), take it over once it
+// has expired, and depose at once a term that renewed through its own
+// locked session. An elector that wins the lock waits the same way, and
+// leads after that lease expires. store and locker must share a table
+// prefix; the lease name is "lockless".
+func AdvisoryTakeoverSparesLocklessTerm(t *testing.T, store sqlease.LeaseStore, locker sqlease.SessionLocker) {
+	const name = "lockless"
+	ttl := 1500 * time.Millisecond
+	ctx := t.Context()
+	open := func() sqlease.SessionLock {
+		t.Helper()
+		s, err := locker(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		if err := s.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	// A term acquired without the lock, renewed by the store: live.
+	b, err := store.Acquire(ctx, name, "b-lockless", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := open()
+	if l, err := c.Takeover(ctx, name, "c", ttl); !errors.Is(err, sqlease.ErrLeaseHeld) {
+		t.Fatalf("Takeover of a live lease acquired without the lock: %v, %v; want ErrLeaseHeld (finding F1)", l.Token(), err)
+	}
+	if cur, err := store.Lease(ctx, name); err != nil || cur.Token() != b.Token() || cur.Expired() {
+		t.Fatalf("after a refused takeover the lease reads %v (expired %v), %v; want %v unchanged", cur.Token(), cur.Expired(), err, b.Token())
+	}
+	if _, err := store.Renew(ctx, b.Token(), ttl); err != nil {
+		t.Fatalf("the lockless term could not renew after a refused takeover: %v", err)
+	}
+	// Once it has expired, the lock's winner takes it over.
+	waitCond(t, 3*ttl, "the lockless lease to expire", func() bool {
+		cur, err := store.Lease(ctx, name)
+		return err == nil && cur.Expired()
+	})
+	ct, err := c.Takeover(ctx, name, "c", ttl)
+	if err != nil {
+		t.Fatalf("Takeover of the expired lease: %v", err)
+	}
+	if ct.Epoch != b.Epoch+1 {
+		t.Fatalf("epochs %d -> %d", b.Epoch, ct.Epoch)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A term acquired without the lock that wins it later and renews
+	// through its session is deposed like any locked term once that
+	// session ends.
+	waitCond(t, 3*ttl, "c's lease to expire", func() bool {
+		cur, err := store.Lease(ctx, name)
+		return err == nil && cur.Expired()
+	})
+	d, err := store.Acquire(ctx, name, "d", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := open()
+	if _, err := ds.Renew(ctx, d.Token(), ttl); err != nil {
+		t.Fatalf("renew of a lockless term through the session that won the lock: %v", err)
+	}
+	if err := ds.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e := open()
+	et, err := e.Takeover(ctx, name, "e", ttl)
+	if err != nil {
+		t.Fatalf("Takeover of a live term renewed through its (now ended) locked session: %v", err)
+	}
+	if et.Epoch != d.Epoch+1 {
+		t.Fatalf("epochs %d -> %d", d.Epoch, et.Epoch)
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// An elector that wins the lock while a lockless term renews waits
+	// for that lease, then leads.
+	waitCond(t, 3*ttl, "e's lease to expire", func() bool {
+		cur, err := store.Lease(ctx, name)
+		return err == nil && cur.Expired()
+	})
+	f, err := store.Acquire(ctx, name, "f-lockless", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	el, _ := RunElector(t, election.Config{Store: store, SessionLocker: locker, LeaseName: name, HolderID: "g",
+		LeaseDuration: ttl, RenewInterval: 200 * time.Millisecond, AcquireInterval: 100 * time.Millisecond, AcquireJitter: -1,
+		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) { <-ctx.Done() }})
+	renewUntil := time.Now().Add(2 * ttl)
+	for time.Now().Before(renewUntil) {
+		if el.IsLeader() {
+			t.Fatalf("g leads while the lockless term of %s renews (finding F1)", f.Token())
+		}
+		if _, err := store.Renew(ctx, f.Token(), ttl); err != nil {
+			t.Fatalf("the lockless term lost its lease to g: %v (finding F1)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopped := time.Now()
+	waitCond(t, 2*ttl+time.Second, "g to lead once the lockless lease expired", el.IsLeader)
+	took := time.Since(stopped)
+	t.Logf("g led %s after the lockless term's last renew (lease %s)", took, ttl)
+	if took < ttl-200*time.Millisecond {
+		t.Fatalf("g led %s after the last renew of a %s lease: before it expired", took, ttl)
+	}
+	tok, err := el.Require(ctx)
+	if err != nil || tok.Epoch != f.Epoch+1 {
+		t.Fatalf("g's term %v, %v; want epoch %d", tok, err, f.Epoch+1)
 	}
 }

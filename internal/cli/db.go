@@ -104,10 +104,11 @@ func openStore(ctx context.Context, dbURL, prefix string, migrate bool) (s *sqls
 	return s, nil
 }
 
-// schemaOf returns the dialect's migration statements for prefix.
-func schemaOf(dialect, prefix string) ([]string, error) {
+// schemaOf returns the dialect for prefix, whose Migrations create the
+// schema.
+func schemaOf(dialect, prefix string) (sqlstore.Dialect, error) {
 	if err := sqlease.ValidateTablePrefix(prefix); err != nil {
-		return nil, usagef("table_prefix: %v", err)
+		return sqlstore.Dialect{}, usagef("table_prefix: %v", err)
 	}
 	var d sqlstore.Dialect
 	var err error
@@ -121,12 +122,9 @@ func schemaOf(dialect, prefix string) ([]string, error) {
 	case "mysql":
 		d, err = mysql.Dialect(prefix)
 	default:
-		return nil, usagef("dialect: must be one of sqlite, postgres, sqlserver, mysql, got %q", dialect)
+		return sqlstore.Dialect{}, usagef("dialect: must be one of sqlite, postgres, sqlserver, mysql, got %q", dialect)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return d.Migrations(), nil
+	return d, err
 }
 
 // unwrapURLErr drops url.Error's copy of the URL.

@@ -27,10 +27,11 @@ job ("example-heartbeat", every minute, running 'true'), idempotently.`,
 			if dialect == "" {
 				return usagef("dialect: --dialect is required (sqlite, postgres, sqlserver or mysql)")
 			}
-			stmts, err := schemaOf(dialect, prefix)
+			d, err := schemaOf(dialect, prefix)
 			if err != nil {
 				return err
 			}
+			stmts := d.Migrations()
 			if seed {
 				stmt, err := seedScript(dialect, prefix)
 				if err != nil {
@@ -41,6 +42,15 @@ job ("example-heartbeat", every minute, running 'true'), idempotently.`,
 			fmt.Fprintf(env.Stdout, "-- sqlease %s schema, table prefix %q\n\n", dialect, prefix)
 			for _, s := range stmts {
 				fmt.Fprintf(env.Stdout, "%s;\n\n", s)
+			}
+			if !seed && len(d.Queries.Columns) > 0 {
+				// The script creates tables as they are now; a schema
+				// from an earlier version lacks these columns, which
+				// 'sqlease migrate' adds when missing.
+				fmt.Fprintf(env.Stdout, "-- Upgrading tables created by an earlier version: add each column below that they lack.\n")
+				for _, c := range d.Queries.Columns {
+					fmt.Fprintf(env.Stdout, "-- %s;\n", strings.ReplaceAll(c.Add, "\n", "\n-- "))
+				}
 			}
 			return nil
 		},
