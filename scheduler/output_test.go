@@ -101,3 +101,64 @@ func TestRunOutput(t *testing.T) {
 		}
 	})
 }
+
+// TestDeposedLeaderKeepsNoOutput: a leader deposed while its run executes —
+// it has not noticed yet, its gate still opens — writes its run's outcome
+// and output through the lease fence, which refuses them: the ledger keeps
+// the run running, with no output, for the next leader to retry.
+func TestDeposedLeaderKeepsNoOutput(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+		if _, _, err := admin.Create(ctx, sqlease.Job{Name: "deposed"}); err != nil {
+			t.Fatal(err)
+		}
+		old, err := st.Acquire(ctx, "lead", "old", 300*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken := make(chan struct{})
+		handle := func(ctx context.Context, r sqlease.Run) error {
+			scheduler.SetOutput(ctx, "from the deposed leader")
+			// Another holder takes the lease over while the run executes.
+			waitFor(t, 5*time.Second, "the lease to be taken over", func() bool {
+				_, err := st.Acquire(context.Background(), "lead", "new", time.Minute)
+				return err == nil
+			})
+			close(taken)
+			return nil
+		}
+		finished := make(chan sqlease.Outcome, 1)
+		s := newSched(t, scheduler.Config{Store: st, Handler: handle, Observer: finishObserver(finished)})
+		gate := &settledGate{st: st, tok: old.Token()} // it does not notice
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- s.Lead(lctx, gate, old.Token()) }()
+		t.Cleanup(func() { cancel(); <-done })
+
+		<-taken
+		select {
+		case <-finished: // the finish write returned (refused)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the run's finish was not tried within 10s")
+		}
+		runs, err := s.Runs(ctx, "deposed", 10)
+		if err != nil || len(runs) != 1 {
+			t.Fatalf("runs: %v, %v", runs, err)
+		}
+		if runs[0].Outcome != sqlease.OutcomeRunning || runs[0].Output != "" {
+			t.Errorf("the deposed leader's finish was kept: outcome %s, output %q", runs[0].Outcome, runs[0].Output)
+		}
+	})
+}
+
+// finishObserver reports each run's finish write (written or refused).
+type finishObserver chan<- sqlease.Outcome
+
+func (f finishObserver) RunFinished(_ string, o sqlease.Outcome, _ time.Duration) {
+	select {
+	case f <- o:
+	default:
+	}
+}
