@@ -97,6 +97,9 @@ type Run struct {
 	FinishedAt time.Time
 	Outcome    Outcome
 	Error      string
+	// Output is the kept tail of the action's output (empty: none), as
+	// the store returns it with the run; see scheduler.SetOutput.
+	Output string
 	// Action is the job's action at the time the run started (handlers
 	// only; not stored with the run).
 	Action json.RawMessage

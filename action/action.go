@@ -34,8 +34,10 @@ const (
 	MaxTimeout = 24 * time.Hour
 	// DefaultMethod is the HTTP method of an action that sets none.
 	DefaultMethod = "POST"
-	// MaxErrorOutput is how much of a failed action's output (an HTTP
-	// response body, the tail of a command's stderr) its error carries.
+	// MaxErrorOutput is how much of a failed action's output its one-line
+	// error carries: the first line of an HTTP response body, the last
+	// line a command wrote. The run's output (scheduler.SetOutput) keeps
+	// more.
 	MaxErrorOutput = 512
 )
 
@@ -83,8 +85,9 @@ type HTTP struct {
 // Exec is an action that runs a command, without a shell; exit status 0 is
 // success. The command inherits the daemon's environment, less its SQLEASE_*
 // variables (its own configuration, which may hold secrets), plus the run's
-// SQLEASE_* values. Its standard input and output are /dev/null; the tail of
-// its standard error goes into the error of a failed run.
+// SQLEASE_* values. Its standard input is /dev/null; its standard output and
+// error are one stream, whose tail is kept as the run's output (see
+// Spec.Run) and whose last line ends the error of a failed run.
 //
 // The command runs in a process group of its own. When it exits, times out
 // or is cancelled, the whole group is killed (SIGKILL), so nothing it started
@@ -238,12 +241,23 @@ func (s Spec) Validate() error {
 }
 
 // Run executes one attempt of the action for run and returns nil on success
-// (a 2xx response, exit status 0). A failure's error says why (status and
-// the start of the response body, exit status and the tail of stderr, at
-// most MaxErrorOutput bytes of either); an expired action timeout wraps
-// ErrTimeout; a cancelled ctx stops the action (the request is aborted, the
-// command's process group killed) and the error wraps ctx's error. An
-// invalid s returns its Validate error without doing anything.
+// (a 2xx response, exit status 0). A failure's error is one line naming the
+// cause — "exit status N", "killed by signal SIGNAME", "timed out after D",
+// "HTTP status N …" — followed by the last line the command wrote or the
+// first line of the response body (at most MaxErrorOutput bytes); an
+// expired action timeout wraps ErrTimeout; a cancelled ctx stops the action
+// (the request is aborted, the command's process group killed) and the
+// error wraps ctx's error. An invalid s returns its Validate error without
+// doing anything.
+//
+// Inside a run of a scheduler that keeps output (scheduler.OutputLimit), the
+// tail of the action's output is kept with the run (scheduler.SetOutput):
+// a command's standard output and error as one stream, or an HTTP
+// response's status line and body. Secrets are replaced by Redaction in the
+// output and the error: the values of an HTTP action's credential headers
+// (SecretHeader) and of the secrets its headers reference, the credentials
+// of an "Authorization: Scheme credentials" value, the password of its URL,
+// and the values of the node's SQLEASE_SECRET_* variables.
 func (s Spec) Run(ctx context.Context, run sqlease.Run) error {
 	if err := s.Validate(); err != nil {
 		return err
@@ -298,29 +312,6 @@ func validateTimeout(field string, d Duration) error {
 		return invalid(field, "must be between 0s (default %s) and %s, got %s", DefaultTimeout, MaxTimeout, d)
 	}
 	return nil
-}
-
-// clip makes b printable in an error: valid UTF-8, trimmed, at most max
-// bytes (keeping the start, or the end when fromEnd), marked with "…" where
-// cut.
-func clip(b []byte, max int, fromEnd bool) string {
-	cut := len(b) > max
-	if cut {
-		if fromEnd {
-			b = b[len(b)-max:]
-		} else {
-			b = b[:max]
-		}
-	}
-	s := strings.TrimSpace(strings.ToValidUTF8(string(b), ""))
-	switch {
-	case !cut:
-		return s
-	case fromEnd:
-		return "…" + s
-	default:
-		return s + "…"
-	}
 }
 
 func invalid(field, format string, args ...any) error {

@@ -4,18 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/scheduler"
 )
 
-// stderrGrace is how long a finished command's stderr may stay open (held by
-// a process that left its process group) before it is abandoned.
+// stderrGrace is how long a finished command's output pipe may stay open
+// (held by a process that left its process group) before it is abandoned.
 const stderrGrace = time.Second
 
 func (e *Exec) validate() error {
@@ -37,29 +37,32 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 	cmd := exec.Command(e.Command[0], e.Command[1:]...)
 	cmd.Env = execEnv(run)
 	setProcessGroup(cmd)
-	// stderr is a pipe of our own rather than an io.Writer, so that Wait
-	// returns when the command exits, not when the last process holding
-	// its stderr does; the group is killed then and the pipe drained.
 	// The just-in-time check before the external effect (seed 001).
 	if err := scheduler.Ensure(ctx); err != nil {
 		return fmt.Errorf("exec action not started: %w", err)
 	}
+	// stdout and stderr are one pipe of our own, so that the output keeps
+	// the order in which the command wrote it, and so that Wait returns
+	// when the command exits rather than when the last process holding
+	// the pipe does; the group is killed then and the pipe drained.
 	r, w, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("exec action: %w", err)
 	}
-	cmd.Stderr = w
+	cmd.Stdout, cmd.Stderr = w, w
 	err = cmd.Start()
 	w.Close()
 	if err != nil {
 		r.Close()
 		return fmt.Errorf("exec action: start: %w", err)
 	}
-	tail := &tailBuffer{max: MaxErrorOutput}
+	secrets := secretList(nodeSecrets()...)
+	out := newCapture(scheduler.OutputLimit(ctx), secrets)
+	tail := newCapture(MaxErrorOutput, secrets) // the error's last line
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
-		_, _ = r.WriteTo(tail)
+		_, _ = r.WriteTo(io.MultiWriter(out, tail))
 	}()
 
 	waited := make(chan error, 1)
@@ -82,24 +85,37 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 		<-drained
 	}
 	r.Close()
+	out.keepFor(ctx)
 
 	var exitErr *exec.ExitError
 	switch {
 	case waitErr == nil:
 		return nil // it exited 0 by itself, even if the timeout fired since
 	case timedOut():
-		return fmt.Errorf("exec action: killed after %s: %w", timeoutOrDefault(e.Timeout), ErrTimeout)
+		return &failure{fmt.Sprintf("exec action: timed out after %s (killed)", timeoutOrDefault(e.Timeout)), ErrTimeout}
 	case ctx.Err() != nil:
 		return stopped("exec", ctx)
 	case errors.As(waitErr, &exitErr):
-		if text := tail.String(); text != "" {
-			return fmt.Errorf("exec action: %w: %s", exitErr, text)
+		msg := "exec action: " + exitCause(exitErr)
+		if line := tail.lastLine(MaxErrorOutput); line != "" {
+			msg += ": " + line
 		}
-		return fmt.Errorf("exec action: %w", exitErr)
+		return &failure{msg, exitErr}
 	default:
 		return fmt.Errorf("exec action: %w", waitErr)
 	}
 }
+
+// failure is an action's failure as one line naming its cause (exit
+// status, signal, timeout, HTTP status) and at most a line of the output;
+// it matches err (errors.Is and As).
+type failure struct {
+	msg string
+	err error
+}
+
+func (f *failure) Error() string { return f.msg }
+func (f *failure) Unwrap() error { return f.err }
 
 // execEnv is the daemon's environment without its SQLEASE_* variables, plus
 // the run's.
@@ -114,34 +130,4 @@ func execEnv(run sqlease.Run) []string {
 		env = append(env, v.env+"="+v.value)
 	}
 	return env
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-	cut bool
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-		t.cut = true
-	}
-	return len(p), nil
-}
-
-// String returns the kept bytes, printable, marked with "…" if cut.
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := clip(t.buf, t.max, true)
-	if t.cut && !strings.HasPrefix(s, "…") {
-		s = "…" + s
-	}
-	return s
 }

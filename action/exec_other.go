@@ -4,6 +4,7 @@ package action
 
 import (
 	"errors"
+	"fmt"
 	"os/exec"
 )
 
@@ -25,3 +26,6 @@ func SetExecUser(name string) error {
 	}
 	return nil
 }
+
+// exitCause names how a command ended: "exit status N".
+func exitCause(e *exec.ExitError) string { return fmt.Sprintf("exit status %d", e.ExitCode()) }

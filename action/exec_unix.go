@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // execCred is the identity exec actions and singleton processes run as;
@@ -53,4 +55,16 @@ func killProcessGroup(cmd *exec.Cmd) {
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
+}
+
+// exitCause names how a command ended: "exit status N" or "killed by signal
+// SIGNAME".
+func exitCause(e *exec.ExitError) string {
+	if ws, ok := e.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		if name := unix.SignalName(ws.Signal()); name != "" {
+			return "killed by signal " + name
+		}
+		return fmt.Sprintf("killed by signal %d", int(ws.Signal()))
+	}
+	return fmt.Sprintf("exit status %d", e.ExitCode())
 }

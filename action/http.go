@@ -1,6 +1,7 @@
 package action
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -80,7 +81,13 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 	if err != nil {
 		return fmt.Errorf("http action: %w", err)
 	}
+	// What the run's output and error must not show: credentials in the
+	// URL and in headers, the secrets the node resolved.
+	secrets := append(nodeSecrets(), urlSecret(h.URL)...)
 	for name, value := range h.Headers {
+		if SecretHeader(name) {
+			secrets = append(secrets, credentialParts(value)...)
+		}
 		if reservedHeader(name) {
 			continue // the run's values below always win
 		}
@@ -101,6 +108,7 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 		if strings.ContainsAny(v, "\r\n\x00") {
 			return fmt.Errorf("http action not sent: header %s: the secret contains CR, LF or NUL", name)
 		}
+		secrets = append(secrets, credentialParts(v)...)
 		req.Header.Set(name, v)
 	}
 	if req.Header.Get("User-Agent") == "" {
@@ -125,7 +133,7 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 			}
 			return fmt.Errorf("http action not sent: %w", err)
 		case timedOut():
-			return fmt.Errorf("http action: %s: no response within %s: %w", method, timeoutOrDefault(h.Timeout), ErrTimeout)
+			return &failure{fmt.Sprintf("http action: %s: timed out after %s (no response)", method, timeoutOrDefault(h.Timeout)), ErrTimeout}
 		case ctx.Err() != nil:
 			return stopped("http", ctx)
 		}
@@ -137,16 +145,51 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 		return fmt.Errorf("http action: %s: %w", method, err)
 	}
 	defer resp.Body.Close()
+	list := secretList(secrets...)
+	limit := scheduler.OutputLimit(ctx)
+	out := newCapture(limit, list)
+	// The output is the status line and the body's tail; the error's
+	// detail is the body's first line (read with room for a secret across
+	// its end, redacted before it is cut).
+	fmt.Fprintf(out, "%s %s\n", resp.Proto, resp.Status)
+	var head bytes.Buffer
+	headMax := MaxErrorOutput + 1
+	if len(list) > 0 {
+		headMax += len(list[0])
+	}
+	read := int64(maxDrain)
+	if limit > 0 {
+		read = maxBodyRead
+	}
+	_, err = io.Copy(io.MultiWriter(out, &limitWriter{w: &head, n: headMax}), io.LimitReader(resp.Body, read))
+	out.keepFor(ctx)
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 		return nil
 	}
-	head, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorOutput+1))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
-	if text := clip(head, MaxErrorOutput, false); text != "" {
-		return fmt.Errorf("http action: %s: status %s: %s", method, resp.Status, text)
+	msg := fmt.Sprintf("http action: %s: HTTP status %s", method, resp.Status)
+	if text := firstLine(redactHead(head.Bytes(), MaxErrorOutput+1, list), MaxErrorOutput); text != "" {
+		msg += ": " + text
 	}
-	return fmt.Errorf("http action: %s: status %s", method, resp.Status)
+	return &failure{msg, err}
+}
+
+// maxBodyRead is how much of a response body is read for the run's
+// output, which keeps its tail: a larger body is cut off there.
+const maxBodyRead = 16 << 20
+
+// limitWriter keeps the first n bytes written to it and discards the rest.
+type limitWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		_, _ = l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
 }
 
 // reservedHeader reports whether name is one of the headers that carry the

@@ -95,7 +95,8 @@ type SkippedJob struct {
 }
 
 // Run is one run attempt as the API returns it. FinishedAt is null while
-// the run is running; Error is empty unless it failed.
+// the run is running; Error is empty unless it failed; Output, the kept
+// tail of the action's output, is null when the run kept none.
 type Run struct {
 	ScheduledFor   string  `json:"scheduled_for"`
 	Attempt        int     `json:"attempt"`
@@ -105,6 +106,7 @@ type Run struct {
 	StartedAt      string  `json:"started_at"`
 	FinishedAt     *string `json:"finished_at"`
 	Error          string  `json:"error"`
+	Output         *string `json:"output"`
 	IdempotencyKey string  `json:"idempotency_key"`
 }
 
@@ -174,6 +176,10 @@ func RunOut(r sqlease.Run) Run {
 	if !r.FinishedAt.IsZero() {
 		f := timestamp(r.FinishedAt)
 		out.FinishedAt = &f
+	}
+	if r.Output != "" {
+		o := r.Output
+		out.Output = &o
 	}
 	return out
 }

@@ -17,7 +17,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", sqlstore.JobColumns,
 		"{runcols}", sqlstore.RunColumns, "{now}", now, "{options}", tableOptions, "{leases}", prefix+"_leases")
 	stale := plusMS("locked_at", "lock_timeout_ms") + ` < {now}`
-	return sqlstore.JobQueries{
+	return withOutput(prefix, sqlstore.JobQueries{
 		Migrations: []string{
 			// MySQL has no partial indexes, nor CREATE INDEX IF NOT EXISTS:
 			// the indexes are part of the table.
@@ -147,5 +147,5 @@ ORDER BY next_run_at, id LIMIT ?`),
 		Changed: r.Replace(`SELECT id, paused, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
 WHERE last_modified_at > ? OR (last_modified_at = ? AND id > ?)
 ORDER BY last_modified_at, id LIMIT ?`),
-	}
+	})
 }

@@ -37,7 +37,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		// A claim-mode worker's claim whose worker lease is gone (see
 		// sqlstore.WorkerLeasePrefix): reclaimable at once.
 		"{orphan}", "(j.lock_lease_epoch < 0 AND NOT EXISTS (SELECT 1 FROM "+prefix+"_leases wl WHERE wl.lease_name = '"+sqlstore.WorkerLeasePrefix+"' || j.locked_by AND wl.lease_epoch = -j.lock_lease_epoch AND wl.expires_at > n.now))")
-	return sqlstore.JobQueries{
+	return withOutput(prefix, sqlstore.JobQueries{
 		Migrations: []string{
 			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
 	id                    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -316,7 +316,7 @@ ORDER BY j.next_run_at, j.id LIMIT $2`),
 		Changed: r.Replace(`SELECT id, paused, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
 WHERE last_modified_at >= $1 AND (last_modified_at, id) > ($2, $3)
 ORDER BY last_modified_at, id LIMIT $4`),
-	}
+	})
 }
 
 // isUniqueViolation reports SQLSTATE 23505.

@@ -232,6 +232,11 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		return nil
 	}
 	runCtx = context.WithValue(runCtx, ensureKey{}, check)
+	var out *outputSlot
+	if s.cfg.OutputLimit > 0 {
+		out = &outputSlot{limit: s.cfg.OutputLimit}
+		runCtx = context.WithValue(runCtx, outputKey{}, out)
+	}
 	var hb *time.Timer
 	var hbDone chan struct{}
 	if d.heartbeat {
@@ -271,8 +276,9 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 			f.Next, _ = Next(c.Schedule, run)
 		}
 	}
+	f.Output = out.get()
 	// The outcome is written even after cancellation, fenced by the lock
-	// (and lease): a run that lost its lock writes nothing.
+	// (and lease): a run that lost its lock writes nothing, nor its output.
 	next := f.Next
 	if f.Backoff > 0 {
 		// The retry waits for not_before = the database's now at the finish

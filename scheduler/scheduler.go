@@ -155,6 +155,10 @@ type Config struct {
 	// are deleted periodically by the dispatching instances. Default
 	// DefaultRunRetention; negative keeps them forever.
 	RunRetention time.Duration
+	// OutputLimit is how many bytes of each run's output (SetOutput) are
+	// kept with the run: its tail. Default DefaultOutputLimit; negative
+	// keeps none; at most MaxOutputLimit.
+	OutputLimit int
 	// DispatchFailureLimit is how long Lead retries a schedule rebuild or
 	// refresh that keeps failing before it returns an error — and resigns
 	// the term through the gate, unless KeepLeaseOnDispatchFailure, so that
@@ -215,6 +219,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxScheduled == 0 {
 		c.MaxScheduled = DefaultMaxScheduled
 	}
+	if c.OutputLimit == 0 {
+		c.OutputLimit = DefaultOutputLimit
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -260,6 +267,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxScheduled < 1 {
 		bad("max_scheduled must be positive, got %d", c.MaxScheduled)
+	}
+	if c.OutputLimit > MaxOutputLimit {
+		bad("output_limit must be at most %d bytes, got %d", MaxOutputLimit, c.OutputLimit)
 	}
 	return errors.Join(errs...)
 }
@@ -636,7 +646,7 @@ func (s *Scheduler) JobsChecked(ctx context.Context, after string, limit int) ([
 	return out, skipped, last, err
 }
 
-// Delete deletes a job; its run ledger stays.
+// Delete deletes a job and its runs' output; its run ledger stays.
 func (s *Scheduler) Delete(ctx context.Context, name string) error {
 	return s.store.DeleteJob(ctx, name)
 }

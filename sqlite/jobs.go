@@ -21,7 +21,7 @@ func timeArg(t time.Time) any { return t.UTC().Format(timeLayout) }
 func jobQueries(prefix string) sqlstore.JobQueries {
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", sqlstore.JobColumns,
 		"{runcols}", sqlstore.RunColumns, "{now}", now, "{leases}", prefix+"_leases")
-	return sqlstore.JobQueries{
+	return withOutput(prefix, sqlstore.JobQueries{
 		Migrations: []string{
 			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
 	id                    INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -129,7 +129,7 @@ ORDER BY next_run_at, id LIMIT ?2`),
 		Changed: r.Replace(`SELECT id, paused, max(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
 WHERE last_modified_at >= ?1 AND (last_modified_at, id) > (?2, ?3)
 ORDER BY last_modified_at, id LIMIT ?4`),
-	}
+	})
 }
 
 // nowFrom adds a millisecond column to a time column.

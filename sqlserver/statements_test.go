@@ -29,6 +29,7 @@ const (
 	jobs       = prefix + "_jobs"
 	runs       = prefix + "_runs"
 	singletons = prefix + "_singletons"
+	output     = prefix + "_run_output"
 )
 
 // stmt is what sqlstore documents for one statement: its argument count and
@@ -84,6 +85,11 @@ var documented = map[string]stmt{
 	"Jobs.PruneRuns":      {1, []string{runs}},
 	"Jobs.DueWindow":      {2, []string{jobs}},
 	"Jobs.Changed":        {4, []string{jobs}},
+
+	"Output.Insert":    {4, []string{output}}, // (job_id, scheduled_for, attempt, output)
+	"Output.Between":   {3, []string{output}}, // (job_id, oldest, newest scheduled_for)
+	"Output.DeleteJob": {1, []string{output}}, // (job_id)
+	"Output.Prune":     {1, []string{output}}, // (older_than_ms)
 }
 
 // empty lists the statement fields SQL Server must leave empty, and why:
@@ -100,6 +106,7 @@ var empty = map[string]string{
 	"Jobs.FinishRuns":         "batch finishes take array parameters (PostgreSQL); runs finish one by one",
 	"Jobs.ClaimJobs":          "batch claims take array parameters (PostgreSQL); the leader claims one job per transaction",
 	"Jobs.InsertJobs":         "bulk inserts take array parameters (PostgreSQL); CreateMany inserts one job per statement in one transaction",
+	"Output.InsertMany":       "batch inserts take array parameters (PostgreSQL); outputs are kept one by one",
 }
 
 func dialect(t *testing.T, p string) sqlstore.Dialect {
@@ -120,7 +127,8 @@ func statements(t *testing.T, d sqlstore.Dialect) (map[string]string, []string) 
 	for _, group := range []struct {
 		name string
 		v    reflect.Value
-	}{{"Queries", reflect.ValueOf(d.Queries)}, {"Jobs", reflect.ValueOf(d.Jobs)}, {"Singletons", reflect.ValueOf(d.Singletons)}} {
+	}{{"Queries", reflect.ValueOf(d.Queries)}, {"Jobs", reflect.ValueOf(d.Jobs)}, {"Singletons", reflect.ValueOf(d.Singletons)},
+		{"Output", reflect.ValueOf(d.Jobs.Output)}} {
 		for i := range group.v.NumField() {
 			f := group.v.Type().Field(i)
 			key := group.name + "." + f.Name
@@ -231,7 +239,7 @@ func TestPlaceholders(t *testing.T) {
 func TestTables(t *testing.T) {
 	d := dialect(t, prefix)
 	got, migrations := statements(t, d)
-	tables := []string{leases, jobs, runs, singletons}
+	tables := []string{leases, jobs, runs, singletons, output}
 	for key, text := range got {
 		var names []string
 		for _, m := range bracketedRE.FindAllStringSubmatch(text, -1) {
@@ -364,7 +372,7 @@ func TestOneClock(t *testing.T) {
 		"Jobs.AbandonRunning", "Jobs.AbandonDeleted", "Jobs.StartJob", "Jobs.InsertRun", "Jobs.Heartbeat", "Jobs.FinishRun", "Jobs.ReleaseJob",
 		"Jobs.Stats", "Jobs.PruneRuns", "Jobs.DueWindow",
 		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat",
-		"Singletons.Create"}
+		"Singletons.Create", "Output.Insert", "Output.Prune"}
 	for key, text := range got {
 		n := strings.Count(text, "SYSUTCDATETIME()")
 		want := 0

@@ -175,11 +175,27 @@ func (s *Store) FinishRuns(ctx context.Context, tx *sql.Tx, reqs []FinishReq) (d
 		sfs[k], runAttempts[k] = r.Run.ScheduledFor.UTC(), int32(r.Run.Attempt)
 		at[r.Lock.JobID] = i
 	}
-	q := s.on(tx)
-	rows, err := q.QueryContext(ctx, s.q().FinishRuns, ids, epochs, holders, nexts, nextAttempts, backoffs,
-		outcomes, errs, sfs, runAttempts)
-	if err := markIDs(rows, err, at, done); err != nil {
-		return nil, fmt.Errorf("finish %d runs: %w", n, s.classify(err))
+	write := func(tx *sql.Tx) error {
+		rows, err := s.on(tx).QueryContext(ctx, s.q().FinishRuns, ids, epochs, holders, nexts, nextAttempts, backoffs,
+			outcomes, errs, sfs, runAttempts)
+		if err := markIDs(rows, err, at, done); err != nil {
+			return s.classify(err)
+		}
+		if tx == nil {
+			return nil
+		}
+		return s.insertOutputs(ctx, tx, reqs, done)
+	}
+	if s.hasOutput(reqs) {
+		// The outputs go in the finish's transaction: a run whose lock is
+		// lost keeps none.
+		err = s.inTx(ctx, tx, write)
+	} else {
+		err = write(tx)
+	}
+	if err != nil {
+		clear(done)
+		return nil, fmt.Errorf("finish %d runs: %w", n, err)
 	}
 	return done, nil
 }

@@ -173,6 +173,9 @@ type JobQueries struct {
 	// last_modified_at) of rows with (last_modified_at, id) > (t, id),
 	// ordered by last_modified_at, id.
 	Changed string
+
+	// Output is the run output table's statements (see OutputQueries).
+	Output OutputQueries
 }
 
 // JobColumns is the select list every job query returns, in order.
@@ -541,7 +544,7 @@ func (s *Store) JobsChecked(ctx context.Context, after string, limit int) (jobs 
 	return jobs, skipped, last, nil
 }
 
-// DeleteJob deletes a job; its runs stay in the ledger, those still
+// DeleteJob deletes a job and its runs' output; its runs stay in the ledger, those still
 // running closed as abandoned ("job deleted while running") in the same
 // transaction, so that the executor's own finish, which then finds no job,
 // writes nothing and no run stays running forever. It returns
@@ -572,7 +575,7 @@ func (s *Store) DeleteJob(ctx context.Context, name string) error {
 		if _, err := tx.ExecContext(ctx, s.q().AbandonDeleted, js.j.ID); err != nil {
 			return s.classify(err)
 		}
-		return nil
+		return s.deleteOutputs(ctx, tx, js.j.ID)
 	})
 	if err != nil {
 		return fmt.Errorf("delete job %q: %w", name, err)
@@ -854,6 +857,9 @@ type Finish struct {
 	Attempt int
 	// Backoff delays the retry (not_before = now + Backoff); 0 for none.
 	Backoff time.Duration
+	// Output is the kept tail of the action's output, written with the
+	// finish (OutputQueries); empty for none.
+	Output string
 }
 
 // FinishRun records the run's outcome and releases the lock, in one
@@ -869,8 +875,19 @@ func (s *Store) FinishRun(ctx context.Context, tx *sql.Tx, l Lock, run sqlease.R
 		backoff = f.Backoff.Milliseconds()
 	}
 	if q := s.q().FinishRunOne; q != "" {
-		err := s.one(ctx, tx, q, s.classify, l.JobID, l.Holder, l.Epoch, s.timeArg(f.Next), f.Attempt, backoff,
-			string(f.Outcome), errText, s.timeArg(run.ScheduledFor), run.Attempt)
+		write := func(tx *sql.Tx) error {
+			if err := s.one(ctx, tx, q, s.classify, l.JobID, l.Holder, l.Epoch, s.timeArg(f.Next), f.Attempt, backoff,
+				string(f.Outcome), errText, s.timeArg(run.ScheduledFor), run.Attempt); err != nil {
+				return err
+			}
+			return s.insertOutput(ctx, tx, l.JobID, run, f.Output)
+		}
+		var err error
+		if f.Output == "" {
+			err = write(tx) // one statement: no transaction of its own
+		} else {
+			err = s.inTx(ctx, tx, write)
+		}
 		if err != nil {
 			return fmt.Errorf("finish run %s attempt %d as %s: %w", run.IdempotencyKey(), run.Attempt, f.Outcome, err)
 		}
@@ -880,8 +897,10 @@ func (s *Store) FinishRun(ctx context.Context, tx *sql.Tx, l Lock, run sqlease.R
 		if err := s.lockedExec(ctx, tx, s.q().ReleaseJob, l, s.timeArg(f.Next), f.Attempt, backoff); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, s.q().FinishRun, string(f.Outcome), errText, l.JobID, s.timeArg(run.ScheduledFor), run.Attempt)
-		return s.classify(err)
+		if _, err := tx.ExecContext(ctx, s.q().FinishRun, string(f.Outcome), errText, l.JobID, s.timeArg(run.ScheduledFor), run.Attempt); err != nil {
+			return s.classify(err)
+		}
+		return s.insertOutput(ctx, tx, l.JobID, run, f.Output)
 	})
 	if err != nil {
 		return fmt.Errorf("finish run %s attempt %d as %s: %w", run.IdempotencyKey(), run.Attempt, f.Outcome, err)
@@ -910,17 +929,17 @@ func (s *Store) ReleaseUnrun(ctx context.Context, tx *sql.Tx, l Lock, next time.
 // Runs lists a job's runs, newest first.
 func (s *Store) Runs(ctx context.Context, job string, limit int) ([]sqlease.Run, error) {
 	rows, err := s.db.QueryContext(ctx, s.q().Runs, job, limit)
-	return s.scanRuns(job, rows, err)
+	return s.scanRuns(ctx, job, rows, err)
 }
 
 // RunsBefore lists up to limit runs of job older than (scheduledFor,
 // attempt), newest first: the page after one that ended there.
 func (s *Store) RunsBefore(ctx context.Context, job string, scheduledFor time.Time, attempt, limit int) ([]sqlease.Run, error) {
 	rows, err := s.db.QueryContext(ctx, s.q().RunsBefore, job, s.timeArg(scheduledFor), attempt, limit)
-	return s.scanRuns(job, rows, err)
+	return s.scanRuns(ctx, job, rows, err)
 }
 
-func (s *Store) scanRuns(job string, rows *sql.Rows, err error) ([]sqlease.Run, error) {
+func (s *Store) scanRuns(ctx context.Context, job string, rows *sql.Rows, err error) ([]sqlease.Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list runs of %q: %w", job, s.classify(err))
 	}
@@ -942,14 +961,22 @@ func (s *Store) scanRuns(job string, rows *sql.Rows, err error) ([]sqlease.Run, 
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list runs of %q: %w", job, s.classify(err))
 	}
+	rows.Close()
+	if err := s.addOutputs(ctx, out); err != nil {
+		return nil, fmt.Errorf("list runs of %q: %w", job, err)
+	}
 	return out, nil
 }
 
-// PruneRuns deletes finished runs older than retention and reports how many.
+// PruneRuns deletes finished runs older than retention, and their output,
+// and reports how many runs.
 func (s *Store) PruneRuns(ctx context.Context, retention time.Duration) (int64, error) {
 	res, err := s.db.ExecContext(ctx, s.q().PruneRuns, retention.Milliseconds())
 	if err != nil {
 		return 0, fmt.Errorf("prune runs: %w", s.classify(err))
+	}
+	if _, err := s.pruneOutputs(ctx, retention); err != nil {
+		return 0, err
 	}
 	return res.RowsAffected()
 }

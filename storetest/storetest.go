@@ -98,6 +98,7 @@ func Run(t *testing.T, h Harness) {
 		{"RunErrorText", testRunErrorText},
 		{"DeleteWhileRunning", testDeleteWhileRunning},
 		{"DeleteRacingStart", testDeleteRacingStart},
+		{"RunOutput", testRunOutput},
 		{"SingletonState", testSingletonState},
 		{"WorkerLeaseClaims", testWorkerLeaseClaims},
 		{"Linearizable", testLinearizable},

@@ -48,32 +48,53 @@ func riverSource() (string, error) {
 }
 
 // runRiver works off n jobs with River on a fresh database.
-func runRiver(ctx context.Context, e *env, bin string, n int, tuned bool) (float64, cpuUse, error) {
+// peerRun is one round of one way: its rate and CPU per job, of the client
+// (the benchmark's process, or River's) and of the PostgreSQL server (all
+// its processes; zero when the server is not local).
+type peerRun struct {
+	perSec         float64
+	client, server time.Duration
+	serverMeasured bool
+}
+
+func cpuPerJob(d time.Duration, n int64) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	return d / time.Duration(n)
+}
+
+func runRiver(ctx context.Context, e *env, bin string, n int, tuned bool) (peerRun, error) {
 	tg, err := e.newTarget(ctx, "postgres")
 	if err != nil {
-		return 0, cpuUse{}, err
+		return peerRun{}, err
 	}
 	defer tg.cleanup()
 	args := []string{"-db", tg.dsn, "-jobs", fmt.Sprint(n)}
 	if tuned {
 		args = append(args, "-tuned")
 	}
-	before := sampleCPU()
-	out, err := exec.CommandContext(ctx, bin, args...).Output()
-	cpu := cpuBetween(before, sampleCPU())
+	pgCPU := e.pgCPUStart()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	out, err := cmd.Output()
+	pg := pgCPU()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			err = fmt.Errorf("%v: %s", err, strings.TrimSpace(string(ee.Stderr)))
 		}
-		return 0, cpu, err
+		return peerRun{}, err
 	}
 	var res struct {
 		PerSec float64 `json:"per_sec"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
-		return 0, cpu, fmt.Errorf("River's output %q: %v", out, err)
+		return peerRun{}, fmt.Errorf("River's output %q: %v", out, err)
 	}
-	return res.PerSec, cpu, nil
+	r := peerRun{perSec: res.PerSec, client: cpuPerJob(cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime(), int64(n))}
+	if pg != nil {
+		r.server, r.serverMeasured = cpuPerJob(pg.Total, int64(n)), true
+	}
+	return r, nil
 }
 
 // peerScenario runs the rounds and prints the table.
@@ -88,51 +109,64 @@ func peerScenario(ctx context.Context, e *env, jobs, runs int, tuning schedTunin
 	defer cleanup()
 	type way struct {
 		name string
-		run  func() (float64, error)
+		run  func() (peerRun, error)
 	}
-	sq := func(mode string) func() (float64, error) {
-		return func() (float64, error) {
+	sq := func(mode string) func() (peerRun, error) {
+		return func() (peerRun, error) {
 			r, err := runThroughput(ctx, e, throughputOpts{dialect: "postgres", mode: mode, workers: 1, jobs: jobs, tuning: tuning, timeout: timeout})
-			if err == nil {
-				if p := r.problems(); p != "" {
-					return 0, fmt.Errorf("exactly-once check: %s", p)
-				}
+			if err != nil {
+				return peerRun{}, err
 			}
-			return r.PerSec, err
+			if p := r.problems(); p != "" {
+				return peerRun{}, fmt.Errorf("exactly-once check: %s", p)
+			}
+			pr := peerRun{perSec: r.PerSec, client: cpuPerJob(r.CPU.Self, r.Done)}
+			if r.PGCPU != nil {
+				pr.server, pr.serverMeasured = cpuPerJob(r.PGCPU.Total, r.Done), true
+			}
+			return pr, nil
 		}
 	}
-	rv := func(tuned bool) func() (float64, error) {
-		return func() (float64, error) {
-			r, _, err := runRiver(ctx, e, bin, jobs, tuned)
-			return r, err
-		}
+	rv := func(tuned bool) func() (peerRun, error) {
+		return func() (peerRun, error) { return runRiver(ctx, e, bin, jobs, tuned) }
 	}
 	ways := []way{{"River tuned", rv(true)}, {"sqlease claim", sq("claim")}, {"sqlease leader", sq("leader")}, {"River defaults", rv(false)}}
 	rates := make([][]float64, len(ways))
+	clients, servers := make([][]float64, len(ways)), make([][]float64, len(ways))
 	for r := 1; r <= runs; r++ {
 		for i, w := range ways {
 			if ctx.Err() != nil {
 				return false
 			}
 			settle(e.settleBusy, e.settleWait)
-			rate, err := w.run()
+			pr, err := w.run()
 			if err != nil {
 				fmt.Printf("  run %d, %s: ERROR %v\n", r, w.name, err)
 				exitCode = 1
 				continue
 			}
-			rates[i] = append(rates[i], rate)
-			fmt.Printf("  run %d: %-16s %8.0f jobs/s\n", r, w.name, rate)
+			rates[i] = append(rates[i], pr.perSec)
+			clients[i] = append(clients[i], float64(pr.client.Microseconds()))
+			server := "server not local"
+			if pr.serverMeasured {
+				servers[i] = append(servers[i], float64(pr.server.Microseconds()))
+				server = fmt.Sprintf("server %4d µs", pr.server.Microseconds())
+			}
+			fmt.Printf("  run %d: %-16s %8.0f jobs/s  CPU per job: client %4d µs, %s\n", r, w.name, pr.perSec, pr.client.Microseconds(), server)
 		}
 	}
 	base := medianOf(rates[0])
-	fmt.Printf("  medians of %d runs (ratio to River tuned):\n", runs)
+	fmt.Printf("  medians of %d runs (ratio to River tuned; CPU per job, client = the benchmark's or River's process, server = every PostgreSQL process):\n", runs)
 	for i, w := range ways {
 		ratio := "-"
 		if base > 0 {
 			ratio = fmt.Sprintf("%.2f ×", medianOf(rates[i])/base)
 		}
-		fmt.Printf("    %-16s %8.0f jobs/s  %s\n", w.name, medianOf(rates[i]), ratio)
+		server := "-"
+		if len(servers[i]) > 0 {
+			server = fmt.Sprintf("%.0f µs", medianOf(servers[i]))
+		}
+		fmt.Printf("    %-16s %8.0f jobs/s  %-7s  client %4.0f µs/job  server %s/job\n", w.name, medianOf(rates[i]), ratio, medianOf(clients[i]), server)
 	}
 	return true
 }

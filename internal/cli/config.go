@@ -40,6 +40,7 @@ type Config struct {
 	RefreshInterval time.Duration
 	ShutdownTimeout time.Duration
 	RunRetention    time.Duration
+	RunOutputLimit  int // bytes; 0 keeps none
 	MaxConcurrent   int
 	APITokenFile    string
 	AllowedHosts    string // comma-separated
@@ -68,6 +69,7 @@ func defaultConfig() Config {
 		RefreshInterval: scheduler.DefaultRefreshInterval,
 		ShutdownTimeout: scheduler.DefaultShutdownTimeout,
 		RunRetention:    scheduler.DefaultRunRetention,
+		RunOutputLimit:  scheduler.DefaultOutputLimit,
 	}
 }
 
@@ -166,6 +168,16 @@ var settings = []setting{
 	dur("schedule-refresh-interval", "leader dispatch: how often the leader refreshes its schedule", func(c *Config) *time.Duration { return &c.RefreshInterval }),
 	dur("shutdown-timeout", "how long in-flight runs may finish on shutdown", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
 	dur("run-retention", "how long finished runs are kept (negative: forever)", func(c *Config) *time.Duration { return &c.RunRetention }),
+	{name: "run-output-limit", usage: fmt.Sprintf("bytes of each run's output kept with it, the tail (0: none; at most %d)", scheduler.MaxOutputLimit), serve: true,
+		get: func(c *Config) string { return strconv.Itoa(c.RunOutputLimit) },
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > scheduler.MaxOutputLimit {
+				return fmt.Errorf("must be a whole number of bytes in [0, %d], got %q", scheduler.MaxOutputLimit, v)
+			}
+			c.RunOutputLimit = n
+			return nil
+		}},
 	{name: "max-concurrent", usage: "runs executing at once on this node (0: 512 on postgres, else 64)", serve: true,
 		get: func(c *Config) string { return strconv.Itoa(c.MaxConcurrent) },
 		set: func(c *Config, v string) error {

@@ -23,7 +23,7 @@ import (
 // output use the API's JSON.
 func jobsCmd(env Env) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "jobs add|list|get|pause|resume|trigger|delete",
+		Use:   "jobs add|list|get|runs|pause|resume|trigger|delete",
 		Short: "Create, inspect and change jobs (the HTTP API's JSON, straight to the database)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -158,7 +158,7 @@ func jobsCmd(env Env) *cobra.Command {
 		j, err := s.Trigger(ctx, name)
 		return httpapi.JobOut(j), err
 	})
-	del := one("delete", "Delete a job (its run ledger stays)", func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error) {
+	del := one("delete", "Delete a job (its run ledger stays; its runs' output goes with it)", func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error) {
 		if err := s.Delete(ctx, name); err != nil {
 			return nil, err
 		}
@@ -168,7 +168,7 @@ func jobsCmd(env Env) *cobra.Command {
 	for _, c := range []*cobra.Command{add, list} {
 		addFlags(c.Flags(), false)
 	}
-	cmd.AddCommand(add, list, get, pause, resume, trigger, del)
+	cmd.AddCommand(add, list, get, pause, resume, trigger, del, runsCmd(env, withSched))
 	return cmd
 }
 

@@ -140,7 +140,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	n.sched, err = scheduler.New(scheduler.Config{
 		Store: store, Holder: holder, Handler: action.Handle, ValidateAction: action.ValidateJSON,
 		PollInterval: cfg.PollInterval, RefreshInterval: cfg.RefreshInterval, Changes: changes, MaxConcurrent: cfg.MaxConcurrent,
-		ShutdownTimeout: cfg.ShutdownTimeout, RunRetention: cfg.RunRetention,
+		ShutdownTimeout: cfg.ShutdownTimeout, RunRetention: cfg.RunRetention, OutputLimit: outputLimit(cfg.RunOutputLimit),
 		// Leading means dispatching: a leader whose schedule cannot be
 		// built or refreshed for a lease duration resigns (Lead logs it).
 		DispatchFailureLimit: cfg.LeaseDuration,

@@ -1,0 +1,245 @@
+package action
+
+import (
+	"bytes"
+	"context"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/sqlease/sqlease/scheduler"
+)
+
+// Redaction is what replaces a secret in a run's kept output and in its
+// error.
+const Redaction = "[redacted]"
+
+// capture keeps the tail of an action's output for its run, with the
+// action's secrets redacted. Secrets are redacted when the tail is taken,
+// over the last limit + (longest secret - 1) bytes: an occurrence of a
+// secret that overlaps the kept tail lies whole in that buffer, however the
+// writes split it, and a fragment of one cut at the buffer's start lies
+// before the kept tail.
+type capture struct {
+	mu      sync.Mutex
+	limit   int
+	keep    int // limit + longest secret - 1
+	buf     []byte
+	total   int64
+	secrets []string // longest first
+}
+
+// newCapture keeps the last limit bytes (0: none, writes are discarded).
+func newCapture(limit int, secrets []string) *capture {
+	c := &capture{limit: max(limit, 0), secrets: secrets}
+	c.keep = c.limit
+	if c.limit > 0 && len(secrets) > 0 {
+		c.keep += len(secrets[0]) - 1
+	}
+	return c
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total += int64(len(p))
+	if c.keep == 0 {
+		return len(p), nil
+	}
+	if len(p) >= c.keep {
+		c.buf = append(c.buf[:0], p[len(p)-c.keep:]...)
+		return len(p), nil
+	}
+	c.buf = append(c.buf, p...)
+	// Shift only once the buffer holds twice what it keeps: amortised,
+	// each byte is copied at most twice.
+	if len(c.buf) >= 2*c.keep {
+		c.buf = append(c.buf[:0], c.buf[len(c.buf)-c.keep:]...)
+	}
+	return len(p), nil
+}
+
+// tail returns the kept tail, redacted and valid UTF-8, and how many bytes
+// of the output before it were left out.
+func (c *capture) tail() (string, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.buf
+	if len(b) > c.keep {
+		b = b[len(b)-c.keep:]
+	}
+	spans := findSecrets(b, c.secrets)
+	start := max(len(b)-c.limit, 0)
+	for _, s := range spans {
+		if s[0] < start && start < s[1] {
+			start = s[1] // a secret across the cut is dropped whole
+		}
+	}
+	if start > 0 || c.total > int64(len(b)) {
+		// The tail starts after a cut: on a character boundary.
+		for i := 0; i < utf8.UTFMax-1 && start < len(b) && !utf8.RuneStart(b[start]); i++ {
+			start++
+		}
+	}
+	var out strings.Builder
+	at := start
+	for _, s := range spans {
+		if s[1] <= at {
+			continue
+		}
+		if s[0] > at {
+			out.Write(b[at:s[0]])
+		}
+		out.WriteString(Redaction)
+		at = s[1]
+	}
+	out.Write(b[at:])
+	dropped := c.total - int64(len(b)) + int64(start)
+	return strings.ToValidUTF8(out.String(), "\uFFFD"), dropped
+}
+
+// findSecrets returns the spans [start, end) of the secrets in b, in order
+// and not overlapping: at each position the longest secret that matches.
+func findSecrets(b []byte, secrets []string) [][2]int {
+	var spans [][2]int
+	for i := 0; i < len(b); {
+		matched := false
+		for _, s := range secrets { // longest first
+			if bytes.HasPrefix(b[i:], []byte(s)) {
+				spans = append(spans, [2]int{i, i + len(s)})
+				i += len(s)
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			i++
+		}
+	}
+	return spans
+}
+
+// redactHead returns the first n bytes of b with the secrets redacted, as
+// valid UTF-8. b holds more than n bytes where it can (the longest secret's
+// worth), so that a secret across byte n is found whole, and replaced; a
+// fragment of one cut at b's end lies beyond n and is left out.
+func redactHead(b []byte, n int, secrets []string) string {
+	var out strings.Builder
+	at := 0
+	for _, s := range findSecrets(b, secrets) {
+		if s[0] >= n {
+			break
+		}
+		out.Write(b[at:s[0]])
+		out.WriteString(Redaction)
+		at = s[1]
+	}
+	if at < n {
+		out.Write(b[at:min(n, len(b))])
+	}
+	return strings.ToValidUTF8(out.String(), "\uFFFD")
+}
+
+// keepFor hands the capture's tail to the run (scheduler.SetOutputTail); no
+// output is kept when nothing was written.
+func (c *capture) keepFor(ctx context.Context) {
+	if c.total == 0 {
+		return
+	}
+	tail, dropped := c.tail()
+	scheduler.SetOutputTail(ctx, tail, dropped)
+}
+
+// lastLine returns the last non-empty line of the capture's tail, redacted,
+// at most max bytes of its end, marked "…" where cut: the detail of a
+// one-line error.
+func (c *capture) lastLine(max int) string {
+	t, dropped := c.tail()
+	t = strings.TrimRight(t, " \t\r\n")
+	i := strings.LastIndexAny(t, "\r\n")
+	line := strings.TrimSpace(t[i+1:])
+	cut := i < 0 && dropped > 0
+	if len(line) > max {
+		line, cut = line[len(line)-max:], true
+		for line != "" && !utf8.RuneStart(line[0]) {
+			line = line[1:]
+		}
+	}
+	if cut && line != "" {
+		line = "…" + line
+	}
+	return line
+}
+
+// firstLine returns the first line of s, at most max bytes, marked "…"
+// where cut.
+func firstLine(s string, max int) string {
+	s = strings.TrimSpace(s)
+	line, _, more := strings.Cut(s, "\n")
+	line = strings.TrimSpace(line)
+	cut := more
+	if len(line) > max {
+		line, cut = line[:max], true
+		for line != "" && !utf8.ValidString(line) {
+			line = line[:len(line)-1]
+		}
+	}
+	if cut && line != "" {
+		line += "…"
+	}
+	return line
+}
+
+// nodeSecrets are the values of the node's SQLEASE_SECRET_* variables: the
+// secrets actions may reference, redacted from every action's output even
+// where no action names them (a command that found its way to one).
+func nodeSecrets() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if name, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(name, SecretEnvPrefix) && v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// secretList orders secrets for redaction: distinct, non-empty, longest
+// first (so that a secret containing another is replaced whole).
+func secretList(secrets ...string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range secrets {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// credentialParts returns a header value and, for "Scheme credentials"
+// (Bearer, Basic, Token …), the credentials alone, also decoded where they
+// are a URL's user information.
+func credentialParts(v string) []string {
+	out := []string{v}
+	if _, cred, ok := strings.Cut(strings.TrimSpace(v), " "); ok {
+		out = append(out, strings.TrimSpace(cred))
+	}
+	return out
+}
+
+// urlSecret returns the password of a URL's user information, if any.
+func urlSecret(raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return nil
+	}
+	if p, ok := u.User.Password(); ok {
+		return []string{p, url.QueryEscape(p), url.PathEscape(p)}
+	}
+	return nil
+}
