@@ -317,3 +317,26 @@ func TestReadOnlyBeyondLoopback(t *testing.T) {
 		t.Fatalf("the job is gone: %v", err)
 	}
 }
+
+// TestRunOutputShown: a run's kept output is on the job page, under its
+// error, escaped.
+func TestRunOutputShown(t *testing.T) {
+	s := newSite(t, "", "127.0.0.1:0")
+	s.job("echo", false)
+	at := "2026-01-01 00:00:00.000"
+	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
+		VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'echo'), 'echo', ?, 1, 'h', 1, ?, ?, 'failed', 'exec action: exit status 3')`, at, at, at); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_run_output (job_id, scheduled_for, attempt, finished_at, output)
+		VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'echo'), ?, 1, ?, ?)`, at, at, "hello <b>world</b>\n"); err != nil {
+		t.Fatal(err)
+	}
+	code, body, _ := s.get("/ui/jobs/echo")
+	if code != 200 {
+		t.Fatalf("job page: %d", code)
+	}
+	if !strings.Contains(body, "exit status 3") || !strings.Contains(body, "<summary>Output</summary><pre><code>hello &lt;b&gt;world&lt;/b&gt;") {
+		t.Errorf("job page lacks the run's escaped output:\n%s", body)
+	}
+}
