@@ -40,6 +40,7 @@ const (
 	workerPrefix    = sqlstore.WorkerLeasePrefix
 	memberPrefix    = "member:"
 	singletonPrefix = "singleton:"
+	nodePrefix      = sqlstore.NodeLeasePrefix
 )
 
 var funcs = template.FuncMap{
@@ -139,7 +140,9 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 		}
 		if !l.Expired() {
 			n.Live = true
-			n.Roles = append(n.Roles, role)
+			if role != "" {
+				n.Roles = append(n.Roles, role)
+			}
 		}
 		if l.RenewedAt.After(n.LastSeen) {
 			n.LastSeen = l.RenewedAt
@@ -165,6 +168,11 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 			seen(l.Holder, "member", l)
 		case strings.HasPrefix(l.Name, singletonPrefix) && recent:
 			seen(l.Holder, "runs "+strings.TrimPrefix(l.Name, singletonPrefix), l)
+		case strings.HasPrefix(l.Name, nodePrefix):
+			// A node's presence (history.Presence): up, whatever its role.
+			if recent {
+				seen(l.Holder, "", l)
+			}
 		case !strings.HasPrefix(l.Name, workerPrefix) && !strings.HasPrefix(l.Name, memberPrefix) && !strings.HasPrefix(l.Name, singletonPrefix):
 			data.Others = append(data.Others, l)
 		}
@@ -194,8 +202,11 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 		}
 	}
 	for _, n := range nodes {
-		if len(n.Roles) == 0 {
-			n.Roles = []string{"holds no lease now: a follower, or gone"}
+		switch {
+		case len(n.Roles) == 0 && n.Live:
+			n.Roles = []string{"follower"}
+		case len(n.Roles) == 0:
+			n.Roles = []string{"not seen since: stopped, killed or cut off"}
 		}
 		data.Nodes = append(data.Nodes, *n)
 	}

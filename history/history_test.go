@@ -252,3 +252,42 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestPresence: a node's presence lease is taken at once, renewed while it
+// runs (a short ttl outlived several times) and released when it stops.
+func TestPresence(t *testing.T) {
+	for name, s := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				history.Presence(ctx, s, "node-p", 100*time.Millisecond, 400*time.Millisecond, nil)
+			}()
+			lease := func() sqlease.Lease {
+				l, err := s.Lease(t.Context(), sqlstore.NodeLeasePrefix+"node-p")
+				if err != nil {
+					return sqlease.Lease{}
+				}
+				return l
+			}
+			deadline := time.Now().Add(3 * time.Second)
+			for lease().Holder != "node-p" || lease().Expired() {
+				if time.Now().After(deadline) {
+					t.Fatalf("no live presence lease: %+v", lease())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			first := lease()
+			time.Sleep(1200 * time.Millisecond) // three ttls
+			if l := lease(); l.Expired() || l.Epoch != first.Epoch || !l.RenewedAt.After(first.RenewedAt) {
+				t.Fatalf("presence not renewed: %+v, then %+v", first, l)
+			}
+			cancel()
+			<-done
+			if l := lease(); !l.Expired() {
+				t.Fatalf("presence not released at stop: %+v", l)
+			}
+		})
+	}
+}

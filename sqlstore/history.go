@@ -128,3 +128,8 @@ func (s *Store) PruneLeaseHistory(ctx context.Context, retention time.Duration) 
 	}
 	return res.RowsAffected()
 }
+
+// NodeLeasePrefix names the presence lease of a node (NodeLeasePrefix +
+// holder id), kept by history.Presence: it shows which nodes are up,
+// followers included, and fences nothing.
+const NodeLeasePrefix = "node:"

@@ -270,7 +270,11 @@ func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = n.elector.Run(workCtx) }()
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		history.Presence(workCtx, n.store, n.elector.HolderID(), history.DefaultPresenceEvery, history.DefaultPresenceTTL, n.log)
+	}()
 	go func() { defer wg.Done(); _ = n.singletons.node.Run(workCtx) }()
 	go func() { defer wg.Done(); n.singletons.run(workCtx, n.singletonChanges) }()
 	if n.cfg.Dispatch == "claim" {

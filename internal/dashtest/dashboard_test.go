@@ -261,6 +261,17 @@ func TestFailoverOnPage(t *testing.T) {
 	if got := text(t, ctx, ".events tbody tr:first-child"); !strings.Contains(got, lead.Holder) {
 		t.Errorf("the latest history row is not the leader's acquisition: %q", got)
 	}
+	// Every node is listed, the followers (which hold no other lease)
+	// by their presence leases.
+	for _, n := range d.Running() {
+		role := "follower"
+		if n == lead {
+			role = "leader"
+		}
+		waitFor(t, ctx, 5*time.Second, n.Holder+" listed as "+role,
+			fmt.Sprintf(`[...document.querySelectorAll("section[aria-labelledby=nodes-h] tbody tr")].some(r =>
+				r.querySelector("th").textContent.startsWith(%q) && r.querySelector("td").textContent === %q && !r.classList.contains("gone"))`, n.Holder, role))
+	}
 	shoot(t, ctx, "overview")
 	// Readable without JavaScript: the leader is in the served HTML.
 	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
