@@ -11,6 +11,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // Lease is one lease as GET /v1/leases returns it. Times are RFC 3339 UTC,
@@ -153,6 +154,11 @@ func (a *api) listLeases(w http.ResponseWriter, r *http.Request) {
 	}
 	out := LeaseList{Leases: make([]Lease, 0, len(leases))}
 	for _, l := range leases {
+		// Presence rows (history.Presence) fence nothing: they are not
+		// leases to the API's readers; the dashboard shows them as nodes.
+		if strings.HasPrefix(l.Name, sqlstore.NodeLeasePrefix) {
+			continue
+		}
 		out.Leases = append(out.Leases, LeaseOut(l))
 	}
 	a.writeJSON(w, r, http.StatusOK, out)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -55,17 +56,29 @@ func statusCmd(env Env) *cobra.Command {
 			}
 			w := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "LEASE\tHOLDER\tEPOCH\tEXPIRES AT\tTIME LEFT")
+			var up []string // nodes by their presence rows, which fence nothing
+			shown := 0
 			for _, l := range leases {
+				if strings.HasPrefix(l.Name, sqlstore.NodeLeasePrefix) {
+					if !l.Expired() {
+						up = append(up, l.Holder)
+					}
+					continue
+				}
+				shown++
 				left := "expired"
 				if !l.Expired() {
 					left = l.Remaining().Round(time.Millisecond).String()
 				}
 				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", l.Name, l.Holder, l.Epoch, l.ExpiresAt.Format(time.RFC3339Nano), left)
 			}
-			if len(leases) == 0 {
+			if shown == 0 {
 				fmt.Fprintln(w, "(none)\t\t\t\t")
 			}
 			w.Flush()
+			if len(up) > 0 {
+				fmt.Fprintf(env.Stdout, "\nNODES UP: %s\n", strings.Join(up, ", "))
+			}
 			if showHistory != "" {
 				if err := printHistory(cmd.Context(), env.Stdout, s, showHistory); err != nil {
 					return err
