@@ -181,6 +181,7 @@ type session struct {
 	stmts struct{ getLock, holds, renew, renewRead *sql.Stmt }
 
 	locked    bool // under sem
+	idleSet   bool // under sem: wait_timeout follows the lease (setIdle)
 	closing   atomic.Bool
 	lost      chan struct{}
 	lostOnce  sync.Once
@@ -320,6 +321,18 @@ func (s *session) Lock(ctx context.Context) error {
 	return nil
 }
 
+// setIdle lets the server end the session once it has been silent for the
+// lease duration (rounded up) + 1 s: a holder silent for a whole lease has
+// lost it anyway, and its lock is freed then. Called under sem.
+func (s *session) setIdle(ctx context.Context, ttl time.Duration) error {
+	idle := int64((ttl+time.Second-1)/time.Second) + 1
+	if _, err := s.conn.ExecContext(ctx, `SET SESSION wait_timeout = `+strconv.FormatInt(idle, 10)); err != nil {
+		return err
+	}
+	s.idleSet = true
+	return nil
+}
+
 // errUnlockedTerm is Takeover's refusal inside its transaction.
 var errUnlockedTerm = errors.New("lease acquired without the lock, unexpired")
 
@@ -331,10 +344,7 @@ func (s *session) Takeover(ctx context.Context, name, holder string, ttl time.Du
 	l := sqlease.Lease{Name: name, Holder: holder}
 	var held bool
 	err := s.use(ctx, func() error {
-		// A holder silent for a whole lease has lost it anyway: let the
-		// server end its session then and free the lock.
-		idle := int64((ttl+time.Second-1)/time.Second) + 1
-		if _, err := s.conn.ExecContext(ctx, `SET SESSION wait_timeout = `+strconv.FormatInt(idle, 10)); err != nil {
+		if err := s.setIdle(ctx, ttl); err != nil {
 			return err
 		}
 		tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -385,6 +395,13 @@ func (s *session) Renew(ctx context.Context, tok sqlease.Token, ttl time.Duratio
 	err := s.use(ctx, func() error {
 		if !s.locked {
 			return fmt.Errorf("%w: renew before Lock", sqlease.ErrSessionLost)
+		}
+		// A term acquired without the lock renews here once its Lock is
+		// granted, without a Takeover having set the idle limit.
+		if !s.idleSet {
+			if err := s.setIdle(ctx, ttl); err != nil {
+				return err
+			}
 		}
 		res, err := s.stmts.renew.ExecContext(ctx, ttl.Milliseconds(), tok.Name, tok.Holder, tok.Epoch, s.name)
 		if err != nil {

@@ -1,8 +1,12 @@
 package mysql_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/sqlease/sqlease"
 
 	"github.com/sqlease/sqlease/storetest"
 )
@@ -45,5 +49,33 @@ func TestMigrateAddsLeaseLocked(t *testing.T) {
 	var locked bool
 	if err := s.DB().QueryRowContext(ctx, "SELECT lease_locked FROM "+prefix+"_leases WHERE lease_name = 'old'").Scan(&locked); err != nil || locked {
 		t.Fatalf("lease_locked of a lease acquired through the store: %v, %v", locked, err)
+	}
+}
+
+// A term acquired without the lock that renews through its session once
+// the lock is granted sets the session's idle limit from the lease, as a
+// takeover does: a session silent for a lease + 1 s is ended by the server
+// (and its lock freed), not after the 10 s a session has before that.
+func TestSessionRenewSetsIdleLimit(t *testing.T) {
+	s, prefix := newAdvisoryStore(t)
+	ctx := t.Context()
+	l, err := s.Acquire(ctx, "idle", "h", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := newLocker(t, prefix)(ctx, "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(context.Background())
+	if err := sess.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sess.Renew(ctx, l.Token(), time.Second); err != nil {
+		t.Fatalf("renew through the session: %v", err)
+	}
+	time.Sleep(3500 * time.Millisecond) // idle limit 1 s + 1 s
+	if _, err := sess.Renew(ctx, l.Token(), time.Second); !errors.Is(err, sqlease.ErrSessionLost) {
+		t.Fatalf("renew after the session sat idle past lease + 1 s: %v, want ErrSessionLost (the server ends it)", err)
 	}
 }
