@@ -257,6 +257,33 @@ c AS (
 	RETURNING job_id
 )
 SELECT u.*, i.job_id IS NOT NULL FROM u LEFT JOIN i ON i.job_id = u.id`),
+		// The leader's ClaimJobs and ClaimStart in one: the jobs it names,
+		// claimed under its lease epoch, and the runs of the one-off ones
+		// started under that epoch, in its fenced transaction.
+		ClaimStartJobs: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now),
+c AS (
+	SELECT j.id, j.locked_by AS prev, GREATEST(j.attempt, COALESCE((SELECT max(r.attempt) FROM {runs} r
+		WHERE r.job_id = j.id AND r.scheduled_for = j.next_run_at), 0)) + 1 AS run_attempt
+	FROM {jobs} j, n
+	WHERE j.id = ANY($1::bigint[]) AND {due}
+	  AND (j.locked_by IS NULL OR {stale} OR j.lock_lease_epoch < $3)
+	ORDER BY j.id
+	FOR UPDATE OF j SKIP LOCKED
+), u AS (
+	UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
+		lock_lease_epoch = $3, last_modified_at = n.now
+	FROM c, n WHERE j.id = c.id
+	RETURNING {startcols}, n.now AS claim_now, c.prev IS NOT NULL AS reclaimed, c.run_attempt,
+		c.prev IS NULL AND c.run_attempt <= j.max_attempts
+		AND strpos(j.schedule, '"every"') = 0 AND strpos(j.schedule, '"cron"') = 0
+		AND (j.skip_if_older_than_ms = 0 OR j.next_run_at >= n.now - j.skip_if_older_than_ms {ms}) AS one_off_due
+), i AS (
+	INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
+	SELECT u.id, u.name, u.next_run_at, u.run_attempt, $2, $3, u.claim_now, 'running' FROM u WHERE u.one_off_due
+	ON CONFLICT DO NOTHING
+	RETURNING job_id
+)
+SELECT u.*, i.job_id IS NOT NULL FROM u LEFT JOIN i ON i.job_id = u.id`),
 		// FOR SHARE holds each job row until the insert commits, so that a
 		// reclaim (which bumps lock_epoch) cannot slip between the lock
 		// check and the start.

@@ -288,3 +288,65 @@ VALUES (1, 'j', now() - interval '3 hours', 1, 'h', 1, now() - interval '3 hours
 		t.Fatalf("runs left: %q %v, want the one in flight", left, err)
 	}
 }
+
+// TestClaimStartJobs: the leader's claim of named jobs also starts the runs
+// of the one-off ones, under the lease epoch, and leaves periodic ones (the
+// missed-runs policy decides those in Go) claimed but not started; a job
+// another leader epoch claimed is reclaimed and not started either.
+func TestClaimStartJobs(t *testing.T) {
+	ctx := context.Background()
+	st, prefix := newStoreWithPrefix(t)
+	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, j := range []sqlease.Job{{Name: "once"}, {Name: "every", Schedule: sqlease.Schedule{Every: time.Hour}}, {Name: "prior"}} {
+		s, _, err := sched.Create(ctx, j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+	}
+	// "prior" was claimed under lease epoch 3 by another leader.
+	tx, err := st.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ClaimJobs(ctx, tx, ids[2:], sqlease.Token{Name: "lead", Holder: "old", Epoch: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	tok := sqlease.Token{Name: "lead", Holder: "new", Epoch: 4}
+	tx, err = st.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	claimed, err := st.ClaimStartJobs(ctx, tx, ids, tok)
+	if err != nil || len(claimed) != 3 {
+		t.Fatalf("ClaimStartJobs: %d claimed, %v", len(claimed), err)
+	}
+	byName := map[string]sqlstore.Claimed{}
+	for _, c := range claimed {
+		byName[c.Name] = c
+		if c.Lock.Holder != "new" {
+			t.Errorf("%s locked by %q", c.Name, c.Lock.Holder)
+		}
+	}
+	if r := byName["once"].Started; r == nil || r.Epoch != 4 || r.Attempt != 1 || r.Holder != "new" || !r.ScheduledFor.Equal(byName["once"].NextRunAt) {
+		t.Errorf("the one-off job's run: %+v", r)
+	}
+	if r := byName["every"].Started; r != nil {
+		t.Errorf("a periodic job was started by the claim: %+v", r)
+	}
+	if c := byName["prior"]; c.Started != nil || !c.Reclaimed {
+		t.Errorf("a job claimed under an earlier epoch: started %+v, reclaimed %v", c.Started, c.Reclaimed)
+	}
+	var running, epoch int64
+	if err := tx.QueryRowContext(ctx, `SELECT count(*), max(epoch) FROM `+prefix+`_runs WHERE outcome = 'running'`).Scan(&running, &epoch); err != nil || running != 1 || epoch != 4 {
+		t.Fatalf("runs in the ledger: %d running, epoch %d, %v; want the one-off job's, under epoch 4", running, epoch, err)
+	}
+}

@@ -456,14 +456,18 @@ func (l *leader) claimBatch(ctx context.Context, batch []schedEntry) []leaderCla
 	}
 	err := l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
 		clear(out)
-		claimed, err := l.s.store.ClaimJobs(ctx, tx, ids, l.tok)
+		// One-off jobs are started by the claim itself where the store can.
+		claimed, err := l.s.store.ClaimStartJobs(ctx, tx, ids, l.tok)
 		if err != nil {
 			return err
 		}
 		var reqs []sqlstore.StartReq
 		for _, c := range claimed {
 			i := at[c.ID]
-			out[i] = leaderClaim{c: c, ok: true}
+			out[i] = leaderClaim{c: c, ok: true, started: c.Started}
+			if c.Started != nil {
+				continue
+			}
 			if req, ok := fastStart(c); ok {
 				req.RunEpoch = l.tok.Epoch
 				reqs = append(reqs, req)

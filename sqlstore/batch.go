@@ -31,6 +31,38 @@ func (s *Store) ClaimJobs(ctx context.Context, tx *sql.Tx, ids []int64, tok sqle
 	return c, nil
 }
 
+// ClaimStartJobs is ClaimJobs that also starts, in the same statement, the
+// runs of one-off jobs that need no decision of the missed-runs policy, with
+// tok's epoch as the run's epoch (see JobQueries.ClaimStartJobs); their
+// Claimed.Started is set. Without that statement it is ClaimJobs.
+func (s *Store) ClaimStartJobs(ctx context.Context, tx *sql.Tx, ids []int64, tok sqlease.Token) ([]Claimed, error) {
+	if s.q().ClaimStartJobs == "" {
+		return s.ClaimJobs(ctx, tx, ids, tok)
+	}
+	out := make([]Claimed, 0, len(ids))
+	var now dbTime
+	var reclaimed, oneOffDue, started bool
+	var attempt int
+	js := newJobScan(&now, &reclaimed, &attempt, &oneOffDue, &started)
+	rows, err := tx.QueryContext(ctx, s.q().ClaimStartJobs, ids, tok.Holder, tok.Epoch)
+	if _, err := scanRows(rows, err, func(sc scanner) error {
+		j, err := js.scan(sc)
+		if err != nil {
+			return err
+		}
+		c := Claimed{StoredJob: j, Lock: Lock{JobID: j.ID, Holder: j.LockedBy, Epoch: j.LockEpoch}, Now: now.T, Reclaimed: reclaimed}
+		if started {
+			c.Started = &sqlease.Run{JobID: j.ID, Job: j.Name, ScheduledFor: j.NextRunAt, Attempt: attempt,
+				Holder: j.LockedBy, Epoch: tok.Epoch, Outcome: sqlease.OutcomeRunning, StartedAt: now.T}
+		}
+		out = append(out, c)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("claim %d jobs: %w", len(ids), s.classify(err))
+	}
+	return out, nil
+}
+
 // ClaimAndStart is ClaimDue that also starts, in the same statement, the
 // runs of one-off jobs that need no decision of the missed-runs policy (see
 // JobQueries.ClaimStart); their Claimed.Started is set. Without ClaimStart

@@ -128,6 +128,12 @@ type JobQueries struct {
 	// whether this statement started its run (epoch = the new lock epoch,
 	// started_at = now).
 	ClaimStart string
+	// ClaimStartJobs, optional (with ClaimJobs): (ids, holder,
+	// lease_epoch). ClaimJobs that also starts, in the same statement and
+	// under the same conditions as ClaimStart, the runs of the one-off jobs
+	// it claims, with the lease epoch as the run's epoch. Returns what
+	// ClaimStart returns.
+	ClaimStartJobs string
 	// StartRuns, optional (with FinishRuns; see Store.Batched), starts many
 	// runs in one statement. Arguments are arrays of equal length, one
 	// element per run: (job_id, lock_epoch, scheduled_for, attempt, job_name,
