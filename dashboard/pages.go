@@ -432,7 +432,7 @@ func (d *Dashboard) job(r *http.Request, v *view) (string, error) {
 	data.Action = pretty.String()
 	var runs []sqlease.Run
 	if after := r.URL.Query().Get("after"); after != "" {
-		at, attempt, ok := parseRunCursor(after)
+		at, attempt, ok := httpapi.ParseRunCursor(after)
 		if !ok {
 			return "", fmt.Errorf("%w: after: %q is not a page cursor", errBadParam, after)
 		}
@@ -455,16 +455,6 @@ func (d *Dashboard) job(r *http.Request, v *view) (string, error) {
 	}
 	v.Title, v.Nav, v.Data = "Job "+name, "jobs", data
 	return "job", nil
-}
-
-func parseRunCursor(s string) (time.Time, int, bool) {
-	i := strings.LastIndexByte(s, '/')
-	if i < 0 {
-		return time.Time{}, 0, false
-	}
-	t, err := time.Parse(time.RFC3339Nano, s[:i])
-	n, err2 := strconv.Atoi(s[i+1:])
-	return t, n, err == nil && err2 == nil && n >= 0
 }
 
 // actions are the job actions the dashboard offers, with their wording.

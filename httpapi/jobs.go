@@ -467,8 +467,9 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 	a.writeJSON(w, r, http.StatusOK, out)
 }
 
-// parseRunCursor reads a runs page's next value: "<RFC 3339 time>/<attempt>".
-func parseRunCursor(s string) (time.Time, int, bool) {
+// ParseRunCursor reads a runs page's next value: "<RFC 3339 time>/<attempt>"
+// (the dashboard pages runs the same way).
+func ParseRunCursor(s string) (time.Time, int, bool) {
 	i := strings.LastIndexByte(s, '/')
 	if i < 0 {
 		return time.Time{}, 0, false
@@ -548,7 +549,7 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 	if after := r.URL.Query().Get("after"); after != "" {
 		// The cursor is the last run of the previous page: its occurrence
 		// and attempt.
-		at, attempt, ok := parseRunCursor(after)
+		at, attempt, ok := ParseRunCursor(after)
 		if !ok {
 			a.fail(w, r, badRequest("after: must be the next value of a previous page (RFC 3339 time/attempt), got %q", after))
 			return

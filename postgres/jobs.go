@@ -233,57 +233,15 @@ SELECT count(*) FROM j`),
 		// appear by accident, and a text search is cheaper than jsonb. The attempt a run would have
 		// is computed before the update: the ledger read sees no run this
 		// statement inserts.
-		ClaimStart: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now),
-c AS (
-	SELECT j.id, j.locked_by AS prev, GREATEST(j.attempt, COALESCE((SELECT max(r.attempt) FROM {runs} r
-		WHERE r.job_id = j.id AND r.scheduled_for = j.next_run_at), 0)) + 1 AS run_attempt
-	FROM {jobs} j, n
-	WHERE {due} AND (j.locked_by IS NULL OR {stale} OR {orphan})
+		ClaimStart: r.Replace(claimStart(`{due} AND (j.locked_by IS NULL OR {stale} OR {orphan})
 	ORDER BY j.next_run_at, j.id
-	LIMIT $2
-	FOR UPDATE OF j SKIP LOCKED
-), u AS (
-	UPDATE {jobs} j SET locked_by = $1, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
-		lock_lease_epoch = -$3::bigint, last_modified_at = n.now
-	FROM c, n WHERE j.id = c.id
-	RETURNING {startcols}, n.now AS claim_now, c.prev IS NOT NULL AS reclaimed, c.run_attempt,
-		c.prev IS NULL AND c.run_attempt <= j.max_attempts
-		AND strpos(j.schedule, '"every"') = 0 AND strpos(j.schedule, '"cron"') = 0
-		AND (j.skip_if_older_than_ms = 0 OR j.next_run_at >= n.now - j.skip_if_older_than_ms {ms}) AS one_off_due
-), i AS (
-	INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
-	SELECT u.id, u.name, u.next_run_at, u.run_attempt, $1, u.lock_epoch, u.claim_now, 'running' FROM u WHERE u.one_off_due
-	ON CONFLICT DO NOTHING
-	RETURNING job_id
-)
-SELECT u.*, i.job_id IS NOT NULL FROM u LEFT JOIN i ON i.job_id = u.id`),
+	LIMIT $2`, "$1", "-$3::bigint", "u.lock_epoch")),
 		// The leader's ClaimJobs and ClaimStart in one: the jobs it names,
 		// claimed under its lease epoch, and the runs of the one-off ones
 		// started under that epoch, in its fenced transaction.
-		ClaimStartJobs: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now),
-c AS (
-	SELECT j.id, j.locked_by AS prev, GREATEST(j.attempt, COALESCE((SELECT max(r.attempt) FROM {runs} r
-		WHERE r.job_id = j.id AND r.scheduled_for = j.next_run_at), 0)) + 1 AS run_attempt
-	FROM {jobs} j, n
-	WHERE j.id = ANY($1::bigint[]) AND {due}
+		ClaimStartJobs: r.Replace(claimStart(`j.id = ANY($1::bigint[]) AND {due}
 	  AND (j.locked_by IS NULL OR {stale} OR j.lock_lease_epoch < $3)
-	ORDER BY j.id
-	FOR UPDATE OF j SKIP LOCKED
-), u AS (
-	UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
-		lock_lease_epoch = $3, last_modified_at = n.now
-	FROM c, n WHERE j.id = c.id
-	RETURNING {startcols}, n.now AS claim_now, c.prev IS NOT NULL AS reclaimed, c.run_attempt,
-		c.prev IS NULL AND c.run_attempt <= j.max_attempts
-		AND strpos(j.schedule, '"every"') = 0 AND strpos(j.schedule, '"cron"') = 0
-		AND (j.skip_if_older_than_ms = 0 OR j.next_run_at >= n.now - j.skip_if_older_than_ms {ms}) AS one_off_due
-), i AS (
-	INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
-	SELECT u.id, u.name, u.next_run_at, u.run_attempt, $2, $3, u.claim_now, 'running' FROM u WHERE u.one_off_due
-	ON CONFLICT DO NOTHING
-	RETURNING job_id
-)
-SELECT u.*, i.job_id IS NOT NULL FROM u LEFT JOIN i ON i.job_id = u.id`),
+	ORDER BY j.id`, "$2", "$3", "$3")),
 		// FOR SHARE holds each job row until the insert commits, so that a
 		// reclaim (which bumps lock_epoch) cannot slip between the lock
 		// check and the start.
@@ -350,4 +308,33 @@ ORDER BY last_modified_at, id LIMIT $4`),
 func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// claimStart is the statement of ClaimStart and ClaimStartJobs: claim the
+// jobs that where selects (with its ORDER BY and LIMIT) for holder, with
+// leaseEpoch as lock_lease_epoch, and start the runs of the one-off ones
+// among them under runEpoch.
+func claimStart(where, holder, leaseEpoch, runEpoch string) string {
+	return `WITH n AS (SELECT clock_timestamp() AS now),
+c AS (
+	SELECT j.id, j.locked_by AS prev, GREATEST(j.attempt, COALESCE((SELECT max(r.attempt) FROM {runs} r
+		WHERE r.job_id = j.id AND r.scheduled_for = j.next_run_at), 0)) + 1 AS run_attempt
+	FROM {jobs} j, n
+	WHERE ` + where + `
+	FOR UPDATE OF j SKIP LOCKED
+), u AS (
+	UPDATE {jobs} j SET locked_by = ` + holder + `, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
+		lock_lease_epoch = ` + leaseEpoch + `, last_modified_at = n.now
+	FROM c, n WHERE j.id = c.id
+	RETURNING {startcols}, n.now AS claim_now, c.prev IS NOT NULL AS reclaimed, c.run_attempt,
+		c.prev IS NULL AND c.run_attempt <= j.max_attempts
+		AND strpos(j.schedule, '"every"') = 0 AND strpos(j.schedule, '"cron"') = 0
+		AND (j.skip_if_older_than_ms = 0 OR j.next_run_at >= n.now - j.skip_if_older_than_ms {ms}) AS one_off_due
+), i AS (
+	INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
+	SELECT u.id, u.name, u.next_run_at, u.run_attempt, ` + holder + `, ` + runEpoch + `, u.claim_now, 'running' FROM u WHERE u.one_off_due
+	ON CONFLICT DO NOTHING
+	RETURNING job_id
+)
+SELECT u.*, i.job_id IS NOT NULL FROM u LEFT JOIN i ON i.job_id = u.id`
 }

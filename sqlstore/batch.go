@@ -40,27 +40,39 @@ func (s *Store) ClaimStartJobs(ctx context.Context, tx *sql.Tx, ids []int64, tok
 		return s.ClaimJobs(ctx, tx, ids, tok)
 	}
 	out := make([]Claimed, 0, len(ids))
+	rows, err := tx.QueryContext(ctx, s.q().ClaimStartJobs, ids, tok.Holder, tok.Epoch)
+	if err := scanClaimStarts(rows, err, &out, tok.Epoch); err != nil {
+		return nil, fmt.Errorf("claim %d jobs: %w", len(ids), s.classify(err))
+	}
+	return out, nil
+}
+
+// scanClaimStarts appends the rows of ClaimStart or ClaimStartJobs to out;
+// the runs started have runEpoch as their epoch, or the new lock epoch when
+// it is 0.
+func scanClaimStarts(rows *sql.Rows, err error, out *[]Claimed, runEpoch int64) error {
 	var now dbTime
 	var reclaimed, oneOffDue, started bool
 	var attempt int
 	js := newJobScan(&now, &reclaimed, &attempt, &oneOffDue, &started)
-	rows, err := tx.QueryContext(ctx, s.q().ClaimStartJobs, ids, tok.Holder, tok.Epoch)
-	if _, err := scanRows(rows, err, func(sc scanner) error {
+	_, err = scanRows(rows, err, func(sc scanner) error {
 		j, err := js.scan(sc)
 		if err != nil {
 			return err
 		}
 		c := Claimed{StoredJob: j, Lock: Lock{JobID: j.ID, Holder: j.LockedBy, Epoch: j.LockEpoch}, Now: now.T, Reclaimed: reclaimed}
 		if started {
+			epoch := runEpoch
+			if epoch == 0 {
+				epoch = j.LockEpoch
+			}
 			c.Started = &sqlease.Run{JobID: j.ID, Job: j.Name, ScheduledFor: j.NextRunAt, Attempt: attempt,
-				Holder: j.LockedBy, Epoch: tok.Epoch, Outcome: sqlease.OutcomeRunning, StartedAt: now.T}
+				Holder: j.LockedBy, Epoch: epoch, Outcome: sqlease.OutcomeRunning, StartedAt: now.T}
 		}
-		out = append(out, c)
+		*out = append(*out, c)
 		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("claim %d jobs: %w", len(ids), s.classify(err))
-	}
-	return out, nil
+	})
+	return err
 }
 
 // ClaimAndStart is ClaimDue that also starts, in the same statement, the
@@ -88,25 +100,9 @@ func (s *Store) claimAndStart(ctx context.Context, holder string, workerEpoch in
 		return s.claimDue(ctx, holder, workerEpoch, limit)
 	}
 	out := make([]Claimed, 0, limit)
-	var now dbTime
-	var reclaimed, oneOffDue, started bool
-	var attempt int
-	js := newJobScan(&now, &reclaimed, &attempt, &oneOffDue, &started)
 	sent := time.Now()
 	rows, err := s.db.QueryContext(ctx, s.q().ClaimStart, holder, limit, workerEpoch)
-	if _, err := scanRows(rows, err, func(sc scanner) error {
-		j, err := js.scan(sc)
-		if err != nil {
-			return err
-		}
-		c := Claimed{StoredJob: j, Lock: Lock{JobID: j.ID, Holder: j.LockedBy, Epoch: j.LockEpoch}, Now: now.T, Reclaimed: reclaimed}
-		if started {
-			c.Started = &sqlease.Run{JobID: j.ID, Job: j.Name, ScheduledFor: j.NextRunAt, Attempt: attempt,
-				Holder: j.LockedBy, Epoch: j.LockEpoch, Outcome: sqlease.OutcomeRunning, StartedAt: now.T}
-		}
-		out = append(out, c)
-		return nil
-	}); err != nil {
+	if err := scanClaimStarts(rows, err, &out, 0); err != nil {
 		return nil, fmt.Errorf("claim due jobs: %w", s.classify(err))
 	}
 	return sentAt(out, sent), nil

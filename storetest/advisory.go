@@ -8,6 +8,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // AdvisoryFrozenHolder checks SPEC G5 in advisory mode for a dialect's
@@ -260,5 +261,31 @@ func AdvisoryTakeoverSparesLocklessTerm(t *testing.T, store sqlease.LeaseStore, 
 	tok, err := el.Require(ctx)
 	if err != nil || tok.Epoch != f.Epoch+1 {
 		t.Fatalf("g's term %v, %v; want epoch %d", tok, err, f.Epoch+1)
+	}
+}
+
+// MigrateAddsLeaseLocked checks the upgrade of a leases table from before
+// lease_locked (table prefix_leases of s): Migrate adds the column, existing
+// rows read as not taken through the lock, and a second Migrate leaves it
+// alone.
+func MigrateAddsLeaseLocked(t *testing.T, s *sqlstore.Store, prefix string) {
+	ctx := t.Context()
+	if _, err := s.DB().ExecContext(ctx, "ALTER TABLE "+prefix+"_leases DROP COLUMN lease_locked"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, "old", "h", time.Minute); err == nil {
+		t.Fatal("Acquire worked on a table without lease_locked: the test does not test the upgrade")
+	}
+	for range 2 {
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+	}
+	if _, err := s.Acquire(ctx, "old", "h", time.Minute); err != nil {
+		t.Fatalf("Acquire after Migrate: %v", err)
+	}
+	var locked bool
+	if err := s.DB().QueryRowContext(ctx, "SELECT lease_locked FROM "+prefix+"_leases WHERE lease_name = 'old'").Scan(&locked); err != nil || locked {
+		t.Fatalf("lease_locked of a lease acquired through the store: %v, %v", locked, err)
 	}
 }
