@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,4 +228,51 @@ func ExampleParse() {
 	// Output:
 	// POST https://hooks.example/report 30s
 	// sqlease: invalid configuration: action.exec.timeout must be a duration such as "30s" or "1m30s", got "2 days"
+}
+
+// Handle keeps parsed actions: runs of one action share it concurrently,
+// each sending its own identity, an invalid action is refused every time,
+// and the cache stays within its bound.
+func TestHandleSharesParsedActions(t *testing.T) {
+	srv, seen := recordingServer(t, http.StatusNoContent, "")
+	raw := json.RawMessage(`{"http": {"url": "` + srv.URL + `/hook", "headers": {"X-Team": "billing"}}}`)
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			run := testRun(t)
+			run.Job, run.Action = fmt.Sprintf("job-%02d", i), raw
+			if err := Handle(context.Background(), run); err != nil {
+				t.Errorf("Handle = %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	jobs := map[string]bool{}
+	for _, r := range seen() {
+		if r.header.Get("X-Team") != "billing" {
+			t.Errorf("X-Team = %q", r.header.Get("X-Team"))
+		}
+		jobs[r.header.Get("Sqlease-Job")] = true
+	}
+	if len(jobs) != 50 {
+		t.Errorf("%d distinct Sqlease-Job headers over 50 runs, want 50", len(jobs))
+	}
+	bad := testRun(t)
+	bad.Action = json.RawMessage(`{"http": {"url": "mailto:x@example.com"}}`)
+	for range 2 {
+		if err := Handle(context.Background(), bad); !errors.Is(err, sqlease.ErrInvalidConfig) {
+			t.Errorf("Handle(invalid) = %v, want ErrInvalidConfig", err)
+		}
+	}
+	for i := range maxParsed + 10 {
+		if _, err := parseCached(json.RawMessage(fmt.Sprintf(`{"exec": {"command": ["true", "%d"]}}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parsed.RLock()
+	n := len(parsed.m)
+	parsed.RUnlock()
+	if n > maxParsed {
+		t.Errorf("%d parsed actions kept, bound %d", n, maxParsed)
+	}
 }

@@ -27,7 +27,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	jcols := strings.Replace(strings.Join(qualified, ", "), "j.attempt,", attempt("j")+",", 1)
 	// ClaimStart has read the count once already, before its update.
 	startCols := strings.Replace(jcols, attempt("j")+",", "c.run_attempt - 1,", 1)
-	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", cols,
+	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{out}", prefix+"_run_output", "{cols}", cols,
 		"{jcols}", jcols, "{startcols}", startCols, "{runcols}", sqlstore.RunColumns,
 		"{ms}", "* interval '1 millisecond'",
 		// A job is due to claim (every claim statement says it the same
@@ -259,8 +259,8 @@ ON CONFLICT DO NOTHING
 RETURNING job_id`),
 		FinishRuns: r.Replace(`WITH v AS (
 	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::timestamptz[], $5::int[], $6::bigint[],
-		$7::text[], $8::text[], $9::timestamptz[], $10::int[])
-		AS v(id, epoch, holder, next, next_attempt, backoff_ms, outcome, err, sf, run_attempt)
+		$7::text[], $8::text[], $9::timestamptz[], $10::int[], $11::text[])
+		AS v(id, epoch, holder, next, next_attempt, backoff_ms, outcome, err, sf, run_attempt, out)
 ), n AS (SELECT clock_timestamp() AS now),
 j AS (
 	UPDATE {jobs} j SET locked_by = NULL, locked_at = NULL, lock_lease_epoch = 0,
@@ -272,6 +272,10 @@ j AS (
 	UPDATE {runs} r SET outcome = v.outcome, error = v.err, finished_at = (SELECT now FROM n)
 	FROM v JOIN j ON j.id = v.id
 	WHERE r.job_id = v.id AND r.scheduled_for = v.sf AND r.attempt = v.run_attempt AND r.outcome = 'running'
+), o AS (
+	INSERT INTO {out} (job_id, scheduled_for, attempt, finished_at, output)
+	SELECT v.id, v.sf, v.run_attempt, n.now, v.out FROM v JOIN j ON j.id = v.id, n WHERE v.out IS NOT NULL
+	ON CONFLICT DO NOTHING
 )
 SELECT id FROM j`),
 		Heartbeat: r.Replace(`UPDATE {jobs} SET locked_at = clock_timestamp() WHERE id = $1 AND locked_by = $2 AND lock_epoch = $3`),

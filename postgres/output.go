@@ -23,11 +23,6 @@ func withOutput(prefix string, q sqlstore.JobQueries) sqlstore.JobQueries {
 	q.Output = sqlstore.OutputQueries{
 		Insert: r.Replace(`INSERT INTO {out} (job_id, scheduled_for, attempt, finished_at, output)
 VALUES ($1, $2, $3, clock_timestamp(), $4) ON CONFLICT DO NOTHING`),
-		// A batch finish's outputs in one statement, as FinishRuns.
-		InsertMany: r.Replace(`INSERT INTO {out} (job_id, scheduled_for, attempt, finished_at, output)
-SELECT u.id, u.sf, u.attempt, clock_timestamp(), u.out
-FROM unnest($1::bigint[], $2::timestamptz[], $3::int[], $4::text[]) AS u(id, sf, attempt, out)
-ON CONFLICT DO NOTHING`),
 		Between: r.Replace(`SELECT scheduled_for, attempt, output FROM {out}
 WHERE job_id = $1 AND scheduled_for BETWEEN $2 AND $3`),
 		DeleteJob: r.Replace(`DELETE FROM {out} WHERE job_id = $1`),

@@ -107,7 +107,6 @@ var empty = map[string]string{
 	"Jobs.FinishRuns":         "batch finishes take array parameters (PostgreSQL); runs finish one by one",
 	"Jobs.ClaimJobs":          "batch claims take array parameters (PostgreSQL); the leader claims one job per transaction",
 	"Jobs.InsertJobs":         "bulk inserts take array parameters (PostgreSQL); CreateMany inserts one job per statement in one transaction",
-	"Output.InsertMany":       "batch inserts take array parameters (PostgreSQL); outputs are kept one by one",
 }
 
 func dialect(t *testing.T, p string) sqlstore.Dialect {

@@ -182,6 +182,7 @@ func (s *Store) FinishRuns(ctx context.Context, tx *sql.Tx, reqs []FinishReq) (d
 	ids, epochs, holders := make([]int64, n), make([]int64, n), make([]string, n)
 	nexts, nextAttempts, backoffs := make([]*time.Time, n), make([]int32, n), make([]*int64, n)
 	outcomes, errs, sfs, runAttempts := make([]string, n), make([]*string, n), make([]time.Time, n), make([]int32, n)
+	outs := make([]*string, n)
 	at := make(map[int64]int, n)
 	for k, i := range order {
 		r := reqs[i]
@@ -201,27 +202,18 @@ func (s *Store) FinishRuns(ctx context.Context, tx *sql.Tx, reqs []FinishReq) (d
 			errs[k] = &e
 		}
 		sfs[k], runAttempts[k] = r.Run.ScheduledFor.UTC(), int32(r.Run.Attempt)
+		if r.Finish.Output != "" && s.oq().Insert != "" {
+			o := CleanOutput(r.Finish.Output)
+			outs[k] = &o
+		}
 		at[r.Lock.JobID] = i
 	}
-	write := func(tx *sql.Tx) error {
-		rows, err := s.on(tx).QueryContext(ctx, s.q().FinishRuns, ids, epochs, holders, nexts, nextAttempts, backoffs,
-			outcomes, errs, sfs, runAttempts)
-		if err := markIDs(rows, err, at, done); err != nil {
-			return s.classify(err)
-		}
-		if tx == nil {
-			return nil
-		}
-		return s.insertOutputs(ctx, tx, reqs, done)
-	}
-	if s.hasOutput(reqs) {
-		// The outputs go in the finish's transaction: a run whose lock is
-		// lost keeps none.
-		err = s.inTx(ctx, tx, write)
-	} else {
-		err = write(tx)
-	}
-	if err != nil {
+	// The outputs are kept by the same statement, for the runs it finishes
+	// only: a run whose lock is lost keeps none.
+	rows, err := s.on(tx).QueryContext(ctx, s.q().FinishRuns, ids, epochs, holders, nexts, nextAttempts, backoffs,
+		outcomes, errs, sfs, runAttempts, outs)
+	if err = markIDs(rows, err, at, done); err != nil {
+		err = s.classify(err)
 		clear(done)
 		return nil, fmt.Errorf("finish %d runs: %w", n, err)
 	}

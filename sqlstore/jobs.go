@@ -147,8 +147,9 @@ type JobQueries struct {
 	// FinishRuns, optional: FinishRunOne for many runs, with arrays of equal
 	// length ordered by job_id: (job_id, lock_epoch, holder,
 	// next_run_at|NULL, attempt, backoff_ms|NULL, outcome, error|NULL,
-	// scheduled_for, run_attempt). Returns the job_id of each run finished;
-	// a run whose lock is lost changes nothing.
+	// scheduled_for, run_attempt, output|NULL). Returns the job_id of each
+	// run finished, whose output (where not NULL) it keeps in the output
+	// table as Output.Insert does; a run whose lock is lost changes nothing.
 	FinishRuns string
 	// Heartbeat: (id, holder, lock_epoch). Extends locked_at; rows affected.
 	Heartbeat string

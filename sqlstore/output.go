@@ -24,9 +24,6 @@ type OutputQueries struct {
 	// after it: a finish whose lock is lost rolls it back with it. A row
 	// already there for the run is left as it is.
 	Insert string
-	// InsertMany, optional: Insert for arrays of equal length (job_id,
-	// scheduled_for, attempt, output), one statement for a batch finish.
-	InsertMany string
 	// Between: (job_id, oldest scheduled_for, newest scheduled_for).
 	// (scheduled_for, attempt, output) of the job's outputs in that range,
 	// ends included.
@@ -85,40 +82,6 @@ func (s *Store) hasOutput(reqs []FinishReq) bool {
 		}
 	}
 	return false
-}
-
-// insertOutputs writes the outputs of the requests of a batch finish that
-// were done, in tx, its transaction.
-func (s *Store) insertOutputs(ctx context.Context, tx *sql.Tx, reqs []FinishReq, done []bool) error {
-	if q := s.oq().InsertMany; q != "" {
-		var ids []int64
-		var sfs []time.Time
-		var attempts []int32
-		var outs []string
-		for i, r := range reqs {
-			if done[i] && r.Finish.Output != "" {
-				ids = append(ids, r.Lock.JobID)
-				sfs = append(sfs, r.Run.ScheduledFor.UTC())
-				attempts = append(attempts, int32(r.Run.Attempt))
-				outs = append(outs, CleanOutput(r.Finish.Output))
-			}
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		if _, err := tx.ExecContext(ctx, q, ids, sfs, attempts, outs); err != nil {
-			return fmt.Errorf("keep %d outputs: %w", len(ids), s.classify(err))
-		}
-		return nil
-	}
-	for i, r := range reqs {
-		if done[i] {
-			if err := s.insertOutput(ctx, tx, r.Lock.JobID, r.Run, r.Finish.Output); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // addOutputs fills in the Output of runs (a page of Runs: all of one job)
