@@ -302,6 +302,11 @@ WHERE r.started_at < c.t AND r.finished_at < c.t`),
 FROM {jobs} j, (SELECT clock_timestamp() AS now) n
 WHERE NOT j.paused AND j.next_run_at IS NOT NULL AND j.next_run_at < n.now + $1::bigint {ms}
 ORDER BY j.next_run_at, j.id LIMIT $2`),
+		// The due index's first entry past now (next_run_at > now implies
+		// the index's predicate).
+		NextDue: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now)
+SELECT EXTRACT(EPOCH FROM (SELECT min(next_run_at) FROM {jobs} WHERE NOT paused AND next_run_at > (SELECT now FROM n)) - n.now) * 1000
+FROM n`),
 		Changed: r.Replace(`SELECT id, paused, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
 WHERE last_modified_at >= $1 AND (last_modified_at, id) > ($2, $3)
 ORDER BY last_modified_at, id LIMIT $4`),

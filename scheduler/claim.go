@@ -81,17 +81,55 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	// With a change feed (Config.Changes) the worker also learns when the
+	// next job falls due and claims then rather than at the next poll: a
+	// job created for 12:00:00 runs at 12:00:00, not up to PollInterval
+	// later. The instant is asked for after a change and after each claim
+	// made at a known instant (which chains through the occurrences to
+	// come: one more statement per instant, none while nothing is due).
+	// A periodic job's next occurrence, written by its finish, is found
+	// by the polls.
+	var nextDue, wake time.Time // local clock; zero: unknown
+	learn := func() {
+		d, ok, err := s.store.NextDue(ctx)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				s.log.Warn("next_due_failed", slog.String("error", err.Error()))
+			}
+			nextDue = time.Time{}
+		case ok:
+			nextDue = time.Now().Add(d)
+		default:
+			nextDue = time.Time{}
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
+		case <-s.cfg.Changes:
+			if learn(); !nextDue.IsZero() && nextDue.Before(wake) {
+				wake = nextDue
+				timer.Reset(time.Until(wake))
+			}
+			continue
 		}
+		atDue := !nextDue.IsZero() && !time.Now().Before(nextDue)
 		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, w)
 		wait := s.cfg.PollInterval
 		if asked > 0 && claimed == asked {
 			wait = 0 // as many were due as there was room for: more may be
+		} else if s.cfg.Changes != nil {
+			if atDue {
+				learn()
+			}
+			if !nextDue.IsZero() {
+				wait = min(wait, max(time.Until(nextDue), 0))
+			}
 		}
+		wake = time.Now().Add(wait)
 		timer.Reset(wait)
 	}
 }

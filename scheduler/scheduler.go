@@ -136,7 +136,10 @@ type Config struct {
 	RefreshInterval time.Duration
 	// Changes, when set, signals that jobs may have changed (PostgreSQL:
 	// postgres.ListenJobs). The leader then refreshes when signalled — at
-	// most once per RefreshInterval — and otherwise every FallbackRefresh.
+	// most once per RefreshInterval — and otherwise every FallbackRefresh;
+	// a claim-mode worker asks when the next job falls due and claims then,
+	// not at its next poll. One Scheduler's dispatch reads it: give a
+	// scheduler that both leads and claims a feed each.
 	Changes <-chan struct{}
 	// FallbackRefresh is the refresh period when Changes is set; it bounds
 	// the delay of a lost notification. Default DefaultFallbackRefresh.

@@ -174,6 +174,11 @@ type JobQueries struct {
 	// unpaused jobs due before now + horizon, ordered by next_run_at, id;
 	// plus now.
 	DueWindow string
+	// NextDue, optional: (). Milliseconds from now until the earliest
+	// next_run_at of an unpaused job still to come (NULL: none), by an
+	// index lookup: a claim-mode worker told of a change sleeps until then
+	// rather than a whole poll interval.
+	NextDue string
 	// Changed: (t, t, id, limit): rows with (last_modified_at, id) > (t, id),
 	// best written so that an index on (last_modified_at, id) starts at the
 	// cursor (a row-value comparison, with last_modified_at >= t). (id, paused, effective next run|NULL,
@@ -1024,6 +1029,23 @@ func (s *Store) DueWindow(ctx context.Context, horizon time.Duration, limit int)
 		}
 	}
 	return out, now, nil
+}
+
+// NextDue returns how long, in database time, until the earliest
+// occurrence of an unpaused job still to come; ok is false when there is
+// none or the dialect does not say (JobQueries.NextDue).
+func (s *Store) NextDue(ctx context.Context) (d time.Duration, ok bool, err error) {
+	if s.q().NextDue == "" {
+		return 0, false, nil
+	}
+	var ms sql.NullFloat64
+	if err := s.db.QueryRowContext(ctx, s.q().NextDue).Scan(&ms); err != nil {
+		return 0, false, fmt.Errorf("next due: %w", s.classify(err))
+	}
+	if !ms.Valid {
+		return 0, false, nil
+	}
+	return time.Duration(max(ms.Float64, 0) * float64(time.Millisecond)), true, nil
 }
 
 // Changed returns up to limit jobs modified after the cursor (t, id), in

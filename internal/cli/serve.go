@@ -109,12 +109,11 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	var leaseFeed *postgres.LeaseFeed
 	if dialect, dsn, _ := dialectOf(cfg.DB); dialect == "postgres" {
 		// The leader refreshes its schedule when jobs change instead of
-		// polling every refresh interval.
-		if cfg.Dispatch == "leader" {
-			if changes, err = postgres.ListenJobs(bg, dsn, cfg.TablePrefix, log); err != nil {
-				n.close()
-				return nil, err
-			}
+		// polling every refresh interval; a claim-mode worker learns when
+		// the next job falls due.
+		if changes, err = postgres.ListenJobs(bg, dsn, cfg.TablePrefix, log); err != nil {
+			n.close()
+			return nil, err
 		}
 		// Followers look as soon as the leader releases or loses the lease;
 		// the singletons' electors share the same connection.
