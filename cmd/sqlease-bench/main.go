@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sqlease/sqlease/sqlstore"
 )
 
 const usage = `sqlease-bench measures the sqlease scheduler on PostgreSQL and SQLite.
@@ -164,7 +166,7 @@ func main() {
 		poll        = fs.Duration("poll", 0, "scheduler PollInterval (0: the default, 1s)")
 		batch       = fs.Int("batch", 0, "scheduler BatchSize (0: the default: 256 on PostgreSQL, whose store batches, else 32)")
 		maxConc     = fs.Int("max-concurrent", 0, "scheduler MaxConcurrent (0: the default: 512 on PostgreSQL, else 64)")
-		maxIdle     = fs.Int("max-idle", -1, "sql.DB SetMaxIdleConns for every pool (-1: database/sql's default, 2)")
+		maxIdle     = fs.Int("max-idle", -1, "sql.DB SetMaxIdleConns for every pool (-1: what the dialect's Open sets)")
 		maxOpen     = fs.Int("max-open", 0, "sql.DB SetMaxOpenConns for every pool (0: unlimited, the default)")
 		trace       = fs.Bool("trace", false, "count statements, rows, transactions and connections client-side (wraps the driver)")
 		timeout     = fs.Duration("timeout", 10*time.Minute, "give up on a throughput run after this long")
@@ -333,7 +335,7 @@ func printHeader(e *env, t schedTuning, dls []string) {
 		fmt.Printf("   postgres: %s (pg_stat_statements: %v, server CPU from /proc: %v)", redact(e.pgURL), e.pgss, e.postmaster != 0)
 	}
 	fmt.Println()
-	pool := "database/sql defaults (MaxIdleConns 2, MaxOpenConns unlimited)"
+	pool := fmt.Sprintf("the library's (postgres.Open: MaxIdleConns %d, MaxOpenConns unlimited)", sqlstore.DefaultMaxIdleConns)
 	if e.maxIdle >= 0 || e.maxOpen > 0 {
 		pool = fmt.Sprintf("MaxIdleConns %d, MaxOpenConns %d (0 = unlimited)", e.maxIdle, e.maxOpen)
 	}

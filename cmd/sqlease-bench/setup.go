@@ -123,7 +123,9 @@ func (t *target) open(tr *tracer) (*sqlstore.Store, error) {
 			var c driver.Connector
 			c, err = stdlib.GetDefaultDriver().(driver.DriverContext).OpenConnector(t.dsn)
 			if err == nil {
-				db = sql.OpenDB(tracedConnector{c, tr})
+				// The pool postgres.Open tunes, or tracing alone would
+				// churn connections.
+				db = sqlstore.TunePool(sql.OpenDB(tracedConnector{c, tr}), sqlstore.DefaultMaxIdleConns)
 			}
 		}
 	case "sqlite":
