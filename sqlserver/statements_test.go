@@ -107,6 +107,7 @@ var empty = map[string]string{
 	"Jobs.FinishRuns":         "batch finishes take array parameters (PostgreSQL); runs finish one by one",
 	"Jobs.ClaimJobs":          "batch claims take array parameters (PostgreSQL); the leader claims one job per transaction",
 	"Jobs.InsertJobs":         "bulk inserts take array parameters (PostgreSQL); CreateMany inserts one job per statement in one transaction",
+	"Jobs.NextDue":            "claim mode wakes on the next due job only with a change feed (PostgreSQL's LISTEN); here it polls",
 }
 
 func dialect(t *testing.T, p string) sqlstore.Dialect {
