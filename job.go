@@ -74,11 +74,17 @@ type Job struct {
 	LastRunAt time.Time
 	// Attempt is the number of attempts started for the occurrence at
 	// NextRunAt (authoritative attempt_count).
-	Attempt        int
-	LockedBy       string
-	LockedAt       time.Time
-	LockEpoch      int64
-	CreatedAt      time.Time
+	Attempt   int
+	LockedBy  string
+	LockedAt  time.Time
+	LockEpoch int64
+	CreatedAt time.Time
+	// LastModifiedAt is the database time of the last write to the job's
+	// definition or schedule state: create, pause, resume, trigger, a run's
+	// start or finish. A claim or heartbeat writes only the lock columns
+	// (LockedAt is their time) and leaves it alone: no index then covers
+	// what they change, so on PostgreSQL a claim is a HOT update (no index
+	// entry), and no reader of the leader's change cursor needs them.
 	LastModifiedAt time.Time
 }
 

@@ -109,7 +109,7 @@ LIMIT ?
 FOR UPDATE SKIP LOCKED`),
 		ClaimJobWR: sqlstore.WriteRead{
 			Write: r.Replace(`UPDATE {jobs} SET locked_by = ?, locked_at = {now}, lock_epoch = lock_epoch + 1,
-	lock_lease_epoch = ?, last_modified_at = {now}
+	lock_lease_epoch = ?
 WHERE id = ? AND paused = 0 AND next_run_at <= {now}
   AND (not_before IS NULL OR not_before <= {now})
   AND (locked_by IS NULL OR ` + stale + ` OR lock_lease_epoch < ?)`),

@@ -165,12 +165,12 @@ c AS (
 	FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE {jobs} j SET locked_by = $1, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
-	lock_lease_epoch = -$3::bigint, last_modified_at = n.now
+	lock_lease_epoch = -$3::bigint
 FROM c, n WHERE j.id = c.id
 RETURNING {jcols}, n.now, c.prev IS NOT NULL`),
 		ClaimDueReclaimed: true,
 		ClaimJob: r.Replace(`UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
-	lock_lease_epoch = $3, last_modified_at = n.now
+	lock_lease_epoch = $3
 FROM (SELECT clock_timestamp() AS now) n
 WHERE j.id = $1 AND {due}
   AND (j.locked_by IS NULL OR {stale} OR j.lock_lease_epoch < $3)
@@ -187,7 +187,7 @@ c AS (
 	FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
-	lock_lease_epoch = $3, last_modified_at = n.now
+	lock_lease_epoch = $3
 FROM c, n WHERE j.id = c.id
 RETURNING {jcols}, n.now, c.prev IS NOT NULL`),
 		AbandonDeleted: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = clock_timestamp(), error = 'job deleted while running'
@@ -250,7 +250,7 @@ SELECT count(*) FROM j`),
 		AS v(id, epoch, sf, attempt, name, holder, run_epoch)
 ), l AS (
 	SELECT j.id FROM {jobs} j JOIN v ON j.id = v.id
-	WHERE j.locked_by = v.holder AND j.lock_epoch = v.epoch
+	WHERE j.id = ANY($1::bigint[]) AND j.locked_by = v.holder AND j.lock_epoch = v.epoch
 	FOR SHARE OF j
 )
 INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
@@ -266,7 +266,7 @@ j AS (
 	UPDATE {jobs} j SET locked_by = NULL, locked_at = NULL, lock_lease_epoch = 0,
 		next_run_at = v.next, attempt = v.next_attempt, not_before = n.now + v.backoff_ms {ms},
 		last_run_at = n.now, last_modified_at = n.now
-	FROM v, n WHERE j.id = v.id AND j.locked_by = v.holder AND j.lock_epoch = v.epoch
+	FROM v, n WHERE j.id = ANY($1::bigint[]) AND j.id = v.id AND j.locked_by = v.holder AND j.lock_epoch = v.epoch
 	RETURNING j.id
 ), r AS (
 	UPDATE {runs} r SET outcome = v.outcome, error = v.err, finished_at = (SELECT now FROM n)
@@ -333,7 +333,7 @@ c AS (
 	FOR UPDATE OF j SKIP LOCKED
 ), u AS (
 	UPDATE {jobs} j SET locked_by = ` + holder + `, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
-		lock_lease_epoch = ` + leaseEpoch + `, last_modified_at = n.now
+		lock_lease_epoch = ` + leaseEpoch + `
 	FROM c, n WHERE j.id = c.id
 	RETURNING {startcols}, n.now AS claim_now, c.prev IS NOT NULL AS reclaimed, c.run_attempt,
 		c.prev IS NULL AND c.run_attempt <= j.max_attempts

@@ -382,3 +382,86 @@ func TestNextDue(t *testing.T) {
 		t.Fatalf("NextDue = %s, %t, %v; want just under 1h (the paused and the past job do not count)", d, ok, err)
 	}
 }
+
+// TestClaimIsHOT: a claim writes only the lock columns, which no index of
+// the jobs table holds, so claiming a batch is HOT updates only (no index
+// entry written): with the leader's ClaimStartJobs and claim mode's
+// ClaimAndStart, counted inside the claiming transaction (with a claim
+// that also stamped last_modified_at, none was).
+func TestClaimIsHOT(t *testing.T) {
+	ctx := context.Background()
+	st, prefix := newStoreWithPrefix(t)
+	jobs := prefix + "_jobs"
+	for _, def := range texts(t, st.DB(), `SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = $1::regclass`, jobs) {
+		for _, col := range []string{"locked_by", "locked_at", "lock_epoch", "lock_lease_epoch"} {
+			if containsWord(def, col) {
+				t.Errorf("index %q holds %s, which a claim writes", def, col)
+			}
+		}
+	}
+	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	var ids []int64
+	for i := range n {
+		j, _, err := sched.Create(ctx, sqlease.Job{Name: fmt.Sprintf("hot-%02d", i), LockTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	hot := func(tx *sql.Tx) (updated, hot int64) {
+		t.Helper()
+		if err := tx.QueryRowContext(ctx, `SELECT pg_stat_get_xact_tuples_updated($1::regclass), pg_stat_get_xact_tuples_hot_updated($1::regclass)`, jobs).Scan(&updated, &hot); err != nil {
+			t.Fatal(err)
+		}
+		return updated, hot
+	}
+	tok := sqlease.Token{Name: "lead", Holder: "leader", Epoch: 1}
+	tx, err := st.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	u0, h0 := hot(tx)
+	claimed, err := st.ClaimStartJobs(ctx, tx, ids[:n/2], tok)
+	if err != nil || len(claimed) != n/2 {
+		t.Fatalf("ClaimStartJobs: %d claimed, %v", len(claimed), err)
+	}
+	// A version that does not fit on its page is not HOT whatever the
+	// columns: most must be.
+	if u, h := hot(tx); u-u0 != n/2 || h-h0 < (u-u0)*8/10 {
+		t.Fatalf("the leader's claim of %d jobs: %d updates, %d of them HOT; want nearly all HOT", n/2, u-u0, h-h0)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Claim mode's statement takes no transaction: run it in one here, as
+	// the same text, to count.
+	tx, err = st.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	// The counts are the backend's not yet reported, which may include the
+	// transaction above: count the difference.
+	u0, h0 = hot(tx)
+	var got int
+	rows, err := tx.QueryContext(ctx, st.Dialect().Jobs.ClaimStart, "w", n, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		got++
+	}
+	if err := rows.Err(); err != nil || got != n/2 {
+		t.Fatalf("claim mode's claim: %d claimed, %v", got, err)
+	}
+	rows.Close()
+	if u, h := hot(tx); u-u0 != n/2 || h-h0 < (u-u0)*8/10 {
+		t.Fatalf("claim mode's claim of %d jobs: %d updates, %d of them HOT; want nearly all HOT", n/2, u-u0, h-h0)
+	}
+}

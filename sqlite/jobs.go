@@ -80,7 +80,7 @@ RETURNING {cols}`),
 		Trigger: r.Replace(`UPDATE {jobs} SET next_run_at = {now}, not_before = NULL, attempt = 0, last_modified_at = {now}
 WHERE name = ?1 AND locked_by IS NULL RETURNING {cols}`),
 		ClaimDue: r.Replace(`UPDATE {jobs} SET locked_by = ?1, locked_at = {now}, lock_epoch = lock_epoch + 1,
-	lock_lease_epoch = -?3, last_modified_at = {now}
+	lock_lease_epoch = -?3
 WHERE id IN (
 	SELECT id FROM {jobs} AS j
 	WHERE paused = 0 AND next_run_at <= {now}
@@ -93,7 +93,7 @@ WHERE id IN (
 )
 RETURNING {cols}, {now}`),
 		ClaimJob: r.Replace(`UPDATE {jobs} SET locked_by = ?2, locked_at = {now}, lock_epoch = lock_epoch + 1,
-	lock_lease_epoch = ?3, last_modified_at = {now}
+	lock_lease_epoch = ?3
 WHERE id = ?1 AND paused = 0 AND next_run_at <= {now}
   AND (not_before IS NULL OR not_before <= {now})
   AND (locked_by IS NULL OR ` + nowFrom("locked_at", "lock_timeout_ms") + ` < {now} OR lock_lease_epoch < ?3)

@@ -127,11 +127,11 @@ WHERE j.name = @p1 AND j.locked_by IS NULL`),
 	ORDER BY q.next_run_at, q.id
 )
 UPDATE j SET locked_by = @p1, locked_at = c.now, lock_epoch = j.lock_epoch + 1,
-	lock_lease_epoch = -@p3, last_modified_at = c.now
+	lock_lease_epoch = -@p3
 OUTPUT {icols}, inserted.locked_at
 FROM c JOIN {jobs} AS j ON j.id = c.id`),
 		ClaimJob: r.Replace(`UPDATE q SET locked_by = @p2, locked_at = n.now, lock_epoch = q.lock_epoch + 1,
-	lock_lease_epoch = @p3, last_modified_at = n.now
+	lock_lease_epoch = @p3
 OUTPUT {icols}, inserted.locked_at
 FROM {jobs} AS q WITH (UPDLOCK, ROWLOCK)
 CROSS JOIN {n} AS n

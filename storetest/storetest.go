@@ -101,6 +101,7 @@ func Run(t *testing.T, h Harness) {
 		{"RunOutput", testRunOutput},
 		{"SingletonState", testSingletonState},
 		{"WorkerLeaseClaims", testWorkerLeaseClaims},
+		{"ClaimKeepsModified", testClaimKeepsModified},
 		{"Linearizable", testLinearizable},
 	}
 	for _, tc := range tests {
