@@ -145,7 +145,7 @@ WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?) ORDER BY id DESC LIMIT ?`)
 WHERE paused = 0 AND next_run_at IS NOT NULL AND next_run_at < ` + plusMS(now, "?") + `
 ORDER BY next_run_at, id LIMIT ?`),
 		Changed: r.Replace(`SELECT id, paused, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
-WHERE last_modified_at > ? OR (last_modified_at = ? AND id > ?)
+WHERE (last_modified_at > ? OR (last_modified_at = ? AND id > ?)) AND next_run_at IS NOT NULL
 ORDER BY last_modified_at, id LIMIT ?`),
 	})
 }

@@ -77,7 +77,13 @@ BEGIN
 	END IF;
 END $$`),
 			r.Replace(`CREATE INDEX IF NOT EXISTS {jobs}_due ON {jobs} (next_run_at, id) WHERE NOT paused AND next_run_at IS NOT NULL`),
-			r.Replace(`CREATE INDEX IF NOT EXISTS {jobs}_modified ON {jobs} (last_modified_at, id)`),
+			// The leader's change cursor (Changed) reads only jobs with an
+			// occurrence to come: a job with none has nothing to schedule.
+			// So the index leaves them out, and the finish of a one-off job
+			// (its last write) adds no entry to it. Older schemas had a full
+			// index, {jobs}_modified.
+			r.Replace(`CREATE INDEX IF NOT EXISTS {jobs}_changed ON {jobs} (last_modified_at, id) WHERE next_run_at IS NOT NULL`),
+			r.Replace(`DROP INDEX IF EXISTS {jobs}_modified`),
 			r.Replace(`CREATE TABLE IF NOT EXISTS {runs} (
 	job_id        bigint       NOT NULL,
 	job_name      varchar(128) NOT NULL,
@@ -308,7 +314,7 @@ ORDER BY j.next_run_at, j.id LIMIT $2`),
 SELECT EXTRACT(EPOCH FROM (SELECT min(next_run_at) FROM {jobs} WHERE NOT paused AND next_run_at > (SELECT now FROM n)) - n.now) * 1000
 FROM n`),
 		Changed: r.Replace(`SELECT id, paused, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
-WHERE last_modified_at >= $1 AND (last_modified_at, id) > ($2, $3)
+WHERE last_modified_at >= $1 AND (last_modified_at, id) > ($2, $3) AND next_run_at IS NOT NULL
 ORDER BY last_modified_at, id LIMIT $4`),
 	})
 }

@@ -59,4 +59,10 @@ FROM `+prefix+`_jobs, generate_series(1, 20000) g WHERE name = 'model'`); err !=
 			t.Errorf("%s with %d jobs scans the whole jobs table:\n%s", c.name, n, plan)
 		}
 	}
+	// The leader's refresh reads the partial index of jobs with an
+	// occurrence to come, from its cursor.
+	since := time.Now().Add(-time.Minute)
+	if plan := strings.Join(texts(t, st.DB(), "EXPLAIN "+q.Changed, since, since, int64(0), 1000), "\n"); !strings.Contains(plan, prefix+"_jobs_changed") {
+		t.Errorf("Changed does not read the index %s_jobs_changed:\n%s", prefix, plan)
+	}
 }

@@ -127,7 +127,7 @@ WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?1) ORDER BY id DESC LIMIT ?2
 WHERE paused = 0 AND next_run_at IS NOT NULL AND next_run_at < ` + nowPlus("?1") + `
 ORDER BY next_run_at, id LIMIT ?2`),
 		Changed: r.Replace(`SELECT id, paused, max(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
-WHERE last_modified_at >= ?1 AND (last_modified_at, id) > (?2, ?3)
+WHERE last_modified_at >= ?1 AND (last_modified_at, id) > (?2, ?3) AND next_run_at IS NOT NULL
 ORDER BY last_modified_at, id LIMIT ?4`),
 	})
 }

@@ -172,7 +172,7 @@ FROM {jobs} CROSS JOIN {n} AS n
 WHERE paused = 0 AND next_run_at IS NOT NULL AND next_run_at < ` + addMS(msParam("@p1"), "n.now") + `
 ORDER BY next_run_at, id`),
 		Changed: r.Replace(`SELECT TOP (@p4) id, paused, {effective}, last_modified_at FROM {jobs}
-WHERE last_modified_at > @p1 OR (last_modified_at = @p2 AND id > @p3)
+WHERE (last_modified_at > @p1 OR (last_modified_at = @p2 AND id > @p3)) AND next_run_at IS NOT NULL
 ORDER BY last_modified_at, id`),
 	})
 }

@@ -181,9 +181,11 @@ type JobQueries struct {
 	NextDue string
 	// Changed: (t, t, id, limit): rows with (last_modified_at, id) > (t, id),
 	// best written so that an index on (last_modified_at, id) starts at the
-	// cursor (a row-value comparison, with last_modified_at >= t). (id, paused, effective next run|NULL,
-	// last_modified_at) of rows with (last_modified_at, id) > (t, id),
-	// ordered by last_modified_at, id.
+	// cursor (a row-value comparison, with last_modified_at >= t). (id, paused, effective next run,
+	// last_modified_at) of rows with (last_modified_at, id) > (t, id) and an
+	// occurrence to come (next_run_at not NULL: a job with none has nothing
+	// for the leader to schedule, and only a run's finish or skip, which the
+	// leader wrote itself, leaves a job so), ordered by last_modified_at, id.
 	Changed string
 
 	// Output is the run output table's statements (see OutputQueries).

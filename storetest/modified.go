@@ -13,7 +13,9 @@ import (
 // ClaimDue and ClaimAndStart, the leader's ClaimJob and ClaimJobs) and a
 // heartbeat write only the lock columns and leave last_modified_at alone —
 // no index covers what they write, which on PostgreSQL makes a claim a HOT
-// update — while a run's finish, which writes the schedule, moves it.
+// update — while a run's finish, which writes the schedule, moves it; and
+// the leader's change cursor (Changed) leaves out a job with no occurrence
+// to come.
 func testClaimKeepsModified(t *testing.T, s *sqlstore.Store) {
 	ctx := t.Context()
 	job := func(name string) sqlstore.StoredJob {
@@ -88,5 +90,24 @@ func testClaimKeepsModified(t *testing.T, s *sqlstore.Store) {
 	if j := job("due-claim"); !j.LastModifiedAt.After(before["due-claim"]) {
 		t.Errorf("last_modified_at %s after a run's finish, was %s: a finish writes the schedule and must move it",
 			j.LastModifiedAt.Format(time.RFC3339Nano), before["due-claim"].Format(time.RFC3339Nano))
+	}
+
+	// The leader's change cursor reads jobs with an occurrence to come
+	// only: the finished one-off job has none, the claimed ones do.
+	changed, err := s.Changed(ctx, before["due-claim"].Add(-time.Second), 0, 100)
+	if err != nil {
+		t.Fatalf("Changed: %v", err)
+	}
+	seen := map[int64]bool{}
+	for _, e := range changed {
+		seen[e.ID] = true
+	}
+	if seen[claimed.ID] {
+		t.Errorf("Changed returned %s, which has no occurrence left", claimed.Name)
+	}
+	for _, n := range names[1:] {
+		if !seen[job(n).ID] {
+			t.Errorf("Changed left out %s, which has an occurrence to come", n)
+		}
 	}
 }
