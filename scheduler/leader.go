@@ -275,28 +275,22 @@ func (l *leader) reload(ctx context.Context) error {
 	return nil
 }
 
-// refresh applies every job row modified since hw - overlap. Re-reading the
-// overlap is idempotent (each row sets its entry to the row's current state)
-// and catches a row stamped before hw whose transaction committed after the
-// previous refresh read past it.
+// refresh applies every job row with an occurrence to come modified since
+// the previous refresh (see below). Re-reading the overlap is idempotent
+// (each row sets its entry to the row's current state) and catches a row
+// stamped before hw whose transaction committed after the previous refresh
+// read past it.
 func (l *leader) refresh(ctx context.Context) error {
-	// Re-read from the previous refresh's start (or the newest stamp seen,
-	// if earlier) minus the overlap: not from the newest stamp alone, which
-	// would re-read a large burst of writes on every refresh forever.
-	overlap := l.s.cfg.RefreshOverlap
-	from := l.hw
-	if !l.lastRefresh.IsZero() && l.lastRefresh.Before(from) {
-		from = l.lastRefresh
-	}
-	t, id := from.Add(-overlap), int64(0)
-	if l.hwID != 0 && !l.lastRefresh.IsZero() && l.lastRefresh.Add(-2*overlap).After(l.hw) {
-		// The previous refresh began well past the newest stamp: every
-		// transaction stamped before it had committed by then (overlap
-		// bounds them; twice, as a margin for the estimated clock) and was
-		// read. Only rows past the cursor can be new — after a burst of
-		// writes, an idle leader then reads nothing instead of the burst.
-		t, id = l.hw, l.hwID
-	}
+	// Only a transaction still in flight when the previous refresh read
+	// can commit a row that refresh did not see, and its stamp is at most
+	// RefreshOverlap older than that read (the overlap bounds the time
+	// from a stamp to its commit; the estimated clock errs early, by the
+	// reload's round trip). So re-read from there, or from the cursor when
+	// that is older: rows seen before are re-read only while within the
+	// overlap of a refresh — a burst of writes (a bulk create) for one
+	// overlap, not on every refresh until it is twice as old. The first
+	// refresh of a term re-reads the overlap before the newest stamp.
+	t, id := refreshFrom(l.hw, l.hwID, l.lastRefresh, l.s.cfg.RefreshOverlap)
 	l.lastRefresh = l.estNow()
 	for {
 		rows, err := l.s.store.Changed(ctx, t, id, refreshPage)
@@ -314,6 +308,19 @@ func (l *leader) refresh(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// refreshFrom is where a refresh starts reading (rows past (t, id)): the
+// previous refresh's start minus the overlap, or the cursor (hw, hwID) when
+// that is older; the overlap before hw for a term's first refresh.
+func refreshFrom(hw time.Time, hwID int64, lastRefresh time.Time, overlap time.Duration) (time.Time, int64) {
+	if lastRefresh.IsZero() {
+		return hw.Add(-overlap), 0
+	}
+	if edge := lastRefresh.Add(-overlap); !hw.Before(edge) {
+		return edge, 0
+	}
+	return hw, hwID // hwID is 0 after a reload: rows at hw are read again
 }
 
 func (l *leader) apply(e sqlstore.ScheduleEntry) {

@@ -1,0 +1,39 @@
+package scheduler
+
+import (
+	"testing"
+	"time"
+)
+
+// TestRefreshFrom: a refresh re-reads only what a transaction in flight at
+// the previous refresh could still have committed — the overlap before that
+// refresh — and, once the newest stamp is older than that, reads past its
+// cursor alone: a burst of writes is re-read while within one overlap of a
+// refresh, not forever nor for twice as long.
+func TestRefreshFrom(t *testing.T) {
+	base := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return base.Add(time.Duration(s * float64(time.Second))) }
+	const overlap = 5 * time.Second
+	for _, c := range []struct {
+		name        string
+		hw          time.Time
+		hwID        int64
+		lastRefresh time.Time
+		wantT       time.Time
+		wantID      int64
+	}{
+		{"first refresh of a term: the overlap before the newest stamp", at(10), 7, time.Time{}, at(5), 0},
+		{"a burst stamped within the overlap of the last refresh: re-read", at(10), 7, at(12), at(7), 0},
+		{"a burst exactly one overlap before the last refresh: still re-read", at(10), 7, at(15), at(10), 0},
+		{"a burst older than one overlap: only past the cursor", at(10), 7, at(15.5), at(10), 7},
+		{"after a reload (no cursor id): rows at the newest stamp again", at(10), 0, at(20), at(10), 0},
+		{"a stamp ahead of the estimated clock: from the last refresh's edge", at(30), 7, at(20), at(15), 0},
+	} {
+		gotT, gotID := refreshFrom(c.hw, c.hwID, c.lastRefresh, overlap)
+		if !gotT.Equal(c.wantT) || gotID != c.wantID {
+			t.Errorf("%s: refreshFrom(hw %s/%d, last refresh %s) = %s/%d, want %s/%d", c.name,
+				c.hw.Format("15:04:05.0"), c.hwID, c.lastRefresh.Format("15:04:05.0"), gotT.Format("15:04:05.0"), gotID,
+				c.wantT.Format("15:04:05.0"), c.wantID)
+		}
+	}
+}
