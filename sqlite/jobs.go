@@ -126,9 +126,17 @@ WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?1) ORDER BY id DESC LIMIT ?2
 		DueWindow: r.Replace(`SELECT id, max(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at, {now} FROM {jobs}
 WHERE paused = 0 AND next_run_at IS NOT NULL AND next_run_at < ` + nowPlus("?1") + `
 ORDER BY next_run_at, id LIMIT ?2`),
-		Changed: r.Replace(`SELECT id, paused, max(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
-WHERE last_modified_at >= ?1 AND (last_modified_at, id) > (?2, ?3) AND next_run_at IS NOT NULL
-ORDER BY last_modified_at, id LIMIT ?4`),
+		// SQLite seeks an index by the row value's first column only: with
+		// (last_modified_at, id) > (?, ?) every page re-scanned the rows of
+		// its stamp, so a bulk insert sharing one stamp made a refresh
+		// quadratic (140 s for a million rows). Two seeks instead: the rest
+		// of the cursor's stamp, then the later stamps.
+		Changed: r.Replace(`SELECT * FROM (SELECT id, paused, max(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
+	WHERE last_modified_at = ?2 AND id > ?3 AND next_run_at IS NOT NULL ORDER BY id LIMIT ?4)
+UNION ALL
+SELECT * FROM (SELECT id, paused, max(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
+	WHERE last_modified_at > ?1 AND next_run_at IS NOT NULL ORDER BY last_modified_at, id LIMIT ?4)
+ORDER BY 4, 1 LIMIT ?4`),
 	})
 }
 
