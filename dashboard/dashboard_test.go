@@ -34,7 +34,7 @@ type site struct {
 
 // newSite serves the dashboard through the API handler, as the daemon
 // does, on a real SQLite database.
-func newSite(t *testing.T, token, listen string) *site {
+func newSite(t *testing.T, token, listen string, opts ...func(*dashboard.Config)) *site {
 	t.Helper()
 	ctx := context.Background()
 	store, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "d.db"), "sqlease")
@@ -51,7 +51,11 @@ func newSite(t *testing.T, token, listen string) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dashboard.New(dashboard.Config{Store: store, Scheduler: sched, Elector: el, APIToken: token, ListenAddr: listen})
+	cfg := dashboard.Config{Store: store, Scheduler: sched, Elector: el, APIToken: token, ListenAddr: listen}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	d, err := dashboard.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,5 +342,40 @@ func TestRunOutputShown(t *testing.T) {
 	}
 	if !strings.Contains(body, "exit status 3") || !strings.Contains(body, "<summary>Output</summary><pre><code>hello &lt;b&gt;world&lt;/b&gt;") {
 		t.Errorf("job page lacks the run's escaped output:\n%s", body)
+	}
+}
+
+// singletonList is the daemon's singleton host as the dashboard sees it: a
+// list (the host itself is tested in internal/e2e).
+type singletonList []httpapi.Singleton
+
+func (l singletonList) List(context.Context) ([]httpapi.Singleton, error) { return l, nil }
+
+// TestSingletonsShown: the overview lists each singleton with its status,
+// holder, epoch, heartbeat age and state (escaped); with none, no section.
+func TestSingletonsShown(t *testing.T) {
+	beat := time.Now().Add(-3 * time.Second).UTC().Format(time.RFC3339Nano)
+	s := newSite(t, "", "127.0.0.1:0", func(c *dashboard.Config) {
+		c.Singletons = singletonList{{Name: "ingest", Status: "stale", Holder: "node-b", Epoch: 7, HeartbeatAt: beat,
+			Restarts: 2, State: []byte(`{"cursor":"<b>41</b>"}`)}}
+	})
+	code, body, _ := s.get("/")
+	if code != 200 {
+		t.Fatalf("overview: %d", code)
+	}
+	row := regexp.MustCompile(`(?s)<th scope="row">ingest</th>(.*?)</tr>`).FindStringSubmatch(body)
+	if row == nil {
+		t.Fatalf("the overview does not list the singleton:\n%s", body)
+	}
+	for _, want := range []string{">stale<", "<td>node-b</td>", `>7<`, `>2<`, "&lt;b&gt;41&lt;/b&gt;"} {
+		if !strings.Contains(row[1], want) {
+			t.Errorf("the singleton's row lacks %q:\n%s", want, row[1])
+		}
+	}
+	if !regexp.MustCompile(`<td>[3-9]\.[0-9] s</td>`).MatchString(row[1]) {
+		t.Errorf("the singleton's row lacks its heartbeat age (3 s):\n%s", row[1])
+	}
+	if _, body, _ := newSite(t, "", "127.0.0.1:0").get("/"); strings.Contains(body, "Singletons</h2>") {
+		t.Error("a node without singletons shows a singletons section")
 	}
 }
