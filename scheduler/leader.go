@@ -276,20 +276,11 @@ func (l *leader) reload(ctx context.Context) error {
 }
 
 // refresh applies every job row with an occurrence to come modified since
-// the previous refresh (see below). Re-reading the overlap is idempotent
+// the previous refresh (see refreshFrom). Re-reading the overlap is idempotent
 // (each row sets its entry to the row's current state) and catches a row
 // stamped before hw whose transaction committed after the previous refresh
 // read past it.
 func (l *leader) refresh(ctx context.Context) error {
-	// Only a transaction still in flight when the previous refresh read
-	// can commit a row that refresh did not see, and its stamp is at most
-	// RefreshOverlap older than that read (the overlap bounds the time
-	// from a stamp to its commit; the estimated clock errs early, by the
-	// reload's round trip). So re-read from there, or from the cursor when
-	// that is older: rows seen before are re-read only while within the
-	// overlap of a refresh — a burst of writes (a bulk create) for one
-	// overlap, not on every refresh until it is twice as old. The first
-	// refresh of a term re-reads the overlap before the newest stamp.
 	t, id := refreshFrom(l.hw, l.hwID, l.lastRefresh, l.s.cfg.RefreshOverlap)
 	l.lastRefresh = l.estNow()
 	for {
@@ -313,6 +304,14 @@ func (l *leader) refresh(ctx context.Context) error {
 // refreshFrom is where a refresh starts reading (rows past (t, id)): the
 // previous refresh's start minus the overlap, or the cursor (hw, hwID) when
 // that is older; the overlap before hw for a term's first refresh.
+//
+// Only a transaction still in flight when the previous refresh read can
+// commit a row that refresh did not see, and its stamp is at most overlap
+// older than that read (the overlap bounds the time from a stamp to its
+// commit; the estimated clock errs early, by the reload's round trip). So
+// rows seen before are re-read only while within the overlap of a refresh:
+// a burst of writes (a bulk create) for one overlap, not on every refresh
+// until it is twice as old.
 func refreshFrom(hw time.Time, hwID int64, lastRefresh time.Time, overlap time.Duration) (time.Time, int64) {
 	if lastRefresh.IsZero() {
 		return hw.Add(-overlap), 0
