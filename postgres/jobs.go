@@ -239,7 +239,10 @@ SELECT count(*) FROM j`),
 		// appear by accident, and a text search is cheaper than jsonb. The attempt a run would have
 		// is computed before the update: the ledger read sees no run this
 		// statement inserts.
-		ClaimStart: r.Replace(claimStart(`{due} AND (j.locked_by IS NULL OR {stale} OR {orphan})
+		// The cursor is a condition of the due index's scan: a NULL one
+		// folds away when the statement is planned for its parameters.
+		ClaimStart: r.Replace(claimStart(`{due} AND ($4::timestamptz IS NULL OR (j.next_run_at, j.id) > ($4, $5::bigint))
+	AND (j.locked_by IS NULL OR {stale} OR {orphan})
 	ORDER BY j.next_run_at, j.id
 	LIMIT $2`, "$1", "-$3::bigint", "u.lock_epoch")),
 		// The leader's ClaimJobs and ClaimStart in one: the jobs it names,

@@ -59,6 +59,17 @@ FROM `+prefix+`_jobs, generate_series(1, 20000) g WHERE name = 'model'`); err !=
 			t.Errorf("%s with %d jobs scans the whole jobs table:\n%s", c.name, n, plan)
 		}
 	}
+	// A claim from a cursor starts its scan of the due index at the cursor
+	// (an index condition: the jobs before it, a worker's own in flight, are
+	// not read); without one the condition is gone.
+	after := strings.Join(texts(t, st.DB(), "EXPLAIN "+q.ClaimStart, "w", 256, int64(0), time.Now(), int64(10000)), "\n")
+	if !strings.Contains(after, prefix+"_jobs_due") || !strings.Contains(after, "Index Cond: (ROW(next_run_at, id) > ROW(") {
+		t.Errorf("ClaimStart from a cursor does not start its scan of %s_jobs_due there:\n%s", prefix, after)
+	}
+	start := strings.Join(texts(t, st.DB(), "EXPLAIN "+q.ClaimStart, "w", 256, int64(0), nil, int64(0)), "\n")
+	if !strings.Contains(start, prefix+"_jobs_due") || strings.Contains(start, "ROW(") {
+		t.Errorf("ClaimStart from the start:\n%s", start)
+	}
 	// The leader's refresh reads the partial index of jobs with an
 	// occurrence to come, from its cursor.
 	since := time.Now().Add(-time.Minute)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,7 +72,7 @@ func TestRunFinishBatchStaysOnPage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	claimed, err := st.ClaimAndStart(ctx, "w", n)
+	claimed, err := st.ClaimAndStart(ctx, "w", n, sqlstore.ClaimCursor{})
 	if err != nil || len(claimed) != n {
 		t.Fatalf("claim: %v, %d jobs", err, len(claimed))
 	}
@@ -450,7 +451,7 @@ func TestClaimIsHOT(t *testing.T) {
 	// transaction above: count the difference.
 	u0, h0 = hot(tx)
 	var got int
-	rows, err := tx.QueryContext(ctx, st.Dialect().Jobs.ClaimStart, "w", n, 0)
+	rows, err := tx.QueryContext(ctx, st.Dialect().Jobs.ClaimStart, "w", n, 0, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,5 +464,58 @@ func TestClaimIsHOT(t *testing.T) {
 	rows.Close()
 	if u, h := hot(tx); u-u0 != n/2 || h-h0 < (u-u0)*8/10 {
 		t.Fatalf("claim mode's claim of %d jobs: %d updates, %d of them HOT; want nearly all HOT", n/2, u-u0, h-h0)
+	}
+}
+
+// TestClaimCursor: a claim from a cursor takes only the due jobs after it
+// in claim order (next_run_at, id), and the zero cursor takes them from the
+// start.
+func TestClaimCursor(t *testing.T) {
+	ctx := t.Context()
+	st, _ := newStoreWithPrefix(t)
+	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now().Add(-time.Hour)
+	for i := range 5 {
+		if _, _, err := sched.Create(ctx, sqlease.Job{Name: fmt.Sprint("j", i), Schedule: sqlease.Schedule{At: base.Add(time.Duration(i) * time.Second)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(c []sqlstore.Claimed) string {
+		var s []string
+		for _, j := range c {
+			s = append(s, j.Name)
+		}
+		slices.Sort(s)
+		return strings.Join(s, ",")
+	}
+	claim := func(limit int, after sqlstore.ClaimCursor) []sqlstore.Claimed {
+		t.Helper()
+		c, err := st.ClaimAndStart(ctx, "w", limit, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	first := claim(2, sqlstore.ClaimCursor{})
+	if got := names(first); got != "j0,j1" {
+		t.Fatalf("from the start: %s, want j0,j1", got)
+	}
+	cur := sqlstore.ClaimCursor{}.Past(first)
+	second := claim(2, cur)
+	if got := names(second); got != "j2,j3" {
+		t.Fatalf("from the cursor after j1: %s, want j2,j3", got)
+	}
+	cur = cur.Past(second)
+	if _, _, err := sched.Create(ctx, sqlease.Job{Name: "behind", Schedule: sqlease.Schedule{At: base.Add(-time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(claim(10, cur)); got != "j4" {
+		t.Fatalf("from the cursor after j3: %s, want j4 (not the job behind it)", got)
+	}
+	if got := names(claim(10, sqlstore.ClaimCursor{})); got != "behind" {
+		t.Fatalf("from the start again: %s, want behind", got)
 	}
 }

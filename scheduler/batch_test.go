@@ -264,7 +264,7 @@ func TestClaimStartsOnlyOneOffs(t *testing.T) {
 		if _, err := st.DB().ExecContext(ctx, `UPDATE sqlease_jobs SET next_run_at = $1 WHERE name IN ('every', 'cron')`, past.Truncate(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
-		claimed, err := st.ClaimAndStart(ctx, "w", 10)
+		claimed, err := st.ClaimAndStart(ctx, "w", 10, sqlstore.ClaimCursor{})
 		if err != nil || len(claimed) != 4 {
 			t.Fatalf("claim: %v, %d jobs", err, len(claimed))
 		}
@@ -360,5 +360,60 @@ func TestLeaderLoadsNextWindowAtOnce(t *testing.T) {
 		e := lead(t, st, &s, "leader")
 		waitFor(t, 10*time.Second, "leadership", e.IsLeader)
 		waitFor(t, 10*time.Second, fmt.Sprintf("all %d runs (windows of 5, refresh every minute)", n), func() bool { return rec.count() == n })
+	})
+}
+
+// TestClaimCursorBound: under a backlog a worker claims from where its last
+// claim ended (sqlstore.ClaimCursor), so a job that falls due behind that
+// place — here one created for an hour before every job of the backlog,
+// standing for a retry whose backoff ended or a stale claim — is not left
+// until the backlog drains: a claim goes back to the start at least every
+// PollInterval. Without that it would run last.
+func TestClaimCursorBound(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		if st.Dialect().Jobs.ClaimStart == "" {
+			t.Skip("this dialect claims from the start every time")
+		}
+		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+		const backlog = 2000
+		base := time.Now().Add(-time.Hour)
+		jobs := make([]sqlease.Job, backlog)
+		for i := range jobs {
+			jobs[i] = sqlease.Job{Name: fmt.Sprintf("b-%04d", i), Schedule: sqlease.Schedule{At: base.Add(time.Duration(i) * time.Millisecond)}}
+		}
+		if _, err := admin.CreateMany(ctx, jobs); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		ran := 0    // backlog runs started
+		oldAt := -1 // backlog runs started before the old job's
+		var created, oldRan time.Time
+		handle := func(ctx context.Context, r sqlease.Run) error {
+			mu.Lock()
+			if r.Job == "old" {
+				oldAt, oldRan = ran, time.Now()
+			} else {
+				ran++
+			}
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond) // 8 at a time: about 400 runs/s, a backlog of seconds
+			return nil
+		}
+		runClaim(t, newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: handle, BatchSize: 4, MaxConcurrent: 8,
+			PollInterval: 200 * time.Millisecond}))
+		waitFor(t, 30*time.Second, "the backlog to be under way", func() bool { mu.Lock(); defer mu.Unlock(); return ran >= 40 })
+		created = time.Now()
+		if _, _, err := admin.Create(ctx, sqlease.Job{Name: "old", Schedule: sqlease.Schedule{At: base.Add(-time.Hour)}}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 60*time.Second, "the old job to run", func() bool { mu.Lock(); defer mu.Unlock(); return oldAt >= 0 })
+		mu.Lock()
+		defer mu.Unlock()
+		t.Logf("the old job ran %s after its creation, after %d of %d backlog runs", oldRan.Sub(created).Round(time.Millisecond), oldAt, backlog)
+		if oldAt > backlog/2 {
+			t.Errorf("the job behind the cursor ran after %d of the %d backlog runs: claims did not go back to the start every PollInterval", oldAt, backlog)
+		}
 	})
 }

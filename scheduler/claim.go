@@ -90,6 +90,7 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 	// A periodic job's next occurrence, written by its finish, is found
 	// by the polls.
 	var nextDue, wake time.Time // local clock; zero: unknown
+	var from claimFrom
 	learn := func() {
 		d, ok, err := s.store.NextDue(ctx)
 		switch {
@@ -117,10 +118,12 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 			continue
 		}
 		atDue := !nextDue.IsZero() && !time.Now().Before(nextDue)
-		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, w)
+		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, w, &from)
 		wait := s.cfg.PollInterval
-		if asked > 0 && claimed == asked {
-			wait = 0 // as many were due as there was room for: more may be
+		if asked > 0 && claimed == asked || from.again {
+			// As many were due as there was room for (more may be), or
+			// a claim from the cursor ran short (jobs behind it may be due).
+			wait = 0
 		} else if s.cfg.Changes != nil {
 			if atDue {
 				learn()
@@ -139,7 +142,8 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 // many it asked for. With a finisher (Store.Batched) the jobs whose due
 // occurrence simply runs are started by one statement; the rest, and any
 // that statement did not start, take the per-job path.
-func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, w *workerTerm) (int, int) {
+func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, w *workerTerm, from *claimFrom) (int, int) {
+	from.again = false // until a claim says otherwise
 	if !s.begin() {
 		return 0, 0
 	}
@@ -167,26 +171,28 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 	var claimed []sqlstore.Claimed
 	var err error
 	var ensure func() error
+	sent := time.Now()
 	switch {
 	case w != nil:
 		// Claim only while the lease is trusted: a claim tied to a lease
 		// that has expired would be another worker's already.
 		if err = w.gate.Ensure(w.tok); err == nil {
 			if fin != nil {
-				claimed, err = s.store.ClaimAndStartUnder(ctx, w.tok, slots)
+				claimed, err = s.store.ClaimAndStartUnder(ctx, w.tok, slots, from.after)
 			} else {
 				claimed, err = s.store.ClaimDueUnder(ctx, w.tok, slots)
 			}
 		}
 		ensure = func() error { return w.gate.Ensure(w.tok) }
 	case fin != nil:
-		claimed, err = s.store.ClaimAndStart(ctx, s.cfg.Holder, slots)
+		claimed, err = s.store.ClaimAndStart(ctx, s.cfg.Holder, slots, from.after)
 	default:
 		claimed, err = s.store.ClaimDue(ctx, s.cfg.Holder, slots)
 	}
 	for i := len(claimed); i < slots; i++ {
 		<-s.sem
 	}
+	from.update(claimed, slots, err, sent, s.cfg.PollInterval)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, sqlease.ErrNotLeader) {
 			s.log.Warn("claim_failed", slog.String("error", err.Error()))
@@ -218,6 +224,37 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		}()
 	}
 	return len(claimed), slots
+}
+
+// claimFrom is where a worker's next claim starts (sqlstore.ClaimCursor):
+// past its previous claims while they come back full, so that under a
+// backlog a claim does not read again the jobs the worker has in flight;
+// at the start after a claim that came back short or failed; and at the
+// start at least every interval, so that a job behind the cursor (a retry
+// whose backoff ended, a stale or orphaned claim, a job created or
+// triggered with an earlier time) waits at most interval longer than it
+// would without it.
+type claimFrom struct {
+	after sqlstore.ClaimCursor
+	since time.Time // when the last claim from the start was sent
+	// again: the last claim, from the cursor, ran short; claim again from
+	// the start at once, not at the next poll.
+	again bool
+}
+
+// update moves the cursor after a claim sent at sent that asked for asked
+// jobs.
+func (f *claimFrom) update(claimed []sqlstore.Claimed, asked int, err error, sent time.Time, interval time.Duration) {
+	fromStart := f.after.IsZero()
+	f.again = err == nil && !fromStart && len(claimed) < asked
+	if err != nil || len(claimed) == 0 || len(claimed) < asked || !fromStart && sent.Sub(f.since) >= interval {
+		f.after = sqlstore.ClaimCursor{}
+		return
+	}
+	if fromStart {
+		f.since = sent
+	}
+	f.after = f.after.Past(claimed)
 }
 
 // startBatch starts, with one statement, the claimed jobs fastStart allows

@@ -77,35 +77,63 @@ func scanClaimStarts(rows *sql.Rows, err error, out *[]Claimed, runEpoch int64) 
 
 // ClaimAndStart is ClaimDue that also starts, in the same statement, the
 // runs of one-off jobs that need no decision of the missed-runs policy (see
-// JobQueries.ClaimStart); their Claimed.Started is set. Without ClaimStart
-// it is ClaimDue.
-func (s *Store) ClaimAndStart(ctx context.Context, holder string, limit int) ([]Claimed, error) {
-	return s.claimAndStart(ctx, holder, 0, limit)
+// JobQueries.ClaimStart); their Claimed.Started is set. Where the dialect
+// can, it takes only due jobs after the cursor after (the zero cursor: from
+// the start). Without ClaimStart it is ClaimDue, from the start.
+func (s *Store) ClaimAndStart(ctx context.Context, holder string, limit int, after ClaimCursor) ([]Claimed, error) {
+	return s.claimAndStart(ctx, holder, 0, limit, after)
 }
 
 // ClaimAndStartUnder is ClaimAndStart under a worker lease, as
 // ClaimDueUnder.
-func (s *Store) ClaimAndStartUnder(ctx context.Context, tok sqlease.Token, limit int) ([]Claimed, error) {
+func (s *Store) ClaimAndStartUnder(ctx context.Context, tok sqlease.Token, limit int, after ClaimCursor) ([]Claimed, error) {
 	if s.q().ClaimStart == "" {
 		return s.ClaimDueUnder(ctx, tok, limit)
 	}
 	if tok.Name != WorkerLeasePrefix+tok.Holder || tok.Epoch <= 0 {
 		return nil, fmt.Errorf("%w: claim under %s@%d: not a worker lease (%s<holder>)", sqlease.ErrInvalidConfig, tok.Name, tok.Epoch, WorkerLeasePrefix)
 	}
-	return s.claimAndStart(ctx, tok.Holder, tok.Epoch, limit)
+	return s.claimAndStart(ctx, tok.Holder, tok.Epoch, limit, after)
 }
 
-func (s *Store) claimAndStart(ctx context.Context, holder string, workerEpoch int64, limit int) ([]Claimed, error) {
+func (s *Store) claimAndStart(ctx context.Context, holder string, workerEpoch int64, limit int, after ClaimCursor) ([]Claimed, error) {
 	if s.q().ClaimStart == "" {
 		return s.claimDue(ctx, holder, workerEpoch, limit)
 	}
+	var afterAt any // NULL: from the start
+	if !after.IsZero() {
+		afterAt = after.NextRunAt.UTC()
+	}
 	out := make([]Claimed, 0, limit)
 	sent := time.Now()
-	rows, err := s.db.QueryContext(ctx, s.q().ClaimStart, holder, limit, workerEpoch)
+	rows, err := s.db.QueryContext(ctx, s.q().ClaimStart, holder, limit, workerEpoch, afterAt, after.ID)
 	if err := scanClaimStarts(rows, err, &out, 0); err != nil {
 		return nil, fmt.Errorf("claim due jobs: %w", s.classify(err))
 	}
 	return sentAt(out, sent), nil
+}
+
+// ClaimCursor is a place in the order claims take due jobs in, (next_run_at,
+// id): a claim from it takes only jobs after it. A worker with runs in
+// flight claims from where its last claim ended, so that it does not read
+// its own claimed jobs again (they stay in the due index until they finish:
+// a claim writes no indexed column). The zero cursor is the start.
+type ClaimCursor struct {
+	NextRunAt time.Time
+	ID        int64
+}
+
+// IsZero reports whether c is the start.
+func (c ClaimCursor) IsZero() bool { return c.NextRunAt.IsZero() && c.ID == 0 }
+
+// Past returns the cursor after c and every job in claimed.
+func (c ClaimCursor) Past(claimed []Claimed) ClaimCursor {
+	for _, j := range claimed {
+		if at := j.NextRunAt; at.After(c.NextRunAt) || at.Equal(c.NextRunAt) && j.ID > c.ID {
+			c = ClaimCursor{NextRunAt: at, ID: j.ID}
+		}
+	}
+	return c
 }
 
 // StartReq is one run of a batch start: attempt Attempt of the occurrence

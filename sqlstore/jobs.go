@@ -119,8 +119,10 @@ type JobQueries struct {
 	// Returns one row: the number of jobs updated (0: the lock is lost,
 	// nothing written).
 	FinishRunOne string
-	// ClaimStart, optional (with StartRuns and FinishRuns): (holder, limit).
-	// ClaimDue that also starts, in the same statement, the runs that need
+	// ClaimStart, optional (with StartRuns and FinishRuns): (holder, limit,
+	// worker_epoch, after_next_run_at|NULL, after_id). ClaimDue, of the due
+	// jobs after (after_next_run_at, after_id) in its order (all of them when
+	// NULL: see ClaimCursor), that also starts, in the same statement, the runs that need
 	// no decision in Go: one-off jobs (no every, no cron) whose lock was not
 	// stale, with attempts left and not too old for skip_if_older_than. It
 	// returns JobColumns, now, reclaimed (as ClaimDueReclaimed), the attempt

@@ -49,7 +49,7 @@ func testClaimKeepsModified(t *testing.T, s *sqlstore.Store) {
 	if err := s.Heartbeat(ctx, claimed.Lock); err != nil {
 		t.Fatalf("heartbeat: %v", err)
 	}
-	if c, err = s.ClaimAndStart(ctx, "w", 1); err != nil || len(c) != 1 || c[0].Name != "due-claim-start" {
+	if c, err = s.ClaimAndStart(ctx, "w", 1, sqlstore.ClaimCursor{}); err != nil || len(c) != 1 || c[0].Name != "due-claim-start" {
 		t.Fatalf("ClaimAndStart: %d claimed, %v", len(c), err)
 	}
 	tok := mustAcquire(t, s, "lead", "leader", time.Minute).Token()
