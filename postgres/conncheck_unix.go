@@ -27,12 +27,17 @@ func connIdleAndOpen(c net.Conn) bool {
 	if err != nil {
 		return false
 	}
+	// Control, not Read: Read waits for the socket's read lock, which a
+	// reader blocked on the socket holds until data arrives — and pgx
+	// leaves one (its background reader, started by a write slower than
+	// 15 ms) on an idle connection until the next reply. Waiting for it
+	// hung the pool's next user for good (a node's release at shutdown).
+	// A peek consumes nothing, so it takes nothing from that reader.
 	open := false
-	err = rc.Read(func(fd uintptr) bool {
+	err = rc.Control(func(fd uintptr) {
 		var b [1]byte
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		open = n < 0 && (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK))
-		return true // never wait for the socket to become readable
 	})
 	return err == nil && open
 }
