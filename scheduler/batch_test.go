@@ -373,7 +373,7 @@ func TestClaimCursorBound(t *testing.T) {
 	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
 		ctx := context.Background()
 		st := newStore(t)
-		if st.Dialect().Jobs.ClaimStart == "" {
+		if !st.ClaimsFromCursor() {
 			t.Skip("this dialect claims from the start every time")
 		}
 		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})

@@ -171,7 +171,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 	var claimed []sqlstore.Claimed
 	var err error
 	var ensure func() error
-	sent := time.Now()
+	sent := time.Now() // the cursor's interval is counted from the claims' sending
 	switch {
 	case w != nil:
 		// Claim only while the lease is trusted: a claim tied to a lease
@@ -192,7 +192,11 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 	for i := len(claimed); i < slots; i++ {
 		<-s.sem
 	}
-	from.update(claimed, slots, err, sent, s.cfg.PollInterval)
+	if fin != nil && s.store.ClaimsFromCursor() {
+		// Only where the claim honours the cursor: elsewhere a short
+		// claim says nothing is due, and claiming again at once is waste.
+		from.update(claimed, slots, err, sent, s.cfg.PollInterval)
+	}
 	if err != nil {
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, sqlease.ErrNotLeader) {
 			s.log.Warn("claim_failed", slog.String("error", err.Error()))
@@ -247,7 +251,7 @@ type claimFrom struct {
 func (f *claimFrom) update(claimed []sqlstore.Claimed, asked int, err error, sent time.Time, interval time.Duration) {
 	fromStart := f.after.IsZero()
 	f.again = err == nil && !fromStart && len(claimed) < asked
-	if err != nil || len(claimed) == 0 || len(claimed) < asked || !fromStart && sent.Sub(f.since) >= interval {
+	if err != nil || len(claimed) < asked || !fromStart && sent.Sub(f.since) >= interval {
 		f.after = sqlstore.ClaimCursor{}
 		return
 	}

@@ -113,6 +113,10 @@ func (s *Store) claimAndStart(ctx context.Context, holder string, workerEpoch in
 	return sentAt(out, sent), nil
 }
 
+// ClaimsFromCursor reports whether ClaimAndStart and ClaimAndStartUnder
+// honour their cursor; elsewhere every claim starts from the start.
+func (s *Store) ClaimsFromCursor() bool { return s.q().ClaimStart != "" }
+
 // ClaimCursor is a place in the order claims take due jobs in, (next_run_at,
 // id): a claim from it takes only jobs after it. A worker with runs in
 // flight claims from where its last claim ended, so that it does not read
