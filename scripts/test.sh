@@ -106,6 +106,14 @@ free_port() {
 
 start_postgres() {
 	local b
+	if [[ ! -x $PG_BIN/initdb && -z ${SQLEASE_TEST_PG_BIN:-} && $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+		# Machines of this kind have it; a fresh one without it gets it here.
+		say "installing postgresql-15 (apt-get) for the PostgreSQL tests"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >/tmp/sqlease-apt-postgresql.log 2>&1 ||
+			{ apt-get update -q >>/tmp/sqlease-apt-postgresql.log 2>&1 &&
+				DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15 >>/tmp/sqlease-apt-postgresql.log 2>&1; } ||
+			die "installing postgresql-15 failed (log: /tmp/sqlease-apt-postgresql.log)"
+	fi
 	for b in initdb pg_ctl postgres pg_isready; do
 		[[ -x $PG_BIN/$b ]] || die "PostgreSQL binary $PG_BIN/$b not found (apt-get install -y postgresql-15, set SQLEASE_TEST_PG_BIN, or point SQLEASE_TEST_POSTGRES_URL at a server)"
 	done
