@@ -332,6 +332,14 @@ func isUniqueViolation(err error) bool {
 // jobs that where selects (with its ORDER BY and LIMIT) for holder, with
 // leaseEpoch as lock_lease_epoch, and start the runs of the one-off ones
 // among them under runEpoch.
+//
+// The runs are inserted without ON CONFLICT: each takes the attempt after
+// every one the ledger shows for its occurrence, on a job no one held, so
+// its key is new. Only a run committed after the statement's snapshot, on a
+// job released since without counting it, could collide; the statement then
+// fails whole, claims nothing, and the next claim reads that run. A
+// speculative insert costs half as much again as a plain one (measured:
+// 1.76 against 1.19 ms per 256 rows), on every claim.
 func claimStart(where, holder, leaseEpoch, runEpoch string) string {
 	return `WITH n AS (SELECT clock_timestamp() AS now),
 c AS (
@@ -351,7 +359,6 @@ c AS (
 ), i AS (
 	INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
 	SELECT u.id, u.name, u.next_run_at, u.run_attempt, ` + holder + `, ` + runEpoch + `, u.claim_now, 'running' FROM u WHERE u.one_off_due
-	ON CONFLICT DO NOTHING
 	RETURNING job_id
 )
 SELECT u.*, i.job_id IS NOT NULL FROM u LEFT JOIN i ON i.job_id = u.id`
