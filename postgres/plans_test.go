@@ -1,6 +1,8 @@
 package postgres_test
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -61,14 +63,30 @@ FROM `+prefix+`_jobs, generate_series(1, 20000) g WHERE name = 'model'`); err !=
 	}
 	// A claim from a cursor starts its scan of the due index at the cursor
 	// (an index condition: the jobs before it, a worker's own in flight, are
-	// not read); without one the condition is gone.
-	after := strings.Join(texts(t, st.DB(), "EXPLAIN "+q.ClaimStart, "w", 256, int64(0), time.Now(), int64(10000)), "\n")
-	if !strings.Contains(after, prefix+"_jobs_due") || !strings.Contains(after, "Index Cond: (ROW(next_run_at, id) > ROW(") {
-		t.Errorf("ClaimStart from a cursor does not start its scan of %s_jobs_due there:\n%s", prefix, after)
-	}
-	start := strings.Join(texts(t, st.DB(), "EXPLAIN "+q.ClaimStart, "w", 256, int64(0), nil, int64(0)), "\n")
-	if !strings.Contains(start, prefix+"_jobs_due") || strings.Contains(start, "ROW(") {
-		t.Errorf("ClaimStart from the start:\n%s", start)
+	// not read), in the plan made for its parameters and in the generic plan
+	// a prepared statement may switch to after five runs; without a cursor
+	// there is no such condition.
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		after := strings.Join(preparedPlan(t, st.DB(), mode, q.ClaimStartAfter, `'w', 256, 0, now(), 10000`), "\n")
+		if !strings.Contains(after, prefix+"_jobs_due") || !strings.Contains(after, "Index Cond: (ROW(next_run_at, id) > ROW(") {
+			t.Errorf("ClaimStartAfter (%s) does not start its scan of %s_jobs_due at the cursor:\n%s", mode, prefix, after)
+		}
+		start := strings.Join(preparedPlan(t, st.DB(), mode, q.ClaimStart, `'w', 256, 0`), "\n")
+		if !strings.Contains(start, prefix+"_jobs_due") || strings.Contains(start, "ROW(") {
+			t.Errorf("ClaimStart (%s) does not scan %s_jobs_due from the start:\n%s", mode, prefix, start)
+		}
+		// A generic plan guesses that a LIMIT of a parameter keeps a tenth
+		// of the rows; the claim's update must still reach them by key, not
+		// by reading the table into a hash.
+		for _, c := range []struct{ name, text, args string }{
+			{"ClaimStart", q.ClaimStart, `'w', 256, 0`},
+			{"ClaimStartAfter", q.ClaimStartAfter, `'w', 256, 0, now(), 10000`},
+			{"ClaimDue", q.ClaimDue, `'w', 256, 0`},
+		} {
+			if plan := strings.Join(preparedPlan(t, st.DB(), mode, c.text, c.args), "\n"); strings.Contains(plan, "Seq Scan on "+prefix+"_jobs") {
+				t.Errorf("%s (%s) scans the whole jobs table:\n%s", c.name, mode, plan)
+			}
+		}
 	}
 	// The leader's refresh reads the partial index of jobs with an
 	// occurrence to come, from its cursor.
@@ -76,4 +94,38 @@ FROM `+prefix+`_jobs, generate_series(1, 20000) g WHERE name = 'model'`); err !=
 	if plan := strings.Join(texts(t, st.DB(), "EXPLAIN "+q.Changed, since, since, int64(0), 1000), "\n"); !strings.Contains(plan, prefix+"_jobs_changed") {
 		t.Errorf("Changed does not read the index %s_jobs_changed:\n%s", prefix, plan)
 	}
+}
+
+// preparedPlan is the plan of query prepared and executed with args (SQL
+// literals) under plan_cache_mode mode.
+func preparedPlan(t *testing.T, db *sql.DB, mode, query, args string) []string {
+	t.Helper()
+	conn, err := db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, stmt := range []string{"SET plan_cache_mode = " + mode, "PREPARE plan_probe AS " + query} {
+		if _, err := conn.ExecContext(t.Context(), stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer conn.ExecContext(context.Background(), "DEALLOCATE plan_probe; RESET plan_cache_mode")
+	rows, err := conn.QueryContext(t.Context(), "EXPLAIN EXECUTE plan_probe("+args+")")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

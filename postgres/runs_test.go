@@ -451,7 +451,7 @@ func TestClaimIsHOT(t *testing.T) {
 	// transaction above: count the difference.
 	u0, h0 = hot(tx)
 	var got int
-	rows, err := tx.QueryContext(ctx, st.Dialect().Jobs.ClaimStart, "w", n, 0, nil, 0)
+	rows, err := tx.QueryContext(ctx, st.Dialect().Jobs.ClaimStart, "w", n, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,6 +102,7 @@ var empty = map[string]string{
 	"Jobs.FinishRunOne":       "FinishRun's transaction of two statements is used",
 	"Jobs.ClaimDueIDs":        "ClaimDue is one UPDATE … OUTPUT statement",
 	"Jobs.ClaimStart":         "claims start no runs: they start one by one",
+	"Jobs.ClaimStartAfter":    "no ClaimStart, no cursor: claims take the due jobs from the start",
 	"Jobs.ClaimStartJobs":     "the leader claims one job at a time: no batch claims",
 	"Jobs.StartRuns":          "batch starts take array parameters (PostgreSQL); runs start one by one",
 	"Jobs.FinishRuns":         "batch finishes take array parameters (PostgreSQL); runs finish one by one",

@@ -100,13 +100,15 @@ func (s *Store) claimAndStart(ctx context.Context, holder string, workerEpoch in
 	if s.q().ClaimStart == "" {
 		return s.claimDue(ctx, holder, workerEpoch, limit)
 	}
-	var afterAt any // NULL: from the start
-	if !after.IsZero() {
-		afterAt = after.NextRunAt.UTC()
-	}
 	out := make([]Claimed, 0, limit)
 	sent := time.Now()
-	rows, err := s.db.QueryContext(ctx, s.q().ClaimStart, holder, limit, workerEpoch, afterAt, after.ID)
+	var rows *sql.Rows
+	var err error
+	if after.IsZero() || s.q().ClaimStartAfter == "" {
+		rows, err = s.db.QueryContext(ctx, s.q().ClaimStart, holder, limit, workerEpoch)
+	} else {
+		rows, err = s.db.QueryContext(ctx, s.q().ClaimStartAfter, holder, limit, workerEpoch, after.NextRunAt.UTC(), after.ID)
+	}
 	if err := scanClaimStarts(rows, err, &out, 0); err != nil {
 		return nil, fmt.Errorf("claim due jobs: %w", s.classify(err))
 	}
@@ -115,7 +117,7 @@ func (s *Store) claimAndStart(ctx context.Context, holder string, workerEpoch in
 
 // ClaimsFromCursor reports whether ClaimAndStart and ClaimAndStartUnder
 // honour their cursor; elsewhere every claim starts from the start.
-func (s *Store) ClaimsFromCursor() bool { return s.q().ClaimStart != "" }
+func (s *Store) ClaimsFromCursor() bool { return s.q().ClaimStartAfter != "" }
 
 // ClaimCursor is a place in the order claims take due jobs in, (next_run_at,
 // id): a claim from it takes only jobs after it. A worker with runs in

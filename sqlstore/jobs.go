@@ -120,9 +120,7 @@ type JobQueries struct {
 	// nothing written).
 	FinishRunOne string
 	// ClaimStart, optional (with StartRuns and FinishRuns): (holder, limit,
-	// worker_epoch, after_next_run_at|NULL, after_id). ClaimDue, of the due
-	// jobs after (after_next_run_at, after_id) in its order (all of them when
-	// NULL: see ClaimCursor), that also starts, in the same statement, the runs that need
+	// worker_epoch). ClaimDue that also starts, in the same statement, the runs that need
 	// no decision in Go: one-off jobs (no every, no cron) whose lock was not
 	// stale, with attempts left and not too old for skip_if_older_than. It
 	// returns JobColumns, now, reclaimed (as ClaimDueReclaimed), the attempt
@@ -130,6 +128,14 @@ type JobQueries struct {
 	// whether this statement started its run (epoch = the new lock epoch,
 	// started_at = now).
 	ClaimStart string
+	// ClaimStartAfter, optional (with ClaimStart): (holder, limit,
+	// worker_epoch, after_next_run_at, after_id). ClaimStart of the due jobs
+	// after (after_next_run_at, after_id) in its order (see ClaimCursor). A
+	// statement of its own so that the cursor can bound the due index's scan
+	// in every plan: a plan made for any parameters (a prepared statement's
+	// generic plan) cannot drop a "no cursor" case, and keeps the cursor as a
+	// filter of a scan from the start.
+	ClaimStartAfter string
 	// ClaimStartJobs, optional (with ClaimJobs): (ids, holder,
 	// lease_epoch). ClaimJobs that also starts, in the same statement and
 	// under the same conditions as ClaimStart, the runs of the one-off jobs
