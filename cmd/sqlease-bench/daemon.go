@@ -72,10 +72,15 @@ func goBuild(ctx context.Context, src, name, pkg string) (bin string, cleanup fu
 	return bin, cleanup, nil
 }
 
+// nodeStopTimeout bounds a node's exit after SIGINT: a node that hangs on
+// its way out is an error of the run, not a bench that never ends.
+const nodeStopTimeout = time.Minute
+
 // startNode starts `sqlease serve` on a free port (logging warnings only:
 // a daemon logs two lines per run at info) and returns its HTTP address
-// once /healthz answers.
-func startNode(ctx context.Context, bin, dsn, holder string, extra ...string) (string, func(), error) {
+// once /healthz answers, and how to stop it: SIGINT, then SIGKILL and an
+// error if it has not exited within nodeStopTimeout.
+func startNode(ctx context.Context, bin, dsn, holder string, extra ...string) (string, func() error, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
@@ -90,7 +95,19 @@ func startNode(ctx context.Context, bin, dsn, holder string, extra ...string) (s
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
 	}
-	stop := func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() error {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+			return nil
+		case <-time.After(nodeStopTimeout):
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("node %s did not exit within %s of SIGINT (killed)", holder, nodeStopTimeout)
+		}
+	}
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 			resp.Body.Close()
@@ -99,7 +116,7 @@ func startNode(ctx context.Context, bin, dsn, holder string, extra ...string) (s
 			}
 		}
 	}
-	stop()
+	_ = stop()
 	return "", nil, fmt.Errorf("node %s did not serve /healthz within 30s: %s", holder, stderr.String())
 }
 
@@ -123,7 +140,11 @@ func runDaemon(ctx context.Context, e *env, bin string, n, nodes int, dispatch s
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		defer stop()
+		defer func() {
+			if serr := stop(); serr != nil && err == nil {
+				err = serr
+			}
+		}()
 		addrs = append(addrs, a)
 	}
 	time.Sleep(time.Second) // a leader, and its schedule built
