@@ -172,7 +172,7 @@ c AS (
 )
 UPDATE {jobs} j SET locked_by = $1, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
 	lock_lease_epoch = -$3::bigint
-FROM c, n WHERE j.id = ANY(ARRAY(SELECT c.id FROM c)) AND j.id = c.id
+FROM c, n WHERE j.id = c.id
 RETURNING {jcols}, n.now, c.prev IS NOT NULL`),
 		ClaimDueReclaimed: true,
 		ClaimJob: r.Replace(`UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
@@ -362,7 +362,7 @@ c AS (
 ), u AS (
 	UPDATE {jobs} j SET locked_by = ` + holder + `, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
 		lock_lease_epoch = ` + leaseEpoch + `
-	FROM c, n WHERE j.id = ANY(ARRAY(SELECT c.id FROM c)) AND j.id = c.id
+	FROM c, n WHERE j.id = c.id
 	RETURNING {startcols}, n.now AS claim_now, c.prev IS NOT NULL AS reclaimed, c.run_attempt,
 		c.prev IS NULL AND c.run_attempt <= j.max_attempts
 		AND strpos(j.schedule, '"every"') = 0 AND strpos(j.schedule, '"cron"') = 0
