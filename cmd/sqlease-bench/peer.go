@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -133,7 +134,12 @@ func peerScenario(ctx context.Context, e *env, jobs, runs int, tuning schedTunin
 	ways := []way{{"River tuned", rv(true)}, {"sqlease claim", sq("claim")}, {"sqlease leader", sq("leader")}, {"River defaults", rv(false)}}
 	rates := make([][]float64, len(ways))
 	clients, servers := make([][]float64, len(ways)), make([][]float64, len(ways))
+	// ratios[i]: way i over River tuned, round by round. The machine's speed
+	// drifts over minutes; a ratio of two runs a few seconds apart keeps
+	// less of that drift than the ratio of the medians.
+	ratios := make([][]float64, len(ways))
 	for r := 1; r <= runs; r++ {
+		round := make([]float64, len(ways))
 		for i, w := range ways {
 			if ctx.Err() != nil {
 				return false
@@ -146,6 +152,7 @@ func peerScenario(ctx context.Context, e *env, jobs, runs int, tuning schedTunin
 				continue
 			}
 			rates[i] = append(rates[i], pr.perSec)
+			round[i] = pr.perSec
 			clients[i] = append(clients[i], float64(pr.client.Microseconds()))
 			server := "server not local"
 			if pr.serverMeasured {
@@ -154,19 +161,23 @@ func peerScenario(ctx context.Context, e *env, jobs, runs int, tuning schedTunin
 			}
 			fmt.Printf("  run %d: %-16s %8.0f jobs/s  CPU per job: client %4d µs, %s\n", r, w.name, pr.perSec, pr.client.Microseconds(), server)
 		}
+		for i := range ways {
+			if round[0] > 0 && round[i] > 0 {
+				ratios[i] = append(ratios[i], round[i]/round[0])
+			}
+		}
 	}
-	base := medianOf(rates[0])
-	fmt.Printf("  medians of %d runs (ratio to River tuned; CPU per job, client = the benchmark's or River's process, server = every PostgreSQL process):\n", runs)
+	fmt.Printf("  medians of %d runs (ratio to River tuned: the median of the rounds' ratios [their range]; CPU per job, client = the benchmark's or River's process, server = every PostgreSQL process):\n", runs)
 	for i, w := range ways {
 		ratio := "-"
-		if base > 0 {
-			ratio = fmt.Sprintf("%.2f ×", medianOf(rates[i])/base)
+		if len(ratios[i]) > 0 {
+			ratio = fmt.Sprintf("%.2f × [%.2f .. %.2f]", medianOf(ratios[i]), slices.Min(ratios[i]), slices.Max(ratios[i]))
 		}
 		server := "-"
 		if len(servers[i]) > 0 {
 			server = fmt.Sprintf("%.0f µs", medianOf(servers[i]))
 		}
-		fmt.Printf("    %-16s %8.0f jobs/s  %-7s  client %4.0f µs/job  server %s/job\n", w.name, medianOf(rates[i]), ratio, medianOf(clients[i]), server)
+		fmt.Printf("    %-16s %8.0f jobs/s  %-22s  client %4.0f µs/job  server %s/job\n", w.name, medianOf(rates[i]), ratio, medianOf(clients[i]), server)
 	}
 	return true
 }
