@@ -345,12 +345,12 @@ func isUniqueViolation(err error) bool {
 // speculative insert costs half as much again as a plain one (measured:
 // 1.76 against 1.19 ms per 256 rows), on every claim.
 //
-// Every join is bound to its size whatever the planner guesses, for a
-// prepared statement may switch to a generic plan, which guesses that a
-// LIMIT of a parameter keeps a tenth of the due rows: joined to c alone,
-// the update read the whole jobs table into a hash (the key's ANY keeps it
-// on the key), and the last join, guessing one row a side, became a nested
-// loop of 256 × 256 rows (a hashed IN is linear).
+// A prepared statement may switch to a generic plan, which guesses the
+// claim's size (a tenth of the due rows for a LIMIT of a parameter, ten
+// rows for an array): so no step may cost the square of the batch under a
+// wrong guess. Whether a claimed job's run started is a hashed IN, not a
+// join of u and i, which a guess of one row a side made a nested loop of
+// 256 × 256 rows.
 func claimStart(where, holder, leaseEpoch, runEpoch string) string {
 	return `WITH n AS (SELECT clock_timestamp() AS now),
 c AS (
