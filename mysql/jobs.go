@@ -112,7 +112,8 @@ FOR UPDATE SKIP LOCKED`),
 	lock_lease_epoch = ?
 WHERE id = ? AND paused = 0 AND next_run_at <= {now}
   AND (not_before IS NULL OR not_before <= {now})
-  AND (locked_by IS NULL OR ` + stale + ` OR lock_lease_epoch < ?)`),
+  AND (locked_by IS NULL OR ` + stale + ` OR lock_lease_epoch < ?
+       OR lock_lease_epoch = ? AND locked_by = ?)`),
 			// The claim's clock reading is locked_at.
 			Read: r.Replace(`SELECT {cols}, locked_at FROM {jobs} WHERE id = ?`),
 		},

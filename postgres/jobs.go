@@ -36,7 +36,14 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		"{stale}", "j.locked_at + j.lock_timeout_ms * interval '1 millisecond' < n.now",
 		// A claim-mode worker's claim whose worker lease is gone (see
 		// sqlstore.WorkerLeasePrefix): reclaimable at once.
-		"{orphan}", "(j.lock_lease_epoch < 0 AND NOT EXISTS (SELECT 1 FROM "+prefix+"_leases wl WHERE wl.lease_name = '"+sqlstore.WorkerLeasePrefix+"' || j.locked_by AND wl.lease_epoch = -j.lock_lease_epoch AND wl.expires_at > n.now))")
+		"{orphan}", "(j.lock_lease_epoch < 0 AND NOT EXISTS (SELECT 1 FROM "+prefix+"_leases wl WHERE wl.lease_name = '"+sqlstore.WorkerLeasePrefix+"' || j.locked_by AND wl.lease_epoch = -j.lock_lease_epoch AND wl.expires_at > n.now))",
+		// A leader's claim ($2 holder, $3 lease epoch) may take a job
+		// locked under an older lease epoch, or under its own: a claim of
+		// its own term whose commit it never heard of (a connection cut
+		// after the commit). It asks only for jobs it is not running, so
+		// nothing of it acts on that lock; without this the job waited for
+		// lock_timeout.
+		"{ownterm}", "(j.lock_lease_epoch < $3 OR j.lock_lease_epoch = $3 AND j.locked_by = $2)")
 	return withOutput(prefix, sqlstore.JobQueries{
 		Migrations: []string{
 			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
@@ -179,7 +186,7 @@ RETURNING {jcols}, n.now, c.prev IS NOT NULL`),
 	lock_lease_epoch = $3
 FROM (SELECT clock_timestamp() AS now) n
 WHERE j.id = $1 AND {due}
-  AND (j.locked_by IS NULL OR {stale} OR j.lock_lease_epoch < $3)
+  AND (j.locked_by IS NULL OR {stale} OR {ownterm})
 RETURNING {jcols}, n.now`),
 		// SKIP LOCKED: a row another transaction holds is left for a
 		// later claim rather than stalling the batch; id order is the
@@ -188,7 +195,7 @@ RETURNING {jcols}, n.now`),
 c AS (
 	SELECT j.id, j.locked_by AS prev FROM {jobs} j, n
 	WHERE j.id = ANY($1::bigint[]) AND {due}
-	  AND (j.locked_by IS NULL OR {stale} OR j.lock_lease_epoch < $3)
+	  AND (j.locked_by IS NULL OR {stale} OR {ownterm})
 	ORDER BY j.id
 	FOR UPDATE OF j SKIP LOCKED
 )
@@ -253,7 +260,7 @@ SELECT count(*) FROM j`),
 		// claimed under its lease epoch, and the runs of the one-off ones
 		// started under that epoch, in its fenced transaction.
 		ClaimStartJobs: r.Replace(claimStart(`j.id = ANY($1::bigint[]) AND {due}
-	  AND (j.locked_by IS NULL OR {stale} OR j.lock_lease_epoch < $3)
+	  AND (j.locked_by IS NULL OR {stale} OR {ownterm})
 	ORDER BY j.id`, "$2", "$3", "$3")),
 		// FOR SHARE holds each job row until the insert commits, so that a
 		// reclaim (which bumps lock_epoch) cannot slip between the lock

@@ -439,3 +439,62 @@ func TestStuckDispatchLoopIsVisible(t *testing.T) {
 		waitFor(t, 10*time.Second, "dispatch running again", func() bool { return s.Dispatch().Phase == scheduler.PhaseRunning })
 	})
 }
+
+// A claim of the leader's own term whose commit it never heard of — the
+// connection cut after the database committed it — leaves the job locked
+// under the leader's own lease epoch with a run started. The leader is not
+// running it, so it takes it again at once (the started attempt marked
+// abandoned, the next one run), not after the job's lock_timeout.
+func TestLeaderRetakesItsOwnUnheardClaim(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+		j, _, err := admin.Create(ctx, sqlease.Job{Name: "unheard", LockTimeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease, err := st.Acquire(ctx, "lead", "leader", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok := lease.Token()
+		// The claim and its start commit; the leader never learns it.
+		if err := st.Fenced(ctx, tok, func(tx *sql.Tx) error {
+			c, ok, err := st.ClaimJob(ctx, tx, j.ID, tok)
+			if err != nil || !ok {
+				return errors.Join(err, errors.New("not claimed"))
+			}
+			_, err = st.StartRun(ctx, tx, c.Lock, c.Name, c.NextRunAt, 1, tok.Epoch)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+
+		rec := &recorder{}
+		s := newSched(t, scheduler.Config{Store: st, Holder: "leader", Handler: rec.handle})
+		gate := &settledGate{st: st, tok: tok, settled: time.Now()}
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- s.Lead(lctx, gate, tok) }()
+		t.Cleanup(func() { cancel(); <-done })
+
+		waitFor(t, 10*time.Second, "the job to run (its lock_timeout is an hour)", func() bool { return rec.count() == 1 })
+		time.Sleep(300 * time.Millisecond) // a second run would come now
+		runs := rec.snapshot()
+		if len(runs) != 1 || runs[0].Attempt != 2 {
+			t.Fatalf("runs %+v, want one, attempt 2", runs)
+		}
+		ledger, err := st.Runs(ctx, "unheard", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outcomes := map[int]sqlease.Outcome{}
+		for _, r := range ledger {
+			outcomes[r.Attempt] = r.Outcome
+		}
+		if outcomes[1] != sqlease.OutcomeAbandoned || outcomes[2] != sqlease.OutcomeSucceeded {
+			t.Fatalf("ledger %v, want attempt 1 abandoned, 2 succeeded", outcomes)
+		}
+	})
+}

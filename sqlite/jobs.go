@@ -96,7 +96,8 @@ RETURNING {cols}, {now}`),
 	lock_lease_epoch = ?3
 WHERE id = ?1 AND paused = 0 AND next_run_at <= {now}
   AND (not_before IS NULL OR not_before <= {now})
-  AND (locked_by IS NULL OR ` + nowFrom("locked_at", "lock_timeout_ms") + ` < {now} OR lock_lease_epoch < ?3)
+  AND (locked_by IS NULL OR ` + nowFrom("locked_at", "lock_timeout_ms") + ` < {now} OR lock_lease_epoch < ?3
+       OR lock_lease_epoch = ?3 AND locked_by = ?2)
 RETURNING {cols}, {now}`),
 		AbandonDeleted: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now}, error = 'job deleted while running'
 WHERE job_id = ?1 AND outcome = 'running'`),

@@ -137,7 +137,8 @@ FROM {jobs} AS q WITH (UPDLOCK, ROWLOCK)
 CROSS JOIN {n} AS n
 WHERE q.id = @p1 AND q.paused = 0 AND q.next_run_at <= n.now
   AND (q.not_before IS NULL OR q.not_before <= n.now)
-  AND (q.locked_by IS NULL OR ` + stale + ` < n.now OR q.lock_lease_epoch < @p3)`),
+  AND (q.locked_by IS NULL OR ` + stale + ` < n.now OR q.lock_lease_epoch < @p3
+       OR q.lock_lease_epoch = @p3 AND q.locked_by = @p2)`),
 		AbandonDeleted: r.Replace(`UPDATE {runs} SET outcome = N'abandoned', finished_at = SYSUTCDATETIME(), error = N'job deleted while running'
 WHERE job_id = @p1 AND outcome = N'running'`),
 		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = N'abandoned', finished_at = SYSUTCDATETIME(),

@@ -450,7 +450,7 @@ func TestLockHints(t *testing.T) {
 		"Queries.Get":        {"WITH (READUNCOMMITTED)"},
 		"Queries.List":       {"WITH (READUNCOMMITTED)", "ORDER BY lease_name"},
 		"Jobs.ClaimDue":      {"SELECT TOP (@p2) q.id, n.now", "FROM [" + jobs + "] AS q WITH (UPDLOCK, READPAST, ROWLOCK)", "ORDER BY q.next_run_at, q.id", "FROM c JOIN [" + jobs + "] AS j ON j.id = c.id"},
-		"Jobs.ClaimJob":      {"WITH (UPDLOCK, ROWLOCK)", "OR q.lock_lease_epoch < @p3"},
+		"Jobs.ClaimJob":      {"WITH (UPDLOCK, ROWLOCK)", "OR q.lock_lease_epoch < @p3", "OR q.lock_lease_epoch = @p3 AND q.locked_by = @p2"},
 		"Jobs.InsertJob":     {"WHERE NOT EXISTS (SELECT 1 FROM [" + jobs + "] WITH (UPDLOCK, HOLDLOCK) WHERE name = @p1)"},
 		"Jobs.StartJob":      {"WHERE j.id = @p3 AND j.locked_by = @p4 AND j.lock_epoch = @p5"},
 		"Jobs.Heartbeat":     {"WHERE id = @p1 AND locked_by = @p2 AND lock_epoch = @p3"},

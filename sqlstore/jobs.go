@@ -83,15 +83,19 @@ type JobQueries struct {
 	ClaimDueIDs string
 	// ClaimJob: (id, holder, lease_epoch). The same for one job, run inside
 	// the leader's fenced transaction; a lock taken under an older lease
-	// epoch also counts as stale. Returns JobColumns, now.
+	// epoch also counts as stale, and so does one taken by holder under
+	// lease_epoch itself: the leader asks only for jobs it is not running,
+	// so such a lock is a claim of its own whose commit it never heard of
+	// (a connection cut after the commit), which would otherwise wait for
+	// lock_timeout. Returns JobColumns, now.
 	// ClaimJobs, optional (with the batch statements, see Store.Batched):
 	// ClaimJob for an array of ids, skipping rows locked by another
 	// transaction. Returns JobColumns, now, reclaimed (the job was locked).
 	ClaimJobs string
 	ClaimJob  string
 	// ClaimJobWR replaces ClaimJob where there is no RETURNING. Write:
-	// (holder, lease_epoch, id, lease_epoch). Read: (id), JobColumns and the
-	// claim's now.
+	// (holder, lease_epoch, id, lease_epoch, lease_epoch, holder). Read:
+	// (id), JobColumns and the claim's now.
 	ClaimJobWR WriteRead
 	// AbandonDeleted: (job_id). Marks the runs still 'running' of the job
 	// just deleted abandoned, with the reason; in DeleteJob's transaction,
@@ -778,7 +782,7 @@ func (s *Store) ClaimJob(ctx context.Context, tx *sql.Tx, id int64, tok sqlease.
 // claimJob is ClaimJob's statement for one job under leaseEpoch.
 func (s *Store) claimJob(id int64, holder string, leaseEpoch int64) returning {
 	return returning{query: s.q().ClaimJob, args: []any{id, holder, leaseEpoch},
-		wr: s.q().ClaimJobWR, write: []any{holder, leaseEpoch, id, leaseEpoch}, read: []any{id}}
+		wr: s.q().ClaimJobWR, write: []any{holder, leaseEpoch, id, leaseEpoch, leaseEpoch, holder}, read: []any{id}}
 }
 
 // StartRun records the start of attempt `attempt` of the occurrence at
