@@ -37,3 +37,43 @@ func TestRefreshFrom(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowUsedUp: a window cut short by MaxScheduled is used up once
+// nothing of it is left to dispatch but failed claims waiting for their
+// retry; the jobs past it are not held back by those retries.
+func TestWindowUsedUp(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	newLeader := func() *leader {
+		l := &leader{sched: newSchedule(), failed: map[int64]int{}, running: map[int64]bool{}}
+		l.dbNow, l.localAt = now, time.Now()
+		l.truncated, l.loadedUntil = true, now.Add(-time.Second)
+		return l
+	}
+	l := newLeader()
+	if !l.windowUsedUp() {
+		t.Error("an empty truncated window is not used up")
+	}
+	l.sched.set(1, now)
+	if l.windowUsedUp() {
+		t.Error("a window with an entry to dispatch is used up")
+	}
+	l.failed[1] = 2 // entry 1 is a retry of a claim that failed
+	if !l.windowUsedUp() {
+		t.Error("a window left with only a failed claim's retry is not used up")
+	}
+	l.failed[7] = 6 // given up: no longer scheduled
+	l.sched.set(2, now)
+	if l.windowUsedUp() {
+		t.Error("a window with a retry and an entry to dispatch is used up")
+	}
+	l = newLeader()
+	l.truncated = false
+	if l.windowUsedUp() {
+		t.Error("a window that was not cut short is used up")
+	}
+	l = newLeader()
+	l.loadedUntil = now.Add(time.Hour)
+	if l.windowUsedUp() {
+		t.Error("a window whose end is still ahead is used up")
+	}
+}
