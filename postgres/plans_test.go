@@ -136,21 +136,5 @@ func preparedPlan(t *testing.T, db *sql.DB, mode, explain, query, args string) [
 	}
 	// A prepared statement outlives a rollback.
 	defer tx.ExecContext(context.Background(), "DEALLOCATE plan_probe")
-	rows, err := tx.QueryContext(t.Context(), explain+" EXECUTE plan_probe("+args+")")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, v)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return texts(t, tx, explain+" EXECUTE plan_probe("+args+")")
 }

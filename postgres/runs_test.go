@@ -135,8 +135,11 @@ func createAndClaim(t *testing.T, st *sqlstore.Store, j sqlease.Job, holder stri
 	return claimed[0]
 }
 
-// texts runs a query of one text column and returns its values.
-func texts(t *testing.T, db *sql.DB, query string, args ...any) []string {
+// texts runs a query of one text column on db (a pool or a transaction)
+// and returns its values.
+func texts(t *testing.T, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, query string, args ...any) []string {
 	t.Helper()
 	rows, err := db.QueryContext(t.Context(), query, args...)
 	if err != nil {

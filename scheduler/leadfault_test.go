@@ -38,6 +38,27 @@ func (g *settledGate) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sq
 
 func (g *settledGate) PriorTermsEnd(tok sqlease.Token) time.Time { return g.settled }
 
+// leaderStarts claims job id under the leader lease tok and starts its
+// attempt 1, in one fenced transaction, as a leader's dispatch does; it
+// returns the occurrence.
+func leaderStarts(t *testing.T, st *sqlstore.Store, tok sqlease.Token, id int64) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	var due time.Time
+	if err := st.Fenced(ctx, tok, func(tx *sql.Tx) error {
+		c, ok, err := st.ClaimJob(ctx, tx, id, tok)
+		if err != nil || !ok {
+			return errors.Join(err, errors.New("not claimed"))
+		}
+		due = c.NextRunAt
+		_, err = st.StartRun(ctx, tx, c.Lock, c.Name, c.NextRunAt, 1, tok.Epoch)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return due
+}
+
 // An occurrence interrupted under an earlier term is retried only once that
 // term's holder can no longer be sending it (SPEC G3): not before the gate's
 // PriorTermsEnd. A new occurrence is not delayed.
@@ -56,16 +77,7 @@ func TestLeaderDefersRetryOfInterruptedRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.Fenced(ctx, tokA.Token(), func(tx *sql.Tx) error {
-			c, ok, err := st.ClaimJob(ctx, tx, j.ID, tokA.Token())
-			if err != nil || !ok {
-				return errors.Join(err, errors.New("not claimed"))
-			}
-			_, err = st.StartRun(ctx, tx, c.Lock, c.Name, c.NextRunAt, 1, tokA.Epoch)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		leaderStarts(t, st, tokA.Token(), j.ID)
 		var tokB sqlease.Lease
 		waitFor(t, 5*time.Second, "the old lease to expire", func() bool {
 			tokB, err = st.Acquire(ctx, "lead", "new", time.Minute)
@@ -263,18 +275,7 @@ func TestInterruptedOccurrenceRetriedPastLaterOnes(t *testing.T) {
 						t.Fatal(err)
 					}
 					tok = l.Token()
-					err = st.Fenced(ctx, tok, func(tx *sql.Tx) error {
-						c, ok, err := st.ClaimJob(ctx, tx, j.ID, tok)
-						if err != nil || !ok {
-							return errors.Join(err, errors.New("not claimed"))
-						}
-						due = c.NextRunAt
-						_, err = st.StartRun(ctx, tx, c.Lock, c.Name, c.NextRunAt, 1, tok.Epoch)
-						return err
-					})
-					if err != nil {
-						t.Fatal(err)
-					}
+					due = leaderStarts(t, st, tok, j.ID)
 				} else {
 					claimed, err := st.ClaimDue(ctx, "dead", 1)
 					if err != nil || len(claimed) != 1 {
@@ -341,16 +342,7 @@ func TestDeferredRetryDoesNotHoldUpDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Fenced(ctx, old.Token(), func(tx *sql.Tx) error {
-		c, _, err := st.ClaimJob(ctx, tx, j.ID, old.Token())
-		if err != nil {
-			return err
-		}
-		_, err = st.StartRun(ctx, tx, c.Lock, c.Name, c.NextRunAt, 1, old.Epoch)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	leaderStarts(t, st, old.Token(), j.ID)
 	var l sqlease.Lease
 	waitFor(t, 5*time.Second, "the old lease to expire", func() bool {
 		l, err = st.Acquire(ctx, "lead", "new", time.Minute)
@@ -460,16 +452,7 @@ func TestLeaderRetakesItsOwnUnheardClaim(t *testing.T) {
 		}
 		tok := lease.Token()
 		// The claim and its start commit; the leader never learns it.
-		if err := st.Fenced(ctx, tok, func(tx *sql.Tx) error {
-			c, ok, err := st.ClaimJob(ctx, tx, j.ID, tok)
-			if err != nil || !ok {
-				return errors.Join(err, errors.New("not claimed"))
-			}
-			_, err = st.StartRun(ctx, tx, c.Lock, c.Name, c.NextRunAt, 1, tok.Epoch)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		leaderStarts(t, st, tok, j.ID)
 
 		rec := &recorder{}
 		s := newSched(t, scheduler.Config{Store: st, Holder: "leader", Handler: rec.handle})
