@@ -19,8 +19,17 @@ func timeArg(t time.Time) any { return t.UTC().Format(timeLayout) }
 
 // jobQueries returns the scheduler's statements for the table prefix.
 func jobQueries(prefix string) sqlstore.JobQueries {
-	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", sqlstore.JobColumns,
-		"{runcols}", sqlstore.RunColumns, "{now}", now, "{leases}", prefix+"_leases")
+	// The batch start (StartRunIf) counts a started attempt in the ledger
+	// only, so every read of a job takes its attempt count from both (one
+	// probe of the ledger's unique index), as on PostgreSQL.
+	cols := strings.Replace(sqlstore.JobColumns, "attempt,", `max(attempt, COALESCE((SELECT max(r.attempt) FROM `+prefix+`_runs r
+	WHERE r.job_id = `+prefix+`_jobs.id AND r.scheduled_for = `+prefix+`_jobs.next_run_at), 0)),`, 1)
+	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", cols,
+		"{runcols}", sqlstore.RunColumns, "{now}", now, "{leases}", prefix+"_leases",
+		// A RETURNING clause sees only the new row: whether a claimed job
+		// was locked before (a reclaim, whose crashed run must be marked
+		// abandoned) is written to a column of its own to be returned.
+		"{claimcols}", `lock_reclaimed = locked_by IS NOT NULL`)
 	return withOutput(prefix, sqlstore.JobQueries{
 		Migrations: []string{
 			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
@@ -43,6 +52,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	locked_at             TEXT,
 	lock_epoch            INTEGER NOT NULL DEFAULT 0,
 	lock_lease_epoch      INTEGER NOT NULL DEFAULT 0,
+	lock_reclaimed        INTEGER NOT NULL DEFAULT 0,
 	not_before            TEXT,
 	created_at            TEXT    NOT NULL,
 	last_modified_at      TEXT    NOT NULL
@@ -80,7 +90,7 @@ RETURNING {cols}`),
 		Trigger: r.Replace(`UPDATE {jobs} SET next_run_at = {now}, not_before = NULL, attempt = 0, last_modified_at = {now}
 WHERE name = ?1 AND locked_by IS NULL RETURNING {cols}`),
 		ClaimDue: r.Replace(`UPDATE {jobs} SET locked_by = ?1, locked_at = {now}, lock_epoch = lock_epoch + 1,
-	lock_lease_epoch = -?3
+	lock_lease_epoch = -?3, {claimcols}
 WHERE id IN (
 	SELECT id FROM {jobs} AS j
 	WHERE paused = 0 AND next_run_at <= {now}
@@ -91,14 +101,29 @@ WHERE id IN (
 	ORDER BY next_run_at, id
 	LIMIT ?2
 )
-RETURNING {cols}, {now}`),
+RETURNING {cols}, {now}, lock_reclaimed`),
+		ClaimDueReclaimed: true,
 		ClaimJob: r.Replace(`UPDATE {jobs} SET locked_by = ?2, locked_at = {now}, lock_epoch = lock_epoch + 1,
-	lock_lease_epoch = ?3
+	lock_lease_epoch = ?3, {claimcols}
 WHERE id = ?1 AND paused = 0 AND next_run_at <= {now}
   AND (not_before IS NULL OR not_before <= {now})
   AND (locked_by IS NULL OR ` + nowFrom("locked_at", "lock_timeout_ms") + ` < {now} OR lock_lease_epoch < ?3
        OR lock_lease_epoch = ?3 AND locked_by = ?2)
 RETURNING {cols}, {now}`),
+		// ClaimJob for a JSON array of ids (Dialect.IDs). The transaction
+		// holds the database's write lock: no row is locked by another.
+		ClaimJobs: r.Replace(`UPDATE {jobs} SET locked_by = ?2, locked_at = {now}, lock_epoch = lock_epoch + 1,
+	lock_lease_epoch = ?3, {claimcols}
+WHERE id IN (SELECT value FROM json_each(?1)) AND paused = 0 AND next_run_at <= {now}
+  AND (not_before IS NULL OR not_before <= {now})
+  AND (locked_by IS NULL OR ` + nowFrom("locked_at", "lock_timeout_ms") + ` < {now} OR lock_lease_epoch < ?3
+       OR lock_lease_epoch = ?3 AND locked_by = ?2)
+RETURNING {cols}, {now}, lock_reclaimed`),
+		// The WHERE clause also keeps the upsert apart from the SELECT for
+		// the parser.
+		StartRunIf: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
+SELECT id, ?4, ?5, ?6, ?2, ?7, {now}, 'running' FROM {jobs} WHERE id = ?1 AND locked_by = ?2 AND lock_epoch = ?3
+ON CONFLICT DO NOTHING`),
 		AbandonDeleted: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now}, error = 'job deleted while running'
 WHERE job_id = ?1 AND outcome = 'running'`),
 		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now},

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -162,9 +163,26 @@ FROM {leases} ORDER BY lease_name`),
 WHERE lease_name = ?1 AND holder_id = ?2 AND lease_epoch = ?3 AND expires_at > {now}`),
 		FenceCheck: r.Replace(`SELECT 1 FROM {leases}
 WHERE lease_name = ?1 AND holder_id = ?2 AND lease_epoch = ?3 AND expires_at > {now}`),
+		// The jobs tables of older versions lack it (new ones are created
+		// with it).
+		Columns: []sqlstore.Column{{Table: prefix + "_jobs", Name: "lock_reclaimed",
+			Add: "ALTER TABLE " + prefix + "_jobs ADD COLUMN lock_reclaimed INTEGER NOT NULL DEFAULT 0"}},
 	}
 	return sqlstore.Dialect{Name: "sqlite", Queries: q, Jobs: jobQueries(prefix), Singletons: singletonQueries(prefix), History: historyQueries(prefix), Classify: Classify,
-		Time: timeArg, IsUniqueViolation: isUniqueViolation}, nil
+		Time: timeArg, IDs: jsonIDs, IsUniqueViolation: isUniqueViolation}, nil
+}
+
+// jsonIDs is a list of ids as a JSON array, for json_each.
+func jsonIDs(ids []int64) any {
+	b := make([]byte, 0, 2+8*len(ids))
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, ']'))
 }
 
 // Classify wraps sqlease.ErrTransient around SQLITE_BUSY and SQLITE_LOCKED.

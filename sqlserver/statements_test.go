@@ -106,6 +106,7 @@ var empty = map[string]string{
 	"Jobs.ClaimStartJobs":     "the leader claims one job at a time: no batch claims",
 	"Jobs.StartRuns":          "batch starts take array parameters (PostgreSQL); runs start one by one",
 	"Jobs.FinishRuns":         "batch finishes take array parameters (PostgreSQL); runs finish one by one",
+	"Jobs.StartRunIf":         "batches of single-row statements in one transaction pay off inside the process (SQLite), not over a network",
 	"Jobs.ClaimJobs":          "batch claims take array parameters (PostgreSQL); the leader claims one job per transaction",
 	"Jobs.InsertJobs":         "bulk inserts take array parameters (PostgreSQL); CreateMany inserts one job per statement in one transaction",
 	"Jobs.NextDue":            "claim mode wakes on the next due job only with a change feed (PostgreSQL's LISTEN); here it polls",

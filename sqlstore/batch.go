@@ -15,7 +15,16 @@ import (
 // statement (JobQueries.StartRuns and FinishRuns). Claim mode then costs a
 // few statements per claimed batch instead of two transactions per run.
 func (s *Store) Batched() bool {
-	return s.q().StartRuns != "" && s.q().FinishRuns != "" && s.q().ClaimJobs != ""
+	q := s.q()
+	return q.ClaimJobs != "" && (q.StartRuns != "" && q.FinishRuns != "" || q.StartRunIf != "")
+}
+
+// idsArg is a list of job ids as the driver takes it (Dialect.IDs).
+func (s *Store) idsArg(ids []int64) any {
+	if s.d.IDs != nil {
+		return s.d.IDs(ids)
+	}
+	return ids
 }
 
 // ClaimJobs is ClaimJob for several jobs in one statement, inside the
@@ -24,7 +33,7 @@ func (s *Store) Batched() bool {
 // Batched.
 func (s *Store) ClaimJobs(ctx context.Context, tx *sql.Tx, ids []int64, tok sqlease.Token) ([]Claimed, error) {
 	c := make([]Claimed, 0, len(ids))
-	rows, err := tx.QueryContext(ctx, s.q().ClaimJobs, ids, tok.Holder, tok.Epoch)
+	rows, err := tx.QueryContext(ctx, s.q().ClaimJobs, s.idsArg(ids), tok.Holder, tok.Epoch)
 	if _, err := scanRows(rows, err, scanClaim(&c, true)); err != nil {
 		return nil, fmt.Errorf("claim %d jobs: %w", len(ids), s.classify(err))
 	}
@@ -40,7 +49,7 @@ func (s *Store) ClaimStartJobs(ctx context.Context, tx *sql.Tx, ids []int64, tok
 		return s.ClaimJobs(ctx, tx, ids, tok)
 	}
 	out := make([]Claimed, 0, len(ids))
-	rows, err := tx.QueryContext(ctx, s.q().ClaimStartJobs, ids, tok.Holder, tok.Epoch)
+	rows, err := tx.QueryContext(ctx, s.q().ClaimStartJobs, s.idsArg(ids), tok.Holder, tok.Epoch)
 	if err := scanClaimStarts(rows, err, &out, tok.Epoch); err != nil {
 		return nil, fmt.Errorf("claim %d jobs: %w", len(ids), s.classify(err))
 	}
@@ -169,6 +178,9 @@ func (s *Store) StartRuns(ctx context.Context, tx *sql.Tx, reqs []StartReq) (sta
 	if n == 0 {
 		return started, nil
 	}
+	if s.q().StartRuns == "" {
+		return s.startRunsByRow(ctx, tx, reqs)
+	}
 	ids, epochs, sfs := make([]int64, n), make([]int64, n), make([]time.Time, n)
 	attempts, names, holders, runEpochs := make([]int32, n), make([]string, n), make([]string, n), make([]int64, n)
 	at := make(map[int64]int, n)
@@ -213,6 +225,9 @@ func (s *Store) FinishRuns(ctx context.Context, tx *sql.Tx, reqs []FinishReq) (d
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(reqs[a].Lock.JobID, reqs[b].Lock.JobID) })
+	if s.q().FinishRuns == "" {
+		return s.finishRunsByRow(ctx, tx, reqs, order)
+	}
 	ids, epochs, holders := make([]int64, n), make([]int64, n), make([]string, n)
 	nexts, nextAttempts, backoffs := make([]*time.Time, n), make([]int32, n), make([]*int64, n)
 	outcomes, errs, sfs, runAttempts := make([]string, n), make([]*string, n), make([]time.Time, n), make([]int32, n)
@@ -250,6 +265,82 @@ func (s *Store) FinishRuns(ctx context.Context, tx *sql.Tx, reqs []FinishReq) (d
 		err = s.classify(err)
 		clear(done)
 		return nil, fmt.Errorf("finish %d runs: %w", n, err)
+	}
+	return done, nil
+}
+
+// startRunsByRow is StartRuns with one StartRunIf per request, in one
+// transaction.
+func (s *Store) startRunsByRow(ctx context.Context, tx *sql.Tx, reqs []StartReq) ([]bool, error) {
+	started := make([]bool, len(reqs))
+	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx, s.q().StartRunIf)
+		if err != nil {
+			return s.classify(err)
+		}
+		defer st.Close()
+		for i, r := range reqs {
+			epoch := r.RunEpoch
+			if epoch == 0 {
+				epoch = r.Lock.Epoch
+			}
+			res, err := st.ExecContext(ctx, r.Lock.JobID, r.Lock.Holder, r.Lock.Epoch, r.Job, s.timeArg(r.ScheduledFor), r.Attempt, epoch)
+			if err != nil {
+				return s.classify(err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return s.classify(err)
+			}
+			started[i] = n > 0
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start %d runs: %w", len(reqs), err)
+	}
+	return started, nil
+}
+
+// finishRunsByRow is FinishRuns with FinishRun's statements per request, in
+// one transaction, in the order given (job id: the lock order).
+func (s *Store) finishRunsByRow(ctx context.Context, tx *sql.Tx, reqs []FinishReq, order []int) ([]bool, error) {
+	done := make([]bool, len(reqs))
+	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
+		release, err := tx.PrepareContext(ctx, s.q().ReleaseJob)
+		if err != nil {
+			return s.classify(err)
+		}
+		defer release.Close()
+		finish, err := tx.PrepareContext(ctx, s.q().FinishRun)
+		if err != nil {
+			return s.classify(err)
+		}
+		defer finish.Close()
+		for _, i := range order {
+			r := reqs[i]
+			errText, backoff := finishArgs(r.Finish)
+			res, err := release.ExecContext(ctx, s.timeArg(r.Finish.Next), r.Finish.Attempt, backoff, r.Lock.JobID, r.Lock.Holder, r.Lock.Epoch)
+			if err != nil {
+				return s.classify(err)
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return s.classify(err)
+			} else if n == 0 {
+				continue // the lock is lost: nothing of this run is written
+			}
+			if _, err := finish.ExecContext(ctx, string(r.Finish.Outcome), errText, r.Lock.JobID, s.timeArg(r.Run.ScheduledFor), r.Run.Attempt); err != nil {
+				return s.classify(err)
+			}
+			if err := s.insertOutput(ctx, tx, r.Lock.JobID, r.Run, r.Finish.Output); err != nil {
+				return err
+			}
+			done[i] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finish %d runs: %w", len(reqs), err)
 	}
 	return done, nil
 }

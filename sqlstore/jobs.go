@@ -163,6 +163,16 @@ type JobQueries struct {
 	// run finished, whose output (where not NULL) it keeps in the output
 	// table as Output.Insert does; a run whose lock is lost changes nothing.
 	FinishRuns string
+	// StartRunIf, where the dialect has no array parameters (with StartRuns
+	// and FinishRuns empty): StartRuns for one request, (job_id, holder,
+	// lock_epoch, job_name, scheduled_for, attempt, run_epoch). It appends
+	// the run only while the job is locked by (holder, lock_epoch), and does
+	// nothing when that attempt exists. With it StartRuns and FinishRuns run
+	// one statement per request (FinishRuns: ReleaseJob, FinishRun and the
+	// output's insert, as FinishRun does), each prepared once, in one
+	// transaction: for a database inside the process (SQLite) it is the
+	// transaction's commit that costs, not the statement.
+	StartRunIf string
 	// Heartbeat: (id, holder, lock_epoch). Extends locked_at; rows affected.
 	Heartbeat string
 	// FinishRun: (outcome, error|NULL, job_id, scheduled_for, attempt).
@@ -893,13 +903,7 @@ type Finish struct {
 // changes nothing, when the lock is no longer held. Pass tx to run inside an
 // existing (fenced) transaction.
 func (s *Store) FinishRun(ctx context.Context, tx *sql.Tx, l Lock, run sqlease.Run, f Finish) error {
-	var errText, backoff any
-	if f.Error != "" {
-		errText = CleanText(f.Error)
-	}
-	if f.Backoff > 0 {
-		backoff = f.Backoff.Milliseconds()
-	}
+	errText, backoff := finishArgs(f)
 	if q := s.q().FinishRunOne; q != "" {
 		write := func(tx *sql.Tx) error {
 			if err := s.one(ctx, tx, q, s.classify, l.JobID, l.Holder, l.Epoch, s.timeArg(f.Next), f.Attempt, backoff,
@@ -932,6 +936,18 @@ func (s *Store) FinishRun(ctx context.Context, tx *sql.Tx, l Lock, run sqlease.R
 		return fmt.Errorf("finish run %s attempt %d as %s: %w", run.IdempotencyKey(), run.Attempt, f.Outcome, err)
 	}
 	return nil
+}
+
+// finishArgs are f's error text and backoff as statement arguments (NULL
+// when there is none).
+func finishArgs(f Finish) (errText, backoff any) {
+	if f.Error != "" {
+		errText = CleanText(f.Error)
+	}
+	if f.Backoff > 0 {
+		backoff = f.Backoff.Milliseconds()
+	}
+	return errText, backoff
 }
 
 // ReleaseUnrun releases a claimed job without running it, leaving it at

@@ -110,6 +110,9 @@ type Dialect struct {
 	// Time converts a time parameter for the driver; nil passes time.Time
 	// in UTC. SQLite needs its text form so that comparisons stay textual.
 	Time func(time.Time) any
+	// IDs converts a list of job ids for the driver where it takes no
+	// arrays (SQLite: JSON text for json_each); nil passes []int64.
+	IDs func([]int64) any
 	// FenceExpired reports an error by which the database ended a fenced
 	// transaction because the lease's remaining time ran out (PostgreSQL's
 	// fence sets session timeouts to it); Fenced then reports
@@ -167,19 +170,26 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 	}
 	for _, c := range s.d.Queries.Columns {
-		// Outside a transaction: a failed probe must not abort one.
-		rows, err := conn.QueryContext(ctx, "SELECT "+c.Name+" FROM "+c.Table+" WHERE 1 = 0")
-		if err == nil {
-			err = rows.Close()
-		}
-		if err == nil {
+		if hasColumn(ctx, conn, c) {
 			continue
 		}
-		if _, err := conn.ExecContext(ctx, c.Add); err != nil {
+		if _, err := conn.ExecContext(ctx, c.Add); err != nil && !hasColumn(ctx, conn, c) {
+			// Not a process that added it first (where there is no
+			// migration lock, SQLite).
 			return fmt.Errorf("sqlease: %s migration: add column %s.%s: %w", s.d.Name, c.Table, c.Name, s.classify(err))
 		}
 	}
 	return nil
+}
+
+// hasColumn probes for c, outside a transaction: a failed probe must not
+// abort one.
+func hasColumn(ctx context.Context, conn *sql.Conn, c Column) bool {
+	rows, err := conn.QueryContext(ctx, "SELECT "+c.Name+" FROM "+c.Table+" WHERE 1 = 0")
+	if err == nil {
+		err = rows.Close()
+	}
+	return err == nil
 }
 
 func (s *Store) classify(err error) error {

@@ -1,0 +1,82 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/sqlite"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// TestUpgradeAddsReclaimedColumn: a jobs table of a version before the
+// batch statements (no lock_reclaimed) gets the column from Migrate, also
+// when several processes open the file at once (SQLite has no migration
+// lock: the one that adds it second must not fail), and the batch claim
+// works on it and tells a fresh claim from a reclaim.
+func TestUpgradeAddsReclaimedColumn(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.db")
+	st, err := sqlite.OpenStore(ctx, path, "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DB().ExecContext(ctx, `ALTER TABLE sqlease_jobs DROP COLUMN lock_reclaimed`); err != nil {
+		t.Fatal(err)
+	}
+	st.DB().Close()
+
+	var wg sync.WaitGroup
+	stores := make([]*sqlstore.Store, 4)
+	errs := make([]error, len(stores))
+	for i := range stores {
+		wg.Go(func() { stores[i], errs[i] = sqlite.OpenStore(ctx, path, "sqlease") })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("open %d of an old file at once: %v", i, err)
+		}
+		defer stores[i].DB().Close()
+	}
+	st = stores[0]
+	if _, err := st.DB().ExecContext(ctx, `INSERT INTO sqlease_jobs (name, spec_hash, schedule, action, missed_runs, max_attempts,
+	backoff_ms, lock_timeout_ms, next_run_at, created_at, last_modified_at, locked_by, locked_at, lock_epoch)
+VALUES ('fresh', 'h', '{}', '', 'run_once', 3, 1000, 60000, '2000-01-01 00:00:00.000', '2000-01-01 00:00:00.000', '2000-01-01 00:00:00.000', NULL, NULL, 0),
+       ('stale', 'h', '{}', '', 'run_once', 3, 1000, 1, '2000-01-01 00:00:00.000', '2000-01-01 00:00:00.000', '2000-01-01 00:00:00.000', 'gone', '2000-01-01 00:00:00.000', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if !st.Batched() {
+		t.Fatal("the SQLite store does not batch")
+	}
+	tok := sqlease.Token{Name: "leader", Holder: "me", Epoch: 1}
+	var ids []int64
+	rows, err := st.DB().QueryContext(ctx, `SELECT id FROM sqlease_jobs ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	tx, err := st.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	claimed, err := st.ClaimJobs(ctx, tx, ids, tok)
+	if err != nil || len(claimed) != 2 {
+		t.Fatalf("ClaimJobs on the upgraded table: %d claimed, %v", len(claimed), err)
+	}
+	for _, c := range claimed {
+		if want := c.Name == "stale"; c.Reclaimed != want {
+			t.Errorf("%s: Reclaimed = %v, want %v", c.Name, c.Reclaimed, want)
+		}
+	}
+}
