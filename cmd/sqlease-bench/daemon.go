@@ -16,7 +16,8 @@ import (
 	"time"
 )
 
-// The daemon scenario: real `sqlease serve` nodes on PostgreSQL deliver
+// The daemon scenario: real `sqlease serve` nodes (on PostgreSQL, or on
+// one SQLite file, the daemon's default) deliver
 // HTTP actions to a receiver in this process. n one-off jobs, created
 // through POST /v1/jobs:batch, all fall due at one instant T; the figures
 // are deliveries per second from T to the last delivery, and the p50/p99
@@ -120,12 +121,16 @@ func startNode(ctx context.Context, bin, dsn, holder string, extra ...string) (s
 	return "", nil, fmt.Errorf("node %s did not serve /healthz within 30s: %s", holder, stderr.String())
 }
 
-func runDaemon(ctx context.Context, e *env, bin string, n, nodes int, dispatch string) (perSec float64, p50, p99 time.Duration, err error) {
-	tg, err := e.newTarget(ctx, "postgres")
+func runDaemon(ctx context.Context, e *env, bin, dialect string, n, nodes int, dispatch string) (perSec float64, p50, p99 time.Duration, err error) {
+	tg, err := e.newTarget(ctx, dialect)
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	defer tg.cleanup()
+	db := tg.dsn
+	if dialect == "sqlite" {
+		db = "sqlite:" + tg.dsn
+	}
 	rec := &receiver{done: make(chan struct{}), want: n}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -136,7 +141,7 @@ func runDaemon(ctx context.Context, e *env, bin string, n, nodes int, dispatch s
 	defer srv.Close()
 	var addrs []string
 	for i := range nodes {
-		a, stop, err := startNode(ctx, bin, tg.dsn, fmt.Sprintf("n%d", i+1), "--dispatch", dispatch)
+		a, stop, err := startNode(ctx, bin, db, fmt.Sprintf("n%d", i+1), "--dispatch", dispatch)
 		if err != nil {
 			return 0, 0, 0, err
 		}
@@ -202,8 +207,8 @@ func runDaemon(ctx context.Context, e *env, bin string, n, nodes int, dispatch s
 	return float64(n) / last.Sub(due).Seconds(), q(0.5), q(0.99), nil
 }
 
-func daemonScenario(ctx context.Context, e *env, n, nodes, runs int) bool {
-	fmt.Printf("\n== daemon delivery — postgres, %d one-off HTTP jobs due at one instant, %d sqlease serve node(s), receiver in this process\n", n, nodes)
+func daemonScenario(ctx context.Context, e *env, dialect string, n, nodes, runs int) bool {
+	fmt.Printf("\n== daemon delivery — %s, %d one-off HTTP jobs due at one instant, %d sqlease serve node(s), receiver in this process\n", dialect, n, nodes)
 	bin, cleanup, err := buildSqlease(ctx)
 	if err != nil {
 		fmt.Printf("  ERROR %v\n", err)
@@ -214,7 +219,7 @@ func daemonScenario(ctx context.Context, e *env, n, nodes, runs int) bool {
 	for _, dispatch := range []string{"leader", "claim"} {
 		var rates []float64
 		for r := 1; r <= runs; r++ {
-			rate, p50, p99, err := runDaemon(ctx, e, bin, n, nodes, dispatch)
+			rate, p50, p99, err := runDaemon(ctx, e, bin, dialect, n, nodes, dispatch)
 			if ctx.Err() != nil {
 				return false
 			}

@@ -60,6 +60,20 @@ SCENARIOS (-bench, comma-separated; default claim,submit,leader,memory)
           short page) and each reload (DueWindow) took, and the query plan
           of a refresh page with its cursor in the middle of the table. Each
           run is a child process of its own, so VmHWM is its alone.
+  bulk    Creating -bulk-jobs one-off jobs: one Create per job from 32
+          goroutines, CreateMany in batches of -bulk-batch from 1 and 4
+          callers, POST /v1/jobs:batch from 4 HTTP clients; jobs/s and the
+          ratio to one Create per job.
+  peer    PostgreSQL only: sqlease claim and leader mode against River
+          (cmd/sqlease-bench/river, built with go build), tuned and with its
+          defaults, -peer-jobs due no-op jobs each, interleaved round by
+          round; each figure as the median of the rounds' ratios to River
+          tuned, with their range.
+  daemon  Real "sqlease serve" nodes (-daemon-nodes; on SQLite all on one
+          file) deliver -daemon-jobs one-off HTTP jobs, all due at one
+          instant, to a receiver in this process, --dispatch leader and
+          claim: deliveries/s from the due instant to the last arrival,
+          p50/p99 from scheduled_for to arrival, every job exactly once.
 
 WHAT ELSE IS REPORTED
   cpu     machine utilization over the run (/proc/stat, all cores), the
@@ -303,8 +317,8 @@ func main() {
 				return
 			}
 		}
-		if want["daemon"] && d == "postgres" {
-			if !daemonScenario(ctx, e, *daemonJobs, *daemonNodes, *runs) {
+		if want["daemon"] {
+			if !daemonScenario(ctx, e, d, *daemonJobs, *daemonNodes, *runs) {
 				return
 			}
 		}
