@@ -16,6 +16,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/resilient"
@@ -35,7 +36,8 @@ func proxied(t *testing.T) (*sqlstore.Store, *toxiproxy.Proxy) {
 	upstream := host[:strings.Index(host, "/")]
 
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	proxy := toxiproxy.NewProxy(srv, "pg", "127.0.0.1:0", upstream)
+	// A port no outgoing connection can take while the proxy is down.
+	proxy := toxiproxy.NewProxy(srv, "pg", fleettest.QuietAddr(t), upstream)
 	if err := proxy.Start(); err != nil {
 		t.Fatal(err)
 	}

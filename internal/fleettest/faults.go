@@ -4,6 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,12 +122,43 @@ type Proxy struct {
 func NewProxy(t testing.TB, upstream string) *Proxy {
 	t.Helper()
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	p := toxiproxy.NewProxy(srv, "db", "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
-		t.Fatalf("fleettest: starting the proxy: %v", err)
+	for try := 0; ; try++ {
+		p := toxiproxy.NewProxy(srv, "db", QuietAddr(t), upstream)
+		err := p.Start()
+		if err == nil {
+			t.Cleanup(p.Stop)
+			return &Proxy{p: p}
+		}
+		if try == 20 {
+			t.Fatalf("fleettest: starting the proxy: %v", err)
+		}
 	}
-	t.Cleanup(p.Stop)
-	return &Proxy{p: p}
+}
+
+// QuietAddr returns a free 127.0.0.1 address whose port lies below the
+// kernel's ephemeral range: a proxy that stops and listens again on its
+// address must find it free, and a port from that range (a listener on
+// port 0) can meanwhile become the local end of any outgoing connection —
+// seen once in CI: a restart failed for 5 s with "address already in use".
+func QuietAddr(t testing.TB) string {
+	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 2048 {
+				low = n
+			}
+		}
+	}
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 1024+rand.IntN(low-1024))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
+	}
+	t.Fatalf("fleettest: no free port below %d", low)
+	return ""
 }
 
 // Addr is the proxy's listening address (host:port).
