@@ -393,6 +393,28 @@ func (s *Store) InsertJobs(ctx context.Context, jobs []StoredJob, next []time.Ti
 					return err
 				}
 			}
+		} else if s.q().InsertJobWR.Write == "" {
+			// One statement per job, parsed once: on SQLite parsing each
+			// insert anew took more than half of a bulk create.
+			st, err := tx.PrepareContext(ctx, s.q().InsertJob)
+			if err != nil {
+				return s.classify(err)
+			}
+			defer st.Close()
+			for i, j := range jobs {
+				args, err := s.insertArgs(j, next[i])
+				if err != nil {
+					return err
+				}
+				rows, err := st.QueryContext(ctx, args...)
+				if _, err := scanRows(rows, err, func(sc scanner) error {
+					got, err := scanJob(sc)
+					inserted[j.Name] = got
+					return err
+				}); err != nil {
+					return fmt.Errorf("insert job %q: %w", j.Name, s.classify(err))
+				}
+			}
 		} else {
 			for i, j := range jobs {
 				args, err := s.insertArgs(j, next[i])
