@@ -11,9 +11,11 @@ import (
 	"github.com/sqlease/sqlease"
 )
 
-// Batched reports whether the dialect can start and finish many runs in one
-// statement (JobQueries.StartRuns and FinishRuns). Claim mode then costs a
-// few statements per claimed batch instead of two transactions per run.
+// Batched reports whether the dialect can start and finish many runs at
+// once: in one statement (JobQueries.StartRuns and FinishRuns), or in one
+// transaction of single-row statements (StartRunIf). Claim and leader mode
+// then cost a few statements or transactions per claimed batch instead of
+// two transactions per run.
 func (s *Store) Batched() bool {
 	q := s.q()
 	return q.ClaimJobs != "" && (q.StartRuns != "" && q.FinishRuns != "" || q.StartRunIf != "")
