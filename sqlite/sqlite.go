@@ -13,10 +13,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -174,15 +174,11 @@ WHERE lease_name = ?1 AND holder_id = ?2 AND lease_epoch = ?3 AND expires_at > {
 
 // jsonIDs is a list of ids as a JSON array, for json_each.
 func jsonIDs(ids []int64) any {
-	b := make([]byte, 0, 2+8*len(ids))
-	b = append(b, '[')
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, id, 10)
+	if len(ids) == 0 {
+		return "[]" // json.Marshal writes a nil slice as null
 	}
-	return string(append(b, ']'))
+	b, _ := json.Marshal(ids) // []int64 always marshals
+	return string(b)
 }
 
 // Classify wraps sqlease.ErrTransient around SQLITE_BUSY and SQLITE_LOCKED.
