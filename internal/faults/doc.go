@@ -7,6 +7,11 @@
 // backends are terminated under the waiting load), and the leader cut off
 // from the database for 2.5 × lease while it lives (a proxy per node; the
 // proxy closes both sides, so the database sees the leader's sessions end).
+// Each database also runs the faults with every node claiming due jobs
+// (mode lease+claim, --dispatch claim): the victim is then the worker
+// running the slow job's request, its failover another node's run of that
+// occurrence (bound: lease + poll interval + margin), and the ledger is
+// checked per job, a claim being an epoch of its job.
 //
 // The fleet runs a 1 s run_all job and a 2 s job whose receiver answers
 // after 1.5 s, and one-off jobs submitted at 5/s to random live nodes. A

@@ -68,6 +68,11 @@ const (
 	// dispatchBound bounds how long after the fault (after SIGCONT, the
 	// restart, or the failover) a one-off job submitted then takes to run.
 	dispatchBound = leaseFailover + refreshInterval + margin
+	// claimFailover bounds, in claim dispatch, the re-run of the occurrence
+	// a killed, frozen or cut-off worker held: its worker lease expires
+	// (renewed last at most a lease ago), then another node's next claim
+	// (every refreshInterval, the nodes' --poll-interval) takes it over.
+	claimFailover = leaseDuration + refreshInterval + margin
 )
 
 type fault string
@@ -81,11 +86,22 @@ const (
 	faultCut       fault = "cut_leader_from_db"
 )
 
+// in is f's name in mode: in claim dispatch the fault hits the worker
+// running the in-flight run, not the leader.
+func (f fault) in(mode string) string {
+	if strings.HasSuffix(mode, "+claim") {
+		return strings.Replace(string(f), "leader", "worker", 1)
+	}
+	return string(f)
+}
+
 // backend is one database kind with the faults it can take.
 type backend struct {
 	dialect string // postgres, mysql, sqlite
-	modes   []string
-	faults  []fault
+	// modes are election modes (--election), each with the leader
+	// dispatching, or with "+claim" every node claiming (--dispatch claim).
+	modes  []string
+	faults []fault
 	// fresh returns a new database for t: the nodes' URL and an admin
 	// connection to it.
 	fresh func(t *testing.T) (string, *sql.DB)
@@ -109,7 +125,7 @@ func runSuite(t *testing.T, b backend) {
 	for _, mode := range b.modes {
 		for _, f := range b.faults {
 			for i := range trials(t) {
-				t.Run(fmt.Sprintf("%s/%s/%d", mode, f, i+1), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/%s/%d", mode, f.in(mode), i+1), func(t *testing.T) {
 					trial(t, b, mode, f)
 				})
 			}
@@ -123,7 +139,7 @@ func TestPostgres(t *testing.T) {
 	srv := pgtest.Start(t)
 	runSuite(t, backend{
 		dialect: "postgres",
-		modes:   []string{"advisory", "lease"},
+		modes:   []string{"advisory", "lease", "advisory+claim", "lease+claim"},
 		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut},
 		fresh: func(t *testing.T) (string, *sql.DB) {
 			url := pgtest.CreateDatabase(t, srv.URL())
@@ -152,7 +168,7 @@ func TestMariaDB(t *testing.T) {
 	srv := mysqltest.Start(t)
 	runSuite(t, backend{
 		dialect: "mysql",
-		modes:   []string{"advisory", "lease"},
+		modes:   []string{"advisory", "lease", "advisory+claim", "lease+claim"},
 		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut},
 		fresh: func(t *testing.T) (string, *sql.DB) {
 			u := mysqltest.CreateDatabase(t, srv.URL())
@@ -171,7 +187,7 @@ func TestSQLite(t *testing.T) {
 	t.Parallel()
 	runSuite(t, backend{
 		dialect: "sqlite",
-		modes:   []string{"lease"},
+		modes:   []string{"lease", "lease+claim"},
 		faults:  []fault{faultKill, faultStop},
 		fresh: func(t *testing.T) (string, *sql.DB) {
 			path := filepath.Join(t.TempDir(), "sqlease.db")
@@ -329,6 +345,11 @@ func acquiredAfter(nodes []*fleettest.Node, skip *fleettest.Node, marks map[*fle
 
 func trial(t *testing.T, b backend, mode string, f fault) {
 	ctx := context.Background()
+	election, claim := strings.CutSuffix(mode, "+claim")
+	dispatchMode := "leader"
+	if claim {
+		dispatchMode = "claim"
+	}
 	url, admin := b.fresh(t)
 	rc := fleettest.NewReceiver(t)
 	proxies := map[string]*fleettest.Proxy{}
@@ -343,7 +364,9 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 		}
 	}
 	d := fleettest.NewDaemons(t, bin, url,
-		"--election", mode,
+		"--election", election,
+		"--dispatch", dispatchMode,
+		"--poll-interval", refreshInterval.String(),
 		"--lease-duration", leaseDuration.String(),
 		"--renew-interval", renewInterval.String(),
 		"--acquire-interval", acquireInterval.String(),
@@ -372,12 +395,20 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 	go sub.run(subCtx, &wg)
 	defer func() { stopSub(); wg.Wait() }()
 
-	// The fault hits while the leader is inside the slow job's HTTP request.
+	// The fault hits while the leader (claim dispatch: whichever node
+	// claimed it, the victim) is inside the slow job's HTTP request.
 	inflight, ok := rc.WaitFor(10*time.Second, func(dl fleettest.Delivery) bool {
-		return dl.Job == "slow" && dl.End.IsZero() && dl.Holder == leader.Holder && time.Since(dl.Start) > 100*time.Millisecond
+		return dl.Job == "slow" && dl.End.IsZero() && (claim || dl.Holder == leader.Holder) && time.Since(dl.Start) > 100*time.Millisecond
 	})
 	if !ok {
 		t.Fatalf("leader %s@%d never sent the slow job: deliveries %v", leader.Holder, epoch0, rc.Deliveries())
+	}
+	victim := leader
+	if claim {
+		if victim = d.Node(inflight.Holder); victim == nil {
+			t.Fatalf("the slow job was sent by %q, not a node of this fleet", inflight.Holder)
+		}
+		t.Logf("claim dispatch: the fault hits %s, which is running %s (leader: %s@%d)", victim.Holder, inflight, leader.Holder, epoch0)
 	}
 
 	marks := map[*fleettest.Node]int{}
@@ -391,42 +422,59 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 		newLeader  string
 	)
 	measure := func(from time.Time, skip *fleettest.Node, timeout time.Duration) {
+		if claim {
+			// Failover is another node running the victim's occurrence.
+			dl, ok := rc.WaitFor(timeout, func(dl fleettest.Delivery) bool {
+				return dl.Key == inflight.Key && dl.Holder != skip.Holder && dl.Start.After(from)
+			})
+			if ok {
+				failover, failedOver, newLeader = dl.Start.Sub(from), true, fmt.Sprintf("%s@%d", dl.Holder, dl.Epoch)
+			}
+			return
+		}
 		at, n, ep, ok := acquiredAfter(nodes, skip, marks, epoch0, timeout)
 		if ok {
 			failover, failedOver, newLeader = at.Sub(from), true, fmt.Sprintf("%s@%d", n.Holder, ep)
 		}
 	}
+	crashBound := leaseFailover // a process gone
+	if claim {
+		crashBound = claimFailover
+	} else if election == "advisory" {
+		crashBound = crashFailover
+	}
+	lossBound := leaseFailover // a process frozen or cut off
+	if claim {
+		lossBound = claimFailover
+	}
 	t0 := time.Now()
 	switch f {
 	case faultKill:
-		sub.setAvoid(leader, true)
-		leader.Kill()
-		bound = leaseFailover
-		if mode == "advisory" {
-			bound = crashFailover
-		}
-		measure(t0, leader, bound+5*time.Second)
+		sub.setAvoid(victim, true)
+		victim.Kill()
+		bound = crashBound
+		measure(t0, victim, bound+5*time.Second)
 	case faultStop:
-		sub.setAvoid(leader, true)
-		leader.Stop()
-		leader.WaitStopped(5 * time.Second)
-		bound = leaseFailover
-		measure(t0, leader, stopFor)
+		sub.setAvoid(victim, true)
+		victim.Stop()
+		victim.WaitStopped(5 * time.Second)
+		bound = lossBound
+		measure(t0, victim, stopFor)
 		if rest := stopFor - time.Since(t0); rest > 0 {
-			time.Sleep(rest) // the leader stays frozen for 2.5 × lease whatever happens
+			time.Sleep(rest) // the victim stays frozen for 2.5 × lease whatever happens
 		}
-		leader.Cont()
-		sub.setAvoid(leader, false)
+		victim.Cont()
+		sub.setAvoid(victim, false)
 	case faultCut:
-		// The leader lives on, cut off from the database (its sessions end:
+		// The victim lives on, cut off from the database (its sessions end:
 		// the proxy closes both sides) for 2.5 × lease.
-		proxies[leader.Holder].Down()
-		bound = leaseFailover
-		measure(t0, leader, stopFor)
+		proxies[victim.Holder].Down()
+		bound = lossBound
+		measure(t0, victim, stopFor)
 		if rest := stopFor - time.Since(t0); rest > 0 {
 			time.Sleep(rest)
 		}
-		proxies[leader.Holder].Up(t)
+		proxies[victim.Holder].Up(t)
 	case faultRestart:
 		b.restart(t)
 	case faultTerminate:
@@ -438,19 +486,21 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 	case faultRebuild:
 		// Lock the jobs table, kill the leader, and once the new leader's
 		// schedule load waits on the lock, terminate every backend: the
-		// fault hits the rebuild, whatever its timing.
+		// fault hits the rebuild, whatever its timing. In claim dispatch
+		// the victim is the worker and what waits on the lock the other
+		// nodes' claims; no occurrence can re-run while the table is
+		// locked, so nothing is timed.
 		blocked, release, err := fleettest.BlockJobs(ctx, admin, b.dialect, "sqlease_jobs")
 		if err != nil {
 			t.Fatalf("locking the jobs table: %v", err)
 		}
-		sub.setAvoid(leader, true)
+		sub.setAvoid(victim, true)
 		t0 = time.Now()
-		leader.Kill()
-		bound = leaseFailover
-		if mode == "advisory" {
-			bound = crashFailover
+		victim.Kill()
+		if !claim {
+			bound = crashBound
+			measure(t0, victim, bound+5*time.Second)
 		}
-		measure(t0, leader, bound+5*time.Second)
 		waited := false
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 			if ok, err := blocked(ctx); err == nil && ok {
@@ -464,7 +514,7 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 			t.Fatalf("terminating the backends: %v", err)
 		}
 		if !waited {
-			t.Errorf("the new leader's schedule load never waited on the locked jobs table (new leader %s): the fault may have missed the rebuild", newLeader)
+			t.Errorf("no statement waited on the locked jobs table (new leader %s): the fault may have missed the rebuild or the claims", newLeader)
 		}
 		t.Logf("rebuild fault: new leader %s; its schedule load waited on the lock: %v; terminated %d backends", newLeader, waited, n)
 	}
@@ -473,14 +523,14 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 	// Failover bound.
 	if bound > 0 {
 		if !failedOver {
-			t.Errorf("FAILOVER: no other node acquired the lease within %v of the %s of leader %s@%d (bound %v)",
-				time.Since(t0).Round(time.Millisecond), f, leader.Holder, epoch0, bound)
+			t.Errorf("FAILOVER: no other node acquired the lease (claim dispatch: ran the occurrence in flight) within %v of the %s of %s (bound %v)",
+				time.Since(t0).Round(time.Millisecond), f, victim.Holder, bound)
 		} else {
 			record(b.dialect, mode, f, failover)
 			t.Logf("failover %v to %s (bound %v)", failover.Round(time.Millisecond), newLeader, bound)
 			if failover > bound {
-				t.Errorf("FAILOVER: %s took over %v after the %s of leader %s@%d; bound %v",
-					newLeader, failover.Round(time.Millisecond), f, leader.Holder, epoch0, bound)
+				t.Errorf("FAILOVER: %s took over %v after the %s of %s; bound %v",
+					newLeader, failover.Round(time.Millisecond), f, victim.Holder, bound)
 			}
 		}
 	}
@@ -557,6 +607,22 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 	}
 	for _, o := range rc.Overlaps(killedAt) {
 		t.Errorf("OVERLAP: %s (fault %s began %s); the nodes' log lines about it:\n%s", o, f, t0.Format("15:04:05.000"), occurrenceLog(d, o.First))
+	}
+	if claim {
+		// Each claim of a job is an epoch of that job's own (its lock
+		// epoch): per job, no send under a claim after a later claim of
+		// the job had begun sending.
+		byJob := map[string][]ledger.Row{}
+		for _, r := range rc.Ledger() {
+			job, _, _ := strings.Cut(r.Note, "/")
+			byJob[job] = append(byJob[job], r)
+		}
+		for job, rows := range byJob {
+			for _, v := range ledger.Verify(rows, nil) {
+				t.Errorf("LEDGER: job %s: %s (deliveries as actions; fault %s began %s)", job, v, f, t0.Format("15:04:05.000"))
+			}
+		}
+		return
 	}
 	leases, err := ledger.Leases(ctx, admin, "sqlease_leases")
 	if err != nil {
@@ -653,14 +719,14 @@ var (
 func record(dialect, mode string, f fault, d time.Duration) {
 	figMu.Lock()
 	defer figMu.Unlock()
-	k := fmt.Sprintf("%s %s %s", dialect, mode, f)
+	k := fmt.Sprintf("%s %s %s", dialect, mode, f.in(mode))
 	failovers[k] = append(failovers[k], d)
 }
 
 func recordDispatch(dialect, mode string, f fault, d time.Duration) {
 	figMu.Lock()
 	defer figMu.Unlock()
-	k := fmt.Sprintf("%s %s %s", dialect, mode, f)
+	k := fmt.Sprintf("%s %s %s", dialect, mode, f.in(mode))
 	dispatch[k] = append(dispatch[k], d)
 }
 
@@ -672,7 +738,7 @@ func logFigures() {
 	for _, m := range []struct {
 		what string
 		m    map[string][]time.Duration
-	}{{"failover (fault → another node's leader_acquired)", failovers}, {"dispatch (fault → first delivery of a job submitted after it)", dispatch}} {
+	}{{"failover (fault → another node's leader_acquired; claim dispatch: its run of the occurrence in flight)", failovers}, {"dispatch (fault → first delivery of a job submitted after it)", dispatch}} {
 		keys := make([]string, 0, len(m.m))
 		for k := range m.m {
 			keys = append(keys, k)
