@@ -11,35 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// counterScript is a daemon singleton written in bash (no Go, no curl): it
-// resumes from $SQLEASE_STATE, counts, and saves every count through its
-// node's API under its epoch with its run's token; it exits when the node
-// answers 409 (its epoch is over). It appends its pid to $PIDS.
-const counterScript = `#!/usr/bin/env bash
-echo $$ >> "$PIDS"
-n=$(printf '%s' "$SQLEASE_STATE" | sed -n 's/.*"n":\([0-9]*\).*/\1/p')
-n=${n:-0}
-hostport=${SQLEASE_API#http://}
-host=${hostport%:*}
-port=${hostport##*:}
-while :; do
-	n=$((n + 1))
-	body="{\"n\":$n}"
-	exec 3<>"/dev/tcp/$host/$port" || exit 1
-	printf 'PUT /v1/singletons/%s/state HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nSqlease-Epoch: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
-		"$SQLEASE_SINGLETON" "$hostport" "$SQLEASE_SINGLETON_TOKEN" "$SQLEASE_EPOCH" ${#body} "$body" >&3
-	IFS= read -r status <&3
-	exec 3<&-
-	case $status in
-	*" 204"*) ;;
-	*" 409"*) exit 0 ;;
-	*) echo "counter: $status" >&2; exit 1 ;;
-	esac
-	sleep 0.05
-done
-`
+	"github.com/sqlease/sqlease/internal/fleettest"
+)
 
 type singletonView struct {
 	Name     string          `json:"name"`
@@ -60,45 +34,6 @@ func (v singletonView) count(t *testing.T) int {
 	return s.N
 }
 
-// alive reports whether pid runs: it exists and is not a zombie (a killed
-// node's child is reaped by whoever adopts it, maybe late).
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// pid (comm) state …: the state follows the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
-
-// startedPIDs reads the pids the singleton processes appended to file.
-func startedPIDs(file string) []int {
-	b, _ := os.ReadFile(file)
-	var out []int
-	for _, line := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(line); err == nil {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// running counts the singleton processes of file that are alive.
-func running(file string) int {
-	n := 0
-	for _, pid := range startedPIDs(file) {
-		if alive(pid) {
-			n++
-		}
-	}
-	return n
-}
-
 // A daemon singleton written in bash runs on exactly one node; after kill -9
 // of that node alone its process dies with it (no orphan), and another node
 // runs it from the last saved state within the failover bound — the count
@@ -113,7 +48,7 @@ func TestSingletonProcessFailover(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			dir := t.TempDir()
 			script, pids := filepath.Join(dir, "counter.sh"), filepath.Join(dir, "pids")
-			if err := os.WriteFile(script, []byte(counterScript), 0o755); err != nil {
+			if err := os.WriteFile(script, []byte(fleettest.CounterScript), 0o755); err != nil {
 				t.Fatal(err)
 			}
 			f := newFleet(t, b.db(t), b.flags...)
@@ -150,7 +85,7 @@ func TestSingletonProcessFailover(t *testing.T) {
 				t.Fatalf("holder %q is not a node of the fleet", v.Holder)
 			}
 			before := get()
-			first := startedPIDs(pids) // the killed node's; the next holder may start its own at once
+			first := fleettest.PIDs(pids) // the killed node's; the next holder may start its own at once
 			holder.signal(t, syscall.SIGKILL)
 			killed := time.Now()
 			holder.wait(t, 5*time.Second)
@@ -158,7 +93,7 @@ func TestSingletonProcessFailover(t *testing.T) {
 			// The dead node's process is gone with it.
 			if err := poll(3*time.Second, func() (bool, string) {
 				for _, pid := range first {
-					if alive(pid) {
+					if fleettest.Alive(pid) {
 						return false, fmt.Sprintf("pid %d of the killed node's singleton still runs", pid)
 					}
 				}
@@ -187,7 +122,7 @@ func TestSingletonProcessFailover(t *testing.T) {
 			}
 			// Exactly one copy runs, and stays the only one.
 			if err := poll(5*time.Second, func() (bool, string) {
-				n := running(pids)
+				n := len(fleettest.AlivePIDs(pids))
 				return n == 1, fmt.Sprintf("%d copies of the singleton run, want 1", n)
 			}); err != nil {
 				t.Fatal(err)
@@ -204,7 +139,7 @@ func TestSingletonProcessFailover(t *testing.T) {
 func TestSingletonFrozenNodeAndStaleness(t *testing.T) {
 	dir := t.TempDir()
 	script, pids := filepath.Join(dir, "counter.sh"), filepath.Join(dir, "pids")
-	if err := os.WriteFile(script, []byte(counterScript), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte(fleettest.CounterScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	f := newFleet(t, sqliteDB(t))
@@ -257,7 +192,7 @@ func TestSingletonFrozenNodeAndStaleness(t *testing.T) {
 		}
 	}
 	if err := poll(5*time.Second, func() (bool, string) {
-		n := running(pids)
+		n := len(fleettest.AlivePIDs(pids))
 		return n == 1, fmt.Sprintf("%d copies run", n)
 	}); err != nil {
 		t.Fatal(err)
@@ -331,7 +266,7 @@ func TestSingletonFrozenNodeAndStaleness(t *testing.T) {
 func TestSingletonCounterMonotonicAcrossFailovers(t *testing.T) {
 	dir := t.TempDir()
 	script, pids := filepath.Join(dir, "counter.sh"), filepath.Join(dir, "pids")
-	if err := os.WriteFile(script, []byte(counterScript), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte(fleettest.CounterScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	f := newFleet(t, postgresDB(t)(t), "--election", "advisory")
@@ -374,7 +309,7 @@ func TestSingletonCounterMonotonicAcrossFailovers(t *testing.T) {
 		seq++
 	}
 	if err := poll(10*time.Second, func() (bool, string) {
-		n := running(pids)
+		n := len(fleettest.AlivePIDs(pids))
 		return n == 1, fmt.Sprintf("%d copies run", n)
 	}); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,13 @@
 // (mode lease+claim, --dispatch claim): the victim is then the worker
 // running the slow job's request, its failover another node's run of that
 // occurrence (bound: lease + poll interval + margin), and the ledger is
-// checked per job, a claim being an epoch of its job.
+// checked per job, a claim being an epoch of its job. And each election
+// mode runs the process faults (all but the rebuild) against the node
+// running a bash singleton (singleton_test.go): it must move within the
+// failover bound, no save may be accepted under an epoch after a newer
+// one nor the count go back, two copies never run at once (but for a
+// frozen node's, unable to save until its node wakes and stops it), and
+// exactly one runs in the end.
 //
 // The fleet runs a 1 s run_all job and a 2 s job whose receiver answers
 // after 1.5 s, and one-off jobs submitted at 5/s to random live nodes. A

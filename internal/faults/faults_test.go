@@ -87,10 +87,13 @@ const (
 )
 
 // in is f's name in mode: in claim dispatch the fault hits the worker
-// running the in-flight run, not the leader.
+// running the in-flight run, in a singleton trial its holder.
 func (f fault) in(mode string) string {
-	if strings.HasSuffix(mode, "+claim") {
+	switch {
+	case strings.HasSuffix(mode, "+claim"):
 		return strings.Replace(string(f), "leader", "worker", 1)
+	case strings.HasPrefix(mode, "singleton"):
+		return strings.Replace(string(f), "leader", "holder", 1)
 	}
 	return string(f)
 }
@@ -107,6 +110,63 @@ type backend struct {
 	fresh func(t *testing.T) (string, *sql.DB)
 	// restart restarts the database server (faultRestart only).
 	restart func(t *testing.T)
+	// writeLocked, when not nil, reports whether another process holds
+	// the database's write lock (SQLite).
+	writeLocked func(ctx context.Context, db *sql.DB) (bool, error)
+	admin       *sql.DB // set by a trial: its fresh database
+}
+
+// freeze SIGSTOPs victim and returns when. A process of a SQLite fleet
+// frozen inside a write transaction keeps the file's one write lock: no
+// other node can write until it wakes or dies, which sqlease cannot change
+// (README, SQLite). Such a freeze is undone and tried again a moment later,
+// so that the trial tests what sqlease decides.
+func (b backend) freeze(t *testing.T, victim *fleettest.Node) time.Time {
+	t.Helper()
+	for try := 1; ; try++ {
+		at := time.Now()
+		victim.Stop()
+		victim.WaitStopped(5 * time.Second)
+		if b.writeLocked == nil {
+			return at
+		}
+		locked, err := b.writeLocked(context.Background(), b.admin)
+		if err != nil {
+			t.Fatalf("probing the write lock: %v", err)
+		}
+		if !locked {
+			if try > 1 {
+				t.Logf("froze %s outside a write transaction at try %d", victim.Holder, try)
+			}
+			return at
+		}
+		if try == 50 {
+			t.Fatalf("%s was inside a write transaction at each of %d freezes", victim.Holder, try)
+		}
+		victim.Cont()
+		time.Sleep(time.Duration(5+rand.IntN(50)) * time.Millisecond)
+	}
+}
+
+// sqliteWriteLocked tries to take SQLite's write lock without waiting.
+func sqliteWriteLocked(ctx context.Context, db *sql.DB) (bool, error) {
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, `PRAGMA busy_timeout = 0`); err != nil {
+		return false, err
+	}
+	defer c.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, sqlite.DefaultBusyTimeout.Milliseconds()))
+	if _, err := c.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		if strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked") {
+			return true, nil
+		}
+		return false, err
+	}
+	_, err = c.ExecContext(ctx, `ROLLBACK`)
+	return false, err
 }
 
 func trials(t *testing.T) int {
@@ -127,6 +187,23 @@ func runSuite(t *testing.T, b backend) {
 			for i := range trials(t) {
 				t.Run(fmt.Sprintf("%s/%s/%d", mode, f.in(mode), i+1), func(t *testing.T) {
 					trial(t, b, mode, f)
+				})
+			}
+		}
+	}
+	// A singleton has a lease of its own in the election mode (dispatch
+	// plays no part); a rebuild is the leader's alone.
+	for _, mode := range b.modes {
+		if strings.HasSuffix(mode, "+claim") {
+			continue
+		}
+		for _, f := range b.faults {
+			if f == faultRebuild {
+				continue
+			}
+			for i := range trials(t) {
+				t.Run(fmt.Sprintf("singleton/%s/%s/%d", mode, f.in("singleton"), i+1), func(t *testing.T) {
+					singletonTrial(t, b, mode, f)
 				})
 			}
 		}
@@ -186,9 +263,10 @@ func TestMariaDB(t *testing.T) {
 func TestSQLite(t *testing.T) {
 	t.Parallel()
 	runSuite(t, backend{
-		dialect: "sqlite",
-		modes:   []string{"lease", "lease+claim"},
-		faults:  []fault{faultKill, faultStop},
+		dialect:     "sqlite",
+		modes:       []string{"lease", "lease+claim"},
+		faults:      []fault{faultKill, faultStop},
+		writeLocked: sqliteWriteLocked,
 		fresh: func(t *testing.T) (string, *sql.DB) {
 			path := filepath.Join(t.TempDir(), "sqlease.db")
 			db, err := sqlite.Open(path)
@@ -343,18 +421,12 @@ func acquiredAfter(nodes []*fleettest.Node, skip *fleettest.Node, marks map[*fle
 	}
 }
 
-func trial(t *testing.T, b backend, mode string, f fault) {
-	ctx := context.Background()
-	election, claim := strings.CutSuffix(mode, "+claim")
-	dispatchMode := "leader"
-	if claim {
-		dispatchMode = "claim"
-	}
-	url, admin := b.fresh(t)
-	rc := fleettest.NewReceiver(t)
+// startFleet starts nodes n1, n2 and n3 on url with the suites' timings
+// and flags; for faultCut each reaches the database through a proxy of its
+// own, returned by holder.
+func startFleet(t *testing.T, url string, f fault, flags ...string) (*fleettest.Daemons, []*fleettest.Node, map[string]*fleettest.Proxy) {
 	proxies := map[string]*fleettest.Proxy{}
 	if f == faultCut {
-		// Each node reaches the database through a proxy of its own.
 		u, err := neturl.Parse(url)
 		if err != nil {
 			t.Fatal(err)
@@ -363,15 +435,12 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 			proxies[h] = fleettest.NewProxy(t, u.Host)
 		}
 	}
-	d := fleettest.NewDaemons(t, bin, url,
-		"--election", election,
-		"--dispatch", dispatchMode,
-		"--poll-interval", refreshInterval.String(),
+	d := fleettest.NewDaemons(t, bin, url, append([]string{
 		"--lease-duration", leaseDuration.String(),
 		"--renew-interval", renewInterval.String(),
 		"--acquire-interval", acquireInterval.String(),
 		"--schedule-refresh-interval", refreshInterval.String(),
-		"--shutdown-timeout", "5s")
+		"--shutdown-timeout", "5s"}, flags...)...)
 	if f == faultCut {
 		d.DBFor = func(holder string) string {
 			u, _ := neturl.Parse(url)
@@ -379,7 +448,20 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 			return u.String()
 		}
 	}
-	nodes := d.Start("n1", "n2", "n3")
+	return d, d.Start("n1", "n2", "n3"), proxies
+}
+
+func trial(t *testing.T, b backend, mode string, f fault) {
+	ctx := context.Background()
+	url, admin := b.fresh(t)
+	b.admin = admin
+	election, claim := strings.CutSuffix(mode, "+claim")
+	dispatchMode := "leader"
+	if claim {
+		dispatchMode = "claim"
+	}
+	rc := fleettest.NewReceiver(t)
+	d, nodes, proxies := startFleet(t, url, f, "--election", election, "--dispatch", dispatchMode, "--poll-interval", refreshInterval.String())
 	leader, epoch0 := waitLeader(t, nodes, leaseFailover+5*time.Second)
 
 	retry := map[string]any{"max_attempts": 10, "backoff": "200ms"}
@@ -456,8 +538,7 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 		measure(t0, victim, bound+5*time.Second)
 	case faultStop:
 		sub.setAvoid(victim, true)
-		victim.Stop()
-		victim.WaitStopped(5 * time.Second)
+		t0 = b.freeze(t, victim)
 		bound = lossBound
 		measure(t0, victim, stopFor)
 		if rest := stopFor - time.Since(t0); rest > 0 {
