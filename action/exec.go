@@ -36,7 +36,10 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 
 	cmd := exec.Command(e.Command[0], e.Command[1:]...)
 	cmd.Env = execEnv(run)
-	setProcessGroup(cmd)
+	// A process group of its own, and (Linux) SIGKILL from the kernel when
+	// the node dies, even by kill -9: an orphaned command would still be
+	// acting when the next owner retries the occurrence (SPEC G3).
+	startSupervised(cmd)
 	// The just-in-time check before the external effect (seed 001).
 	if err := scheduler.Ensure(ctx); err != nil {
 		return fmt.Errorf("exec action not started: %w", err)
@@ -50,6 +53,8 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 		return fmt.Errorf("exec action: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = w, w
+	unlock := lockThread() // the parent-death signal follows the thread that forked the command
+	defer unlock()
 	err = cmd.Start()
 	w.Close()
 	if err != nil {

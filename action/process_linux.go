@@ -7,7 +7,9 @@ import (
 )
 
 // startSupervised puts the command in a process group of its own and has
-// the kernel SIGKILL it when the node dies, even by kill -9.
+// the kernel SIGKILL it when the node dies, even by kill -9 (the command
+// itself: what it started in turn is left to it). Start it on a thread
+// locked until it exits (lockThread).
 func startSupervised(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: execCred.Load()}
 }

@@ -7,9 +7,10 @@ import (
 	"os/exec"
 )
 
-// startSupervised: without Linux's parent-death signal a singleton process
-// may outlive a node that is killed.
-func startSupervised(cmd *exec.Cmd) {}
+// startSupervised puts the command in a process group of its own where
+// there are process groups; without Linux's parent-death signal it may
+// outlive a node that is killed.
+func startSupervised(cmd *exec.Cmd) { setProcessGroup(cmd) }
 
 func lockThread() func() { return func() {} }
 
