@@ -61,6 +61,16 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 		r.Close()
 		return fmt.Errorf("exec action: start: %w", err)
 	}
+	// Should this node be frozen, the guard stops the command at the run's
+	// acting deadline (SetExecGuard).
+	stopGuard, err := startGuard(ctx, cmd)
+	if err != nil {
+		killProcessGroup(cmd)
+		_ = cmd.Wait()
+		r.Close()
+		return fmt.Errorf("exec action: start its guard: %w", err)
+	}
+	defer stopGuard()
 	secrets := secretList(nodeSecrets()...)
 	out := newCapture(scheduler.OutputLimit(ctx), secrets)
 	tail := newCapture(MaxErrorOutput, secrets) // the error's last line

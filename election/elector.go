@@ -664,6 +664,20 @@ func (e *Elector) Ensure(tok sqlease.Token) error {
 	return nil
 }
 
+// GateUntil returns the local instant until which the gate stays open for
+// tok unless a renew moves it on, and false when tok is not this
+// instance's current token. What acts outside this process (a child it
+// started) is stopped by then from outside, should this process be frozen
+// (action's exec guard).
+func (e *Elector) GateUntil(tok sqlease.Token) (time.Time, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.tok.IsZero() || e.tok != tok {
+		return time.Time{}, false
+	}
+	return e.gateUntil, true
+}
+
 // Fenced runs fn in a transaction fenced by tok (see sqlease.LeaseStore.Fenced)
 // after checking the gate. It returns an error wrapping ErrNotLeader when the
 // gate is closed for tok, and ErrFenceFailed (an ErrLeaseLost) when the

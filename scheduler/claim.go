@@ -171,6 +171,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 	var claimed []sqlstore.Claimed
 	var err error
 	var ensure func() error
+	var until func() (time.Time, bool)
 	sent := time.Now() // the cursor's interval is counted from the claims' sending
 	switch {
 	case w != nil:
@@ -184,6 +185,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 			}
 		}
 		ensure = func() error { return w.gate.Ensure(w.tok) }
+		until = untilOf(w.gate, w.tok)
 	case fin != nil:
 		claimed, err = s.store.ClaimAndStart(ctx, s.cfg.Holder, slots, from.after)
 	default:
@@ -219,7 +221,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 					done(time.Time{})
 				}
 			}()
-			d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, ensure: ensure, heartbeat: true, batch: fin, queued: &queued, done: done, release: release}
+			d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, ensure: ensure, until: until, heartbeat: true, batch: fin, queued: &queued, done: done, release: release}
 			if r := started[i]; r != nil {
 				s.runStarted(runCtx, c, *r, d, s.runLogger(c))
 				return

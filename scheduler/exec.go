@@ -37,6 +37,38 @@ func Ensure(ctx context.Context) error {
 	return nil
 }
 
+// actUntilKey carries the run's acting deadline in its context.
+type actUntilKey struct{}
+
+// ActDeadline returns the local instant at which the run's right to act
+// ends unless its lease or lock is renewed first (the gate's deadline, the
+// lock's trust), and false when nothing bounds it. The instant moves on
+// with every renewal: ask again. ctx is cancelled at that instant anyway;
+// this is for what acts outside this process and must be stopped from
+// outside should the process be frozen (the daemon's exec guard). An
+// instant in the past means the run may no longer act.
+func ActDeadline(ctx context.Context) (time.Time, bool) {
+	if f, ok := ctx.Value(actUntilKey{}).(func() (time.Time, bool)); ok {
+		return f()
+	}
+	return time.Time{}, false
+}
+
+// gateUntil is a gate that tells its deadline (election.Elector).
+type gateUntil interface {
+	GateUntil(tok sqlease.Token) (time.Time, bool)
+}
+
+// untilOf returns tok's gate deadline as a dispatch's until, or nil when
+// the gate cannot tell.
+func untilOf(gate any, tok sqlease.Token) func() (time.Time, bool) {
+	g, ok := gate.(gateUntil)
+	if !ok {
+		return nil
+	}
+	return func() (time.Time, bool) { return g.GateUntil(tok) }
+}
+
 // errLockLost is the cancellation cause of a run whose lock was lost.
 var errLockLost = fmt.Errorf("run lock lost: %w", sqlease.ErrLeaseLost)
 
@@ -49,6 +81,8 @@ type dispatch struct {
 	fenced fence
 	// ensure, if not nil, is the leader's gate check.
 	ensure func() error
+	// until, if not nil, is the gate's deadline (false: closed).
+	until func() (time.Time, bool)
 	// heartbeat extends the job lock while the run executes (claim mode).
 	heartbeat bool
 	// batch, if not nil, groups finish writes (Store.Batched). A run whose
@@ -232,6 +266,24 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		return nil
 	}
 	runCtx = context.WithValue(runCtx, ensureKey{}, check)
+	if d.until != nil || trust != nil {
+		runCtx = context.WithValue(runCtx, actUntilKey{}, func() (time.Time, bool) {
+			var at time.Time
+			if d.until != nil {
+				u, open := d.until()
+				if !open {
+					return time.Time{}, true
+				}
+				at = u
+			}
+			if trust != nil {
+				if u := trust.deadline(); at.IsZero() || u.Before(at) {
+					at = u
+				}
+			}
+			return at, true
+		})
+	}
 	var out *outputSlot
 	if s.cfg.OutputLimit > 0 {
 		out = &outputSlot{limit: s.cfg.OutputLimit}
@@ -397,6 +449,13 @@ func (t *lockTrust) renewed(sentAt time.Time) {
 			t.timer.Reset(time.Until(u))
 		}
 	}
+}
+
+// deadline is the instant the lock stops being trusted.
+func (t *lockTrust) deadline() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.until
 }
 
 // left is the time to the deadline.

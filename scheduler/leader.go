@@ -545,7 +545,7 @@ func (l *leader) run(ctx context.Context, wg *sync.WaitGroup, id int64, claimed 
 	}
 	fenced := func(ctx context.Context, fn func(*sql.Tx) error) error { return l.gate.Fenced(ctx, l.tok, fn) }
 	queued := false
-	d := dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) },
+	d := dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) }, until: untilOf(l.gate, l.tok),
 		batch: l.fin, queued: &queued, done: done, release: release, settled: l.settled}
 	var next time.Time
 	if started != nil {

@@ -9,15 +9,27 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease/internal/fleettest"
+	"github.com/sqlease/sqlease/sqlite"
 )
 
-// execScript is an exec action that logs its start, works for 4 s and logs
-// its end: "start|end <holder> <epoch> <pid>" lines in the file it is given.
+// execScript is an exec action that logs its start, works for 4 s in a
+// process it starts and logs its end: "start|child|end <holder> <epoch>
+// <pid>" lines in the file it is given (child: that process's pid).
 const execScript = `#!/usr/bin/env bash
 echo "start $SQLEASE_HOLDER $SQLEASE_EPOCH $$" >> "$1"
-sleep 4
+sleep 4 &
+echo "child $SQLEASE_HOLDER $SQLEASE_EPOCH $!" >> "$1"
+wait
 echo "end $SQLEASE_HOLDER $SQLEASE_EPOCH $$" >> "$1"
 `
+
+// childOf waits for the pid of the process the command of start started.
+func childOf(t *testing.T, log string, start execLine) int {
+	t.Helper()
+	return waitExec(t, log, "the command's child", 5*time.Second, func(l execLine) bool {
+		return l.what == "child" && l.holder == start.holder && l.epoch == start.epoch
+	}).pid
+}
 
 type execLine struct {
 	what, holder string
@@ -42,6 +54,21 @@ func execLog(t *testing.T, file string) []execLine {
 	return out
 }
 
+// waitExec waits up to timeout for a line of the exec log matching pred.
+func waitExec(t *testing.T, log, what string, timeout time.Duration, pred func(execLine) bool) execLine {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		for _, l := range execLog(t, log) {
+			if pred(l) {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s within %v: log %v", what, timeout, execLog(t, log))
+		}
+	}
+}
+
 // TestExecActionDiesWithNode: kill -9 of the node running an exec action
 // takes the command with it — it would otherwise work on, orphaned, while
 // the next owner retries the occurrence, two executions at once (SPEC G3).
@@ -63,41 +90,106 @@ func TestExecActionDiesWithNode(t *testing.T) {
 			createJob(t, nodes[0], map[string]any{"name": "work", "schedule": map[string]any{},
 				"action": map[string]any{"exec": map[string]any{"command": []string{"bash", script, log}, "timeout": "30s"}},
 				"retry":  map[string]any{"max_attempts": 5, "backoff": "100ms"}})
-			wait := func(what string, timeout time.Duration, pred func(execLine) bool) execLine {
-				t.Helper()
-				for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
-					for _, l := range execLog(t, log) {
-						if pred(l) {
-							return l
-						}
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("%s within %v: log %v", what, timeout, execLog(t, log))
-					}
-				}
-			}
-			first := wait("the command's start", 15*time.Second, func(l execLine) bool { return l.what == "start" })
+			first := waitExec(t, log, "the command's start", 15*time.Second, func(l execLine) bool { return l.what == "start" })
 			victim := d.Node(first.holder)
 			if victim == nil {
 				t.Fatalf("the command ran on %q, not a node of this fleet", first.holder)
 			}
+			child := childOf(t, log, first)
 			time.Sleep(500 * time.Millisecond)
 			victim.Kill()
 			killed := time.Now()
-			for fleettest.Alive(first.pid) {
+			for fleettest.Alive(first.pid) || fleettest.Alive(child) {
 				if time.Since(killed) > 2*time.Second {
-					t.Fatalf("the command (pid %d) of %s lives on %v after its node's kill -9", first.pid, first.holder, time.Since(killed).Round(time.Millisecond))
+					t.Fatalf("the command (pid %d, alive %v) or its child (pid %d, alive %v) of %s lives on %v after its node's kill -9",
+						first.pid, fleettest.Alive(first.pid), child, fleettest.Alive(child), first.holder, time.Since(killed).Round(time.Millisecond))
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			t.Logf("pid %d gone %v after the kill -9 of %s", first.pid, time.Since(killed).Round(time.Millisecond), first.holder)
-			again := wait("the retry on the other node", claimFailover+10*time.Second, func(l execLine) bool {
+			t.Logf("pids %d and %d gone %v after the kill -9 of %s", first.pid, child, time.Since(killed).Round(time.Millisecond), first.holder)
+			again := waitExec(t, log, "the retry on the other node", claimFailover+10*time.Second, func(l execLine) bool {
 				return l.what == "start" && l.holder != first.holder
 			})
-			wait("the retry's end", 10*time.Second, func(l execLine) bool { return l.what == "end" && l.pid == again.pid })
+			waitExec(t, log, "the retry's end", 10*time.Second, func(l execLine) bool { return l.what == "end" && l.pid == again.pid })
 			for _, l := range execLog(t, log) {
 				if l.what == "end" && l.pid == first.pid {
 					t.Errorf("the killed node's command worked on and ended: %+v", l)
+				}
+			}
+			d.Shutdown(15*time.Second, d.Running()...)
+		})
+	}
+}
+
+// TestExecActionStopsWithFrozenNode: SIGSTOP of the node running an exec
+// action past its lease. The frozen node cannot stop its command, which is
+// a process of its own; the command's guard kills it at the run's acting
+// deadline, before the other node retries the occurrence. Without the
+// guard both would run at once.
+func TestExecActionStopsWithFrozenNode(t *testing.T) {
+	t.Parallel()
+	for _, dispatch := range []string{"leader", "claim"} {
+		t.Run(dispatch, func(t *testing.T) {
+			dir := t.TempDir()
+			script, log := filepath.Join(dir, "work.sh"), filepath.Join(dir, "log")
+			if err := os.WriteFile(script, []byte(execScript), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			d := fleettest.NewDaemons(t, bin, "sqlite:"+filepath.Join(dir, "sqlease.db"),
+				"--dispatch", dispatch, "--poll-interval", refreshInterval.String(),
+				"--lease-duration", leaseDuration.String(), "--renew-interval", renewInterval.String(),
+				"--acquire-interval", acquireInterval.String(), "--shutdown-timeout", "5s")
+			nodes := d.Start("n1", "n2")
+			createJob(t, nodes[0], map[string]any{"name": "work", "schedule": map[string]any{},
+				"action": map[string]any{"exec": map[string]any{"command": []string{"bash", script, log}, "timeout": "30s"}},
+				"retry":  map[string]any{"max_attempts": 5, "backoff": "100ms"}})
+			admin, err := sqlite.Open(filepath.Join(dir, "sqlease.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close()
+			b := backend{dialect: "sqlite", writeLocked: sqliteWriteLocked, admin: admin}
+			first := waitExec(t, log, "the command's start", 15*time.Second, func(l execLine) bool { return l.what == "start" })
+			victim := d.Node(first.holder)
+			if victim == nil {
+				t.Fatalf("the command ran on %q, not a node of this fleet", first.holder)
+			}
+			// Every 10 ms: is the frozen node's command alive, has the retry
+			// begun? Seeing the retry while the command lives is an overlap.
+			child := childOf(t, log, first)
+			stopped := b.freeze(t, victim)
+			var died, retried time.Time
+			var again execLine
+			for time.Since(stopped) < stopFor && (died.IsZero() || retried.IsZero()) {
+				alive := fleettest.Alive(first.pid) || fleettest.Alive(child)
+				if !alive && died.IsZero() {
+					died = time.Now()
+				}
+				if retried.IsZero() {
+					for _, l := range execLog(t, log) {
+						if l.what == "start" && l.holder != first.holder {
+							again, retried = l, time.Now()
+							if alive {
+								t.Errorf("OVERLAP: the retry %+v began while the frozen node's command (pid %d) or its child (pid %d) still ran", l, first.pid, child)
+							}
+						}
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if rest := stopFor - time.Since(stopped); rest > 0 {
+				time.Sleep(rest)
+			}
+			victim.Cont()
+			if died.IsZero() || retried.IsZero() {
+				t.Fatalf("during the freeze (%v): the frozen node's command (pid %d) died after %v, the retry began after %v (0: not)",
+					stopFor, first.pid, died.Sub(stopped), retried.Sub(stopped))
+			}
+			t.Logf("the frozen node's command died %v after the freeze; the retry was seen %v after it", died.Sub(stopped).Round(time.Millisecond), retried.Sub(stopped).Round(time.Millisecond))
+			waitExec(t, log, "the retry's end", 10*time.Second, func(l execLine) bool { return l.what == "end" && l.pid == again.pid })
+			for _, l := range execLog(t, log) {
+				if l.what == "end" && l.pid == first.pid {
+					t.Errorf("the frozen node's command worked on and ended: %+v", l)
 				}
 			}
 			d.Shutdown(15*time.Second, d.Running()...)
