@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 )
 
@@ -16,15 +17,17 @@ const GuardArg = "__sqlease-exec-guard"
 var guardCmd atomic.Pointer[[]string]
 
 // SetExecGuard makes every exec action whose run has an acting deadline
-// (scheduler.ActDeadline) run beside a guard process: command followed by
-// the arguments RunGuard takes. The daemon passes itself and GuardArg.
+// (scheduler.ActDeadline) run under the node's guard process: command
+// followed by its arguments runs RunGuard. The daemon passes itself and
+// GuardArg.
 //
 // Why: a frozen node (SIGSTOP, a debugger) cannot stop its commands, which
 // are processes of their own and keep running. Its lease expires, another
 // node retries the occurrence, and two executions would overlap. The guard
-// is not frozen with the node: it kills the command's process group at the
+// is not frozen with the node: it kills a command's process group at its
 // run's acting deadline, which comes before the lease can expire in
-// database time, unless the node has moved the deadline on since.
+// database time, unless the node has moved the deadline on since. And it
+// kills them all when the node dies, also what the commands started.
 func SetExecGuard(command []string) {
 	if len(command) == 0 {
 		guardCmd.Store(nil)
@@ -34,39 +37,50 @@ func SetExecGuard(command []string) {
 	guardCmd.Store(&c)
 }
 
-// RunGuard is the exec guard's process: args are the process group to
-// guard and its first deadline, as CLOCK_MONOTONIC nanoseconds; later
-// deadlines arrive as lines on file descriptor 3, and "done" when the node
-// has seen the command end. It kills the whole group with SIGKILL once the
-// last deadline it read has passed, and when the node dies (its
-// parent-death signal, SIGTERM, or the descriptor closed without "done"):
-// what the command started in its group goes too. It returns the
-// process's exit status.
+// RunGuard is the guard's process (it takes no arguments). It reads from
+// file descriptor 3 lines "w PGID DEADLINE" (watch the process group PGID,
+// or move its deadline, as CLOCK_MONOTONIC nanoseconds) and "u PGID" (the
+// command has ended). It kills a group with SIGKILL once its deadline has
+// passed, and every group it watches when the node dies (its parent-death
+// signal, SIGTERM, or the descriptor closed). It returns the process's
+// exit status.
 func RunGuard(args []string) int {
-	if len(args) != 2 {
-		fmt.Fprintf(os.Stderr, "%s: want PGID DEADLINE, got %q\n", GuardArg, args)
+	if len(args) != 0 {
+		fmt.Fprintf(os.Stderr, "%s: takes no arguments, got %q\n", GuardArg, args)
 		return 2
 	}
-	pgid, err1 := strconv.Atoi(args[0])
-	first, err2 := strconv.ParseInt(args[1], 10, 64)
-	if err1 != nil || err2 != nil || pgid <= 1 {
-		fmt.Fprintf(os.Stderr, "%s: want PGID DEADLINE, got %q\n", GuardArg, args)
-		return 2
-	}
-	deadlines := make(chan int64)
-	done := make(chan struct{})
+	msgs := make(chan guardMsg)
 	go func() {
-		defer close(deadlines)
-		sc := bufio.NewScanner(os.NewFile(3, "deadlines"))
+		defer close(msgs)
+		sc := bufio.NewScanner(os.NewFile(3, "watches"))
 		for sc.Scan() {
-			if sc.Text() == "done" {
-				close(done)
-				return
+			var m guardMsg
+			var err error
+			switch f := strings.Fields(sc.Text()); {
+			case len(f) == 3 && f[0] == "w":
+				m.watch = true
+				m.pgid, err = strconv.Atoi(f[1])
+				if err == nil {
+					m.deadline, err = strconv.ParseInt(f[2], 10, 64)
+				}
+			case len(f) == 2 && f[0] == "u":
+				m.pgid, err = strconv.Atoi(f[1])
+			default:
+				err = fmt.Errorf("bad line %q", sc.Text())
 			}
-			if d, err := strconv.ParseInt(sc.Text(), 10, 64); err == nil {
-				deadlines <- d
+			if err != nil || m.pgid <= 1 {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", GuardArg, err)
+				continue
 			}
+			msgs <- m
 		}
 	}()
-	return guard(pgid, first, deadlines, done)
+	return guard(msgs)
+}
+
+// guardMsg is a line the guard read: watch pgid until deadline, or not.
+type guardMsg struct {
+	watch    bool
+	pgid     int
+	deadline int64
 }

@@ -6,7 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strconv"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -16,8 +16,8 @@ import (
 	"github.com/sqlease/sqlease/scheduler"
 )
 
-// guardFeedEvery is how often the node tells a guard the run's deadline,
-// when it has moved: well within a renew interval.
+// guardFeedEvery is how often the node tells the guard the deadlines that
+// have moved: well within a renew interval.
 const guardFeedEvery = 100 * time.Millisecond
 
 // monoNow is CLOCK_MONOTONIC in nanoseconds: one clock for every process
@@ -28,90 +28,200 @@ func monoNow() int64 {
 	return ts.Nano()
 }
 
-// mono is t (read on this process's monotonic clock) on CLOCK_MONOTONIC.
-func mono(t time.Time) int64 { return monoNow() + int64(time.Until(t)) }
+// mono is t (read on this process's monotonic clock) on CLOCK_MONOTONIC;
+// the zero time is long past.
+func mono(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return monoNow() + int64(time.Until(t))
+}
 
-func guard(pgid int, deadline int64, deadlines <-chan int64, done <-chan struct{}) int {
+// guard is RunGuard's loop.
+func guard(msgs <-chan guardMsg) int {
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM) // the node died
-	t := time.NewTimer(time.Duration(deadline - monoNow()))
+	defer signal.Stop(term)
+	watched := map[int]int64{} // pgid → deadline
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		select {
-		case <-done:
-			return 0
-		case d, ok := <-deadlines:
-			if ok {
-				t.Reset(time.Duration(d - monoNow()))
-				continue
+		next := int64(-1)
+		for _, d := range watched {
+			if next < 0 || d < next {
+				next = d
 			}
-			select {
-			case <-done: // "done" was the last line
+		}
+		if next >= 0 {
+			t.Reset(time.Duration(next - monoNow()))
+		} else {
+			t.Stop()
+		}
+		select {
+		case m, ok := <-msgs:
+			if !ok { // the node is gone
+				killAll(watched, -1)
 				return 0
-			default: // the node is gone without saying so
+			}
+			if m.watch {
+				watched[m.pgid] = m.deadline
+			} else {
+				delete(watched, m.pgid)
 			}
 		case <-term:
+			killAll(watched, -1)
+			return 0
 		case <-t.C:
+			killAll(watched, monoNow())
 		}
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		return 0
 	}
 }
 
-// startGuard starts the guard of cmd's process group (SetExecGuard), when
-// one is set and ctx's run has an acting deadline, and feeds it the
-// deadline as it moves; stop ends the guard. Call it on the thread that
-// started cmd, locked until stop has returned: the guard, too, dies with
-// the node.
+// killAll kills, and forgets, the groups whose deadline is at most by
+// (all of them when by < 0).
+func killAll(watched map[int]int64, by int64) {
+	for pgid, d := range watched {
+		if by < 0 || d <= by {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			delete(watched, pgid)
+		}
+	}
+}
+
+// guardian is the node's side of its one guard process.
+type guardian struct {
+	mu   sync.Mutex
+	w    *os.File         // to the running guard; nil: none
+	runs map[int]*guarded // pgid → its run
+}
+
+// guarded is a watched command's run: its deadline as last sent.
+type guarded struct {
+	deadline func() (time.Time, bool)
+	last     time.Time
+}
+
+var nodeGuard guardian
+
+// startGuard has the node's guard (SetExecGuard) watch cmd's process
+// group, when one is set and ctx's run has an acting deadline, and feeds
+// it the deadline as it moves; stop ends the watch. The guard process is
+// started at the first watch and again should it die.
 func startGuard(ctx context.Context, cmd *exec.Cmd) (stop func(), err error) {
 	gc := guardCmd.Load()
 	until, bounded := scheduler.ActDeadline(ctx)
 	if gc == nil || !bounded {
 		return func() {}, nil
 	}
+	pgid := cmd.Process.Pid
+	g := &guarded{deadline: func() (time.Time, bool) { return scheduler.ActDeadline(ctx) }, last: until}
+	if err := nodeGuard.watch(*gc, pgid, g); err != nil {
+		return nil, err
+	}
+	return func() { nodeGuard.unwatch(pgid) }, nil
+}
+
+func (gd *guardian) watch(command []string, pgid int, g *guarded) error {
+	gd.mu.Lock()
+	defer gd.mu.Unlock()
+	if gd.runs == nil {
+		gd.runs = map[int]*guarded{}
+	}
+	gd.runs[pgid] = g
+	if gd.w != nil {
+		if _, err := fmt.Fprintf(gd.w, "w %d %d\n", pgid, mono(g.last)); err == nil {
+			return nil
+		}
+		gd.w.Close() // the guard died: a new one gets every watch
+		gd.w = nil
+	}
+	if err := gd.startLocked(command); err != nil {
+		delete(gd.runs, pgid)
+		return err
+	}
+	return nil
+}
+
+func (gd *guardian) unwatch(pgid int) {
+	gd.mu.Lock()
+	defer gd.mu.Unlock()
+	delete(gd.runs, pgid)
+	if gd.w != nil {
+		_, _ = fmt.Fprintf(gd.w, "u %d\n", pgid)
+	}
+}
+
+// startLocked starts a guard process and sends it every watch.
+func (gd *guardian) startLocked(command []string) error {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	args := append((*gc)[1:len(*gc):len(*gc)], strconv.Itoa(cmd.Process.Pid), strconv.FormatInt(mono(until), 10))
-	g := exec.Command((*gc)[0], args...)
-	g.ExtraFiles = []*os.File{r}
-	g.Env = []string{} // not the node's: it may hold secrets, and the guard needs none
-	g.Stderr = os.Stderr
-	g.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // it then kills the group
-	err = g.Start()
-	r.Close()
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
+	started := make(chan error, 1)
+	exited := make(chan struct{})
 	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(guardFeedEvery)
-		defer tick.Stop()
-		last := until
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			if u, ok := scheduler.ActDeadline(ctx); ok && !u.Equal(last) {
-				last = u
-				if _, err := fmt.Fprintf(w, "%d\n", mono(u)); err != nil {
-					return // the guard is gone: it killed the command
+		// The parent-death signal follows the thread that forked the
+		// guard: this goroutine keeps it until the guard exits, and its
+		// end (still locked) ends the thread.
+		runtime.LockOSThread()
+		g := exec.Command(command[0], command[1:]...)
+		g.ExtraFiles = []*os.File{r}
+		g.Env = []string{} // not the node's: it may hold secrets, and the guard needs none
+		g.Stderr = os.Stderr
+		g.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // it then kills every group
+		err := g.Start()
+		r.Close()
+		started <- err
+		if err == nil {
+			_ = g.Wait()
+		}
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		w.Close()
+		return err
+	}
+	gd.w = w
+	for pgid, g := range gd.runs {
+		if _, err := fmt.Fprintf(w, "w %d %d\n", pgid, mono(g.last)); err != nil {
+			return err
+		}
+	}
+	go gd.feed(w, exited)
+	return nil
+}
+
+// feed sends the guard started with w the deadlines that moved, until it
+// exits; then, if runs are still watched, it starts another.
+func (gd *guardian) feed(w *os.File, exited <-chan struct{}) {
+	tick := time.NewTicker(guardFeedEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-exited:
+			gd.mu.Lock()
+			defer gd.mu.Unlock()
+			if gd.w == w {
+				w.Close()
+				gd.w = nil
+				if gc := guardCmd.Load(); gc != nil && len(gd.runs) > 0 {
+					_ = gd.startLocked(*gc)
 				}
 			}
+			return
+		case <-tick.C:
 		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
-		_, _ = fmt.Fprintln(w, "done")
-		w.Close()
-		_ = g.Wait()
-	}, nil
+		gd.mu.Lock()
+		if gd.w != w {
+			gd.mu.Unlock()
+			return
+		}
+		for pgid, g := range gd.runs {
+			if u, ok := g.deadline(); ok && !u.Equal(g.last) {
+				g.last = u
+				_, _ = fmt.Fprintf(w, "w %d %d\n", pgid, mono(u))
+			}
+		}
+		gd.mu.Unlock()
+	}
 }

@@ -10,8 +10,8 @@ import (
 )
 
 // guard needs Linux: without the parent-death signal a guard could outlive
-// its node and kill a process group whose id was reused.
-func guard(int, int64, <-chan int64, <-chan struct{}) int {
+// its node and kill process groups whose ids were reused.
+func guard(<-chan guardMsg) int {
 	fmt.Fprintf(os.Stderr, "%s: exec guards need Linux\n", GuardArg)
 	return 2
 }
