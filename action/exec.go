@@ -63,7 +63,7 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 	}
 	// Should this node be frozen, the guard stops the command at the run's
 	// acting deadline (SetExecGuard).
-	stopGuard, err := startGuard(ctx, cmd)
+	stopGuard, err := startGuard(func() (time.Time, bool) { return scheduler.ActDeadline(ctx) }, cmd)
 	if err != nil {
 		killProcessGroup(cmd)
 		_ = cmd.Wait()

@@ -1,7 +1,6 @@
 package action
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/sqlease/sqlease/scheduler"
 )
 
 // guardFeedEvery is how often the node tells the guard the deadlines that
@@ -104,17 +101,21 @@ type guarded struct {
 var nodeGuard guardian
 
 // startGuard has the node's guard (SetExecGuard) watch cmd's process
-// group, when one is set and ctx's run has an acting deadline, and feeds
-// it the deadline as it moves; stop ends the watch. The guard process is
-// started at the first watch and again should it die.
-func startGuard(ctx context.Context, cmd *exec.Cmd) (stop func(), err error) {
+// group, when one is set and deadline tells the instant its right to act
+// ends (false: nothing bounds it), and feeds the guard that instant as it
+// moves; stop ends the watch. The guard process is started at the first
+// watch and again should it die.
+func startGuard(deadline func() (time.Time, bool), cmd *exec.Cmd) (stop func(), err error) {
 	gc := guardCmd.Load()
-	until, bounded := scheduler.ActDeadline(ctx)
-	if gc == nil || !bounded {
+	if gc == nil || deadline == nil {
+		return func() {}, nil
+	}
+	until, bounded := deadline()
+	if !bounded {
 		return func() {}, nil
 	}
 	pgid := cmd.Process.Pid
-	g := &guarded{deadline: func() (time.Time, bool) { return scheduler.ActDeadline(ctx) }, last: until}
+	g := &guarded{deadline: deadline, last: until}
 	if err := nodeGuard.watch(*gc, pgid, g); err != nil {
 		return nil, err
 	}

@@ -112,7 +112,12 @@ const MaxStateBytes = maxSingletonStateBytes
 // StopTimeout, and returns once the process is gone. The process never
 // outlives the node: it gets SIGKILL when the node's process dies (Linux).
 // stdout and stderr go to the node's stderr.
-func RunProcess(ctx context.Context, p ProcessSpec, env []string) error {
+//
+// until, if not nil, tells the instant the run's right to act ends unless
+// its lease is renewed (singleton.Instance.ActDeadline): with a guard set
+// (SetExecGuard), the guard kills the process group then should the node
+// be frozen, and when the node dies.
+func RunProcess(ctx context.Context, p ProcessSpec, env []string, until func() (time.Time, bool)) error {
 	cmd := exec.Command(p.Command[0], p.Command[1:]...)
 	cmd.Env = processEnv(p, env)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -122,6 +127,13 @@ func RunProcess(ctx context.Context, p ProcessSpec, env []string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("singleton %s: start %q: %w", p.Name, p.Command[0], err)
 	}
+	stopGuard, err := startGuard(until, cmd)
+	if err != nil {
+		signalGroup(cmd, true)
+		_ = cmd.Wait()
+		return fmt.Errorf("singleton %s: start its guard: %w", p.Name, err)
+	}
+	defer stopGuard()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {

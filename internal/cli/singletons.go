@@ -304,7 +304,7 @@ func (h *singletonHost) body(spec action.ProcessSpec) func(ctx context.Context, 
 			"SQLEASE_HOLDER=" + tok.Holder, "SQLEASE_STATE=" + string(state), "SQLEASE_API=" + h.api,
 			"SQLEASE_SINGLETON_TOKEN=" + token}
 		h.log.Info("singleton_process_started", slog.String("singleton", spec.Name), slog.Int64("lease_epoch", tok.Epoch))
-		err := action.RunProcess(ctx, spec, env)
+		err := action.RunProcess(ctx, spec, env, in.ActDeadline)
 		h.log.Info("singleton_process_exited", slog.String("singleton", spec.Name), slog.Int64("lease_epoch", tok.Epoch),
 			slog.Any("error", err))
 		return err

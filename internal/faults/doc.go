@@ -15,9 +15,9 @@
 // mode runs the process faults (all but the rebuild) against the node
 // running a bash singleton (singleton_test.go): it must move within the
 // failover bound, no save may be accepted under an epoch after a newer
-// one nor the count go back, two copies never run at once (but for a
-// frozen node's, unable to save until its node wakes and stops it), and
-// exactly one runs in the end.
+// one nor the count go back, two copies never run at once (a frozen
+// node's is killed by its guard at its acting deadline), and exactly one
+// runs in the end.
 //
 // The fleet runs a 1 s run_all job and a 2 s job whose receiver answers
 // after 1.5 s, and one-off jobs submitted at 5/s to random live nodes. A
