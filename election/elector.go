@@ -32,6 +32,8 @@ type Elector struct {
 	tok          sqlease.Token      // zero while following
 	trustedUntil time.Time          // local monotonic deadline of tok: leadership ends
 	gateUntil    time.Time          // the gate is open until then (≤ trustedUntil)
+	closedTok    sqlease.Token      // the last term that ended, and until when
+	closedUntil  time.Time          // what it started may act (ActUntil)
 	expiresAt    time.Time          // database expiry of tok's lease (diagnostics)
 	cancelLead   context.CancelFunc // cancels the OnStartedLeading context
 	entered      chan struct{}      // closed once this term's OnStartedLeading was entered
@@ -502,6 +504,7 @@ func (e *Elector) closeGate(tok sqlease.Token) bool {
 	if e.tok != tok || tok.IsZero() {
 		return false
 	}
+	e.closedTok, e.closedUntil = tok, e.trustedUntil
 	e.tok, e.trustedUntil, e.gateUntil = sqlease.Token{}, time.Time{}, time.Time{}
 	if e.cancelLead != nil {
 		e.cancelLead()
@@ -512,7 +515,13 @@ func (e *Elector) closeGate(tok sqlease.Token) bool {
 
 // drop ends a term that was lost.
 func (e *Elector) drop(tok sqlease.Token, reason string, cause error) {
-	e.closeGate(tok)
+	if e.closeGate(tok) && (e.cfg.SessionLocker != nil || cause == nil) {
+		// Lost for good: a takeover may act already (advisory mode, a
+		// failed fence, the deadline passed).
+		e.mu.Lock()
+		e.closedUntil = e.cfg.Clock.Now()
+		e.mu.Unlock()
+	}
 	attrs := []any{slog.Int64("lease_epoch", tok.Epoch), slog.String("reason", reason)}
 	if cause != nil {
 		attrs = append(attrs, slog.String("sql_error", cause.Error()))
@@ -664,18 +673,27 @@ func (e *Elector) Ensure(tok sqlease.Token) error {
 	return nil
 }
 
-// GateUntil returns the local instant until which the gate stays open for
-// tok unless a renew moves it on, and false when tok is not this
-// instance's current token. What acts outside this process (a child it
-// started) is stopped by then from outside, should this process be frozen
-// (action's exec guard).
-func (e *Elector) GateUntil(tok sqlease.Token) (time.Time, bool) {
+// ActUntil returns the local instant by which whatever tok's term started
+// outside this process (a child process) must have stopped — stopped from
+// outside should this process be frozen (the daemon's guard): while the
+// term lasts its trusted deadline, moving on with each renew; once it
+// ended gracefully (shutdown, Resign) the deadline it had then, which the
+// elector waits out before the lease may pass on; once it was lost, the
+// moment it was lost — but for a renew that failed in lease mode, whose
+// lease nobody can take before that deadline. false: tok is neither the
+// current term nor the last one.
+func (e *Elector) ActUntil(tok sqlease.Token) (time.Time, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.tok.IsZero() || e.tok != tok {
+	switch {
+	case tok.IsZero():
 		return time.Time{}, false
+	case e.tok == tok:
+		return e.trustedUntil, true
+	case e.closedTok == tok:
+		return e.closedUntil, true
 	}
-	return e.gateUntil, true
+	return time.Time{}, false
 }
 
 // Fenced runs fn in a transaction fenced by tok (see sqlease.LeaseStore.Fenced)

@@ -54,19 +54,20 @@ func ActDeadline(ctx context.Context) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// gateUntil is a gate that tells its deadline (election.Elector).
-type gateUntil interface {
-	GateUntil(tok sqlease.Token) (time.Time, bool)
+// actUntil is a gate that tells until when its term may act
+// (election.Elector).
+type actUntil interface {
+	ActUntil(tok sqlease.Token) (time.Time, bool)
 }
 
-// untilOf returns tok's gate deadline as a dispatch's until, or nil when
-// the gate cannot tell.
+// untilOf returns how long tok's term may act as a dispatch's until, or
+// nil when the gate cannot tell.
 func untilOf(gate any, tok sqlease.Token) func() (time.Time, bool) {
-	g, ok := gate.(gateUntil)
+	g, ok := gate.(actUntil)
 	if !ok {
 		return nil
 	}
-	return func() (time.Time, bool) { return g.GateUntil(tok) }
+	return func() (time.Time, bool) { return g.ActUntil(tok) }
 }
 
 // errLockLost is the cancellation cause of a run whose lock was lost.
@@ -81,7 +82,8 @@ type dispatch struct {
 	fenced fence
 	// ensure, if not nil, is the leader's gate check.
 	ensure func() error
-	// until, if not nil, is the gate's deadline (false: closed).
+	// until, if not nil, is until when the term may act (false: unknown
+	// term, over).
 	until func() (time.Time, bool)
 	// heartbeat extends the job lock while the run executes (claim mode).
 	heartbeat bool

@@ -526,14 +526,15 @@ type Instance[S any] struct {
 // epoch. Use it to fence writes of your own (election.Elector.Fenced).
 func (in *Instance[S]) Token() sqlease.Token { return in.tok }
 
-// ActDeadline returns the local instant at which this run's right to act
-// ends unless the singleton's lease is renewed first (the zero time, long
-// past, once the lease is no longer this run's), and true: a run always
-// has one. The body's context ends then anyway; this
+// ActDeadline returns the local instant by which what this run started
+// outside the process must have stopped (election.Elector.ActUntil: it
+// moves on with each renew, and keeps a graceful stop's deadline) — the
+// zero time, long past, once a newer term has begun — and true: a run
+// always has one. The body's context ends then anyway; this
 // is for what acts outside the process and must be stopped from outside
 // should the process be frozen (the daemon's guard).
 func (in *Instance[S]) ActDeadline() (time.Time, bool) {
-	if at, ok := in.e.el.GateUntil(in.tok); ok {
+	if at, ok := in.e.el.ActUntil(in.tok); ok {
 		return at, true
 	}
 	return time.Time{}, true // over

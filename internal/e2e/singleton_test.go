@@ -316,3 +316,49 @@ func TestSingletonCounterMonotonicAcrossFailovers(t *testing.T) {
 	}
 	t.Logf("count %d after 20 failovers", last)
 }
+
+// gracefulScript is a singleton that, on SIGTERM, says so, takes half a
+// second to wind up, and says it is done: lines in $OUT.
+const gracefulScript = `#!/usr/bin/env bash
+trap 'echo term >> "$OUT"; sleep 0.5; echo bye >> "$OUT"; exit 0' TERM
+echo up >> "$OUT"
+while :; do sleep 0.05; done
+`
+
+// A singleton stopped on purpose — paused, or its node shut down — gets
+// SIGTERM and its stop_timeout to wind up: the node's guard, which kills a
+// frozen node's processes at their deadline, must not cut that short.
+func TestSingletonGracefulStop(t *testing.T) {
+	dir := t.TempDir()
+	script, out := filepath.Join(dir, "graceful.sh"), filepath.Join(dir, "out")
+	if err := os.WriteFile(script, []byte(gracefulScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := newFleet(t, sqliteDB(t))
+	nodes := f.start("a")
+	def := fmt.Sprintf(`{"name":"graceful","command":["bash",%q],"env":{"OUT":%q},"heartbeat":"1m","stop_timeout":"5s"}`, script, out)
+	if resp, body := nodes[0].do(t, "POST", "/v1/singletons", "", []byte(def)); resp.StatusCode != 201 {
+		t.Fatalf("create: %d %s", resp.StatusCode, body)
+	}
+	lines := func() string { b, _ := os.ReadFile(out); return strings.Join(strings.Fields(string(b)), " ") }
+	if err := poll(20*time.Second, func() (bool, string) { return lines() == "up", lines() }); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := nodes[0].do(t, "POST", "/v1/singletons/graceful/pause", "", []byte(`{}`)); resp.StatusCode != 200 {
+		t.Fatalf("pause: %d %s", resp.StatusCode, body)
+	}
+	if err := poll(10*time.Second, func() (bool, string) { return lines() == "up term bye", lines() }); err != nil {
+		t.Fatalf("pause: the process did not wind up: %v", err)
+	}
+	if resp, body := nodes[0].do(t, "POST", "/v1/singletons/graceful/resume", "", []byte(`{}`)); resp.StatusCode != 200 {
+		t.Fatalf("resume: %d %s", resp.StatusCode, body)
+	}
+	if err := poll(20*time.Second, func() (bool, string) { return lines() == "up term bye up", lines() }); err != nil {
+		t.Fatal(err)
+	}
+	nodes[0].signal(t, syscall.SIGTERM)
+	nodes[0].wait(t, 15*time.Second)
+	if got := lines(); got != "up term bye up term bye" {
+		t.Fatalf("node shutdown: the process did not wind up: %q", got)
+	}
+}
