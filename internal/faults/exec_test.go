@@ -69,6 +69,32 @@ func waitExec(t *testing.T, log, what string, timeout time.Duration, pred func(e
 	}
 }
 
+// execFleet starts two nodes on one SQLite file in dir with the given
+// dispatch, creates a one-off job running execScript, and returns once
+// its command has started: its log, its start line and its node.
+func execFleet(t *testing.T, dispatch string) (d *fleettest.Daemons, dir, log string, first execLine, victim *fleettest.Node) {
+	t.Helper()
+	dir = t.TempDir()
+	script := filepath.Join(dir, "work.sh")
+	log = filepath.Join(dir, "log")
+	if err := os.WriteFile(script, []byte(execScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d = fleettest.NewDaemons(t, bin, "sqlite:"+filepath.Join(dir, "sqlease.db"),
+		"--dispatch", dispatch, "--poll-interval", refreshInterval.String(),
+		"--lease-duration", leaseDuration.String(), "--renew-interval", renewInterval.String(),
+		"--acquire-interval", acquireInterval.String(), "--shutdown-timeout", "5s")
+	nodes := d.Start("n1", "n2")
+	createJob(t, nodes[0], map[string]any{"name": "work", "schedule": map[string]any{},
+		"action": map[string]any{"exec": map[string]any{"command": []string{"bash", script, log}, "timeout": "30s"}},
+		"retry":  map[string]any{"max_attempts": 5, "backoff": "100ms"}})
+	first = waitExec(t, log, "the command's start", 15*time.Second, func(l execLine) bool { return l.what == "start" })
+	if victim = d.Node(first.holder); victim == nil {
+		t.Fatalf("the command ran on %q, not a node of this fleet", first.holder)
+	}
+	return d, dir, log, first, victim
+}
+
 // TestExecActionDiesWithNode: kill -9 of the node running an exec action
 // takes the command with it — it would otherwise work on, orphaned, while
 // the next owner retries the occurrence, two executions at once (SPEC G3).
@@ -77,24 +103,7 @@ func TestExecActionDiesWithNode(t *testing.T) {
 	t.Parallel()
 	for _, dispatch := range []string{"leader", "claim"} {
 		t.Run(dispatch, func(t *testing.T) {
-			dir := t.TempDir()
-			script, log := filepath.Join(dir, "work.sh"), filepath.Join(dir, "log")
-			if err := os.WriteFile(script, []byte(execScript), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			d := fleettest.NewDaemons(t, bin, "sqlite:"+filepath.Join(dir, "sqlease.db"),
-				"--dispatch", dispatch, "--poll-interval", refreshInterval.String(),
-				"--lease-duration", leaseDuration.String(), "--renew-interval", renewInterval.String(),
-				"--acquire-interval", acquireInterval.String(), "--shutdown-timeout", "5s")
-			nodes := d.Start("n1", "n2")
-			createJob(t, nodes[0], map[string]any{"name": "work", "schedule": map[string]any{},
-				"action": map[string]any{"exec": map[string]any{"command": []string{"bash", script, log}, "timeout": "30s"}},
-				"retry":  map[string]any{"max_attempts": 5, "backoff": "100ms"}})
-			first := waitExec(t, log, "the command's start", 15*time.Second, func(l execLine) bool { return l.what == "start" })
-			victim := d.Node(first.holder)
-			if victim == nil {
-				t.Fatalf("the command ran on %q, not a node of this fleet", first.holder)
-			}
+			d, _, log, first, victim := execFleet(t, dispatch)
 			child := childOf(t, log, first)
 			time.Sleep(500 * time.Millisecond)
 			victim.Kill()
@@ -130,30 +139,13 @@ func TestExecActionStopsWithFrozenNode(t *testing.T) {
 	t.Parallel()
 	for _, dispatch := range []string{"leader", "claim"} {
 		t.Run(dispatch, func(t *testing.T) {
-			dir := t.TempDir()
-			script, log := filepath.Join(dir, "work.sh"), filepath.Join(dir, "log")
-			if err := os.WriteFile(script, []byte(execScript), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			d := fleettest.NewDaemons(t, bin, "sqlite:"+filepath.Join(dir, "sqlease.db"),
-				"--dispatch", dispatch, "--poll-interval", refreshInterval.String(),
-				"--lease-duration", leaseDuration.String(), "--renew-interval", renewInterval.String(),
-				"--acquire-interval", acquireInterval.String(), "--shutdown-timeout", "5s")
-			nodes := d.Start("n1", "n2")
-			createJob(t, nodes[0], map[string]any{"name": "work", "schedule": map[string]any{},
-				"action": map[string]any{"exec": map[string]any{"command": []string{"bash", script, log}, "timeout": "30s"}},
-				"retry":  map[string]any{"max_attempts": 5, "backoff": "100ms"}})
+			d, dir, log, first, victim := execFleet(t, dispatch)
 			admin, err := sqlite.Open(filepath.Join(dir, "sqlease.db"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer admin.Close()
 			b := backend{dialect: "sqlite", writeLocked: sqliteWriteLocked, admin: admin}
-			first := waitExec(t, log, "the command's start", 15*time.Second, func(l execLine) bool { return l.what == "start" })
-			victim := d.Node(first.holder)
-			if victim == nil {
-				t.Fatalf("the command ran on %q, not a node of this fleet", first.holder)
-			}
 			// Every 10 ms: is the frozen node's command alive, has the retry
 			// begun? Seeing the retry while the command lives is an overlap.
 			child := childOf(t, log, first)
