@@ -19,6 +19,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == GuardArg {
+		os.Exit(RunGuard(os.Args[2:])) // the guard of TestGuardianProcess
+	}
 	code := m.Run()
 	httpClient.CloseIdleConnections()
 	if code == 0 {

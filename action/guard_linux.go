@@ -89,7 +89,11 @@ func killAll(watched map[int]int64, by int64) {
 type guardian struct {
 	mu   sync.Mutex
 	w    *os.File         // to the running guard; nil: none
+	pid  int              // the running guard's
 	runs map[int]*guarded // pgid → its run
+	// exited is closed when the running guard has exited, fed when its
+	// feed has returned.
+	exited, fed chan struct{}
 }
 
 // guarded is a watched command's run: its deadline as last sent.
@@ -159,6 +163,7 @@ func (gd *guardian) startLocked(command []string) error {
 		return err
 	}
 	started := make(chan error, 1)
+	pid := make(chan int, 1)
 	exited := make(chan struct{})
 	go func() {
 		// The parent-death signal follows the thread that forked the
@@ -172,6 +177,9 @@ func (gd *guardian) startLocked(command []string) error {
 		g.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // it then kills every group
 		err := g.Start()
 		r.Close()
+		if err == nil {
+			pid <- g.Process.Pid
+		}
 		started <- err
 		if err == nil {
 			_ = g.Wait()
@@ -182,32 +190,57 @@ func (gd *guardian) startLocked(command []string) error {
 		w.Close()
 		return err
 	}
-	gd.w = w
+	fed := make(chan struct{})
+	gd.w, gd.pid, gd.exited, gd.fed = w, <-pid, exited, fed
+	go func() { defer close(fed); gd.feed(w, exited, time.Now()) }()
 	for pgid, g := range gd.runs {
 		if _, err := fmt.Fprintf(w, "w %d %d\n", pgid, mono(g.last)); err != nil {
 			return err
 		}
 	}
-	go gd.feed(w, exited)
 	return nil
 }
 
-// feed sends the guard started with w the deadlines that moved, until it
-// exits; then, if runs are still watched, it starts another.
-func (gd *guardian) feed(w *os.File, exited <-chan struct{}) {
+// shutdown ends the guard process, killing what it still watches, and
+// forgets every watch (tests).
+func (gd *guardian) shutdown() {
+	gd.mu.Lock()
+	w, exited, fed := gd.w, gd.exited, gd.fed
+	gd.w, gd.pid, gd.runs = nil, 0, nil
+	gd.mu.Unlock()
+	if w != nil {
+		w.Close()
+		<-exited
+		<-fed
+	}
+}
+
+// feed sends the guard started with w at started the deadlines that
+// moved, until it exits; then, if runs are still watched, it starts
+// another (not more than once a second: a guard that cannot run must not
+// make the node spin).
+func (gd *guardian) feed(w *os.File, exited <-chan struct{}, started time.Time) {
 	tick := time.NewTicker(guardFeedEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case <-exited:
 			gd.mu.Lock()
-			defer gd.mu.Unlock()
-			if gd.w == w {
+			mine := gd.w == w
+			if mine {
 				w.Close()
-				gd.w = nil
-				if gc := guardCmd.Load(); gc != nil && len(gd.runs) > 0 {
-					_ = gd.startLocked(*gc)
-				}
+				gd.w, gd.pid = nil, 0
+			}
+			again := mine && len(gd.runs) > 0
+			gd.mu.Unlock()
+			if !again {
+				return
+			}
+			time.Sleep(time.Second - time.Since(started))
+			gd.mu.Lock()
+			defer gd.mu.Unlock()
+			if gc := guardCmd.Load(); gc != nil && gd.w == nil && len(gd.runs) > 0 {
+				_ = gd.startLocked(*gc)
 			}
 			return
 		case <-tick.C:

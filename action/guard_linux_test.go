@@ -1,6 +1,7 @@
 package action
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -76,5 +77,52 @@ func TestGuardKillsAtDeadlineAndOnNodeEnd(t *testing.T) {
 	}
 	if ended.exited(100 * time.Millisecond) {
 		t.Fatal("the group the guard was told ended was killed")
+	}
+}
+
+// The node's side: the guard process starts with the first watch, kills a
+// watched group at its deadline but not one whose watch ended, and comes
+// back when it dies, with the watches it had.
+func TestGuardianProcess(t *testing.T) {
+	SetExecGuard([]string{os.Args[0], GuardArg}) // TestMain runs RunGuard
+	defer SetExecGuard(nil)
+	defer nodeGuard.shutdown()
+	ended, late, later := startGroup(t), startGroup(t), startGroup(t)
+	fixed := func(d time.Duration) func() (time.Time, bool) {
+		at := time.Now().Add(d)
+		return func() (time.Time, bool) { return at, true }
+	}
+	watch := func(g group, d time.Duration) func() {
+		t.Helper()
+		stop, err := startGuard(fixed(d), &exec.Cmd{Process: &os.Process{Pid: g.pid}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stop
+	}
+	watch(ended, 300*time.Millisecond)()
+	defer watch(late, 300*time.Millisecond)()
+	if late.exited(3*time.Second) == false {
+		t.Fatal("the watched group outlived its deadline")
+	}
+	if ended.exited(200 * time.Millisecond) {
+		t.Fatal("a group whose watch ended was killed")
+	}
+	// The guard dies; the next one gets the watch of later.
+	defer watch(later, 1500*time.Millisecond)()
+	nodeGuard.mu.Lock()
+	first := nodeGuard.pid
+	nodeGuard.mu.Unlock()
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !later.exited(5 * time.Second) {
+		t.Fatal("after the guard died, the group it watched outlived its deadline")
+	}
+	nodeGuard.mu.Lock()
+	second := nodeGuard.pid
+	nodeGuard.mu.Unlock()
+	if second == first || second == 0 {
+		t.Fatalf("no new guard: pid %d, was %d", second, first)
 	}
 }
