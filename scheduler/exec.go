@@ -20,8 +20,53 @@ type fence func(ctx context.Context, fn func(tx *sql.Tx) error) error
 
 func unfenced(ctx context.Context, fn func(*sql.Tx) error) error { return fn(nil) }
 
-// ensureKey carries the run's just-in-time check in its context.
-type ensureKey struct{}
+// gateKey carries the run's *runGate in its context.
+type gateKey struct{}
+
+// runGate is what a run's context carries for Ensure and ActDeadline: one
+// value per run, built once.
+type runGate struct {
+	ensure func() error             // the lease gate's check, if any
+	until  func() (time.Time, bool) // the lease term's acting deadline, if any
+	trust  *lockTrust               // claim mode: the lock's trust, if any
+	ctx    context.Context          // the run's: its cancellation cause
+}
+
+func (g *runGate) check() error {
+	if g.ensure != nil {
+		if err := g.ensure(); err != nil {
+			return err
+		}
+	}
+	if g.trust != nil && !g.trust.ok() {
+		return fmt.Errorf("%w: the run's lock may have gone stale (no heartbeat succeeded in time)", sqlease.ErrLeaseLost)
+	}
+	if err := context.Cause(g.ctx); err != nil {
+		return fmt.Errorf("%w: %w", sqlease.ErrLeaseLost, err)
+	}
+	return nil
+}
+
+// actUntil is the earlier of the term's deadline and the lock's trust.
+func (g *runGate) actUntil() (time.Time, bool) {
+	if g.until == nil && g.trust == nil {
+		return time.Time{}, false
+	}
+	var at time.Time
+	if g.until != nil {
+		u, open := g.until()
+		if !open {
+			return time.Time{}, true
+		}
+		at = u
+	}
+	if g.trust != nil {
+		if u := g.trust.deadline(); at.IsZero() || u.Before(at) {
+			at = u
+		}
+	}
+	return at, true
+}
 
 // Ensure is the check a handler makes just before an irreversible external
 // step: it returns nil while the run may still act, and an error wrapping
@@ -31,14 +76,11 @@ func Ensure(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", sqlease.ErrLeaseLost, context.Cause(ctx))
 	}
-	if f, ok := ctx.Value(ensureKey{}).(func() error); ok {
-		return f()
+	if g, ok := ctx.Value(gateKey{}).(*runGate); ok {
+		return g.check()
 	}
 	return nil
 }
-
-// actUntilKey carries the run's acting deadline in its context.
-type actUntilKey struct{}
 
 // ActDeadline returns the local instant at which the run's right to act
 // ends unless its lease or lock is renewed first (the gate's deadline, the
@@ -48,8 +90,8 @@ type actUntilKey struct{}
 // outside should the process be frozen (the daemon's exec guard). An
 // instant in the past means the run may no longer act.
 func ActDeadline(ctx context.Context) (time.Time, bool) {
-	if f, ok := ctx.Value(actUntilKey{}).(func() (time.Time, bool)); ok {
-		return f()
+	if g, ok := ctx.Value(gateKey{}).(*runGate); ok {
+		return g.actUntil()
 	}
 	return time.Time{}, false
 }
@@ -253,39 +295,7 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		trust = newLockTrust(c.SentAt, c.LockTimeout, func() { cancel(errLockLost) })
 		defer trust.stop()
 	}
-	check := func() error {
-		if ensure != nil {
-			if err := ensure(); err != nil {
-				return err
-			}
-		}
-		if trust != nil && !trust.ok() {
-			return fmt.Errorf("%w: the run's lock may have gone stale (no heartbeat succeeded in time)", sqlease.ErrLeaseLost)
-		}
-		if err := context.Cause(runCtx); err != nil {
-			return fmt.Errorf("%w: %w", sqlease.ErrLeaseLost, err)
-		}
-		return nil
-	}
-	runCtx = context.WithValue(runCtx, ensureKey{}, check)
-	if d.until != nil || trust != nil {
-		runCtx = context.WithValue(runCtx, actUntilKey{}, func() (time.Time, bool) {
-			var at time.Time
-			if d.until != nil {
-				u, open := d.until()
-				if !open {
-					return time.Time{}, true
-				}
-				at = u
-			}
-			if trust != nil {
-				if u := trust.deadline(); at.IsZero() || u.Before(at) {
-					at = u
-				}
-			}
-			return at, true
-		})
-	}
+	runCtx = context.WithValue(runCtx, gateKey{}, &runGate{ensure: ensure, until: d.until, trust: trust, ctx: runCtx})
 	var out *outputSlot
 	if s.cfg.OutputLimit > 0 {
 		out = &outputSlot{limit: s.cfg.OutputLimit}

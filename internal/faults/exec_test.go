@@ -104,8 +104,7 @@ func TestExecActionDiesWithNode(t *testing.T) {
 	for _, dispatch := range []string{"leader", "claim"} {
 		t.Run(dispatch, func(t *testing.T) {
 			d, _, log, first, victim := execFleet(t, dispatch)
-			child := childOf(t, log, first)
-			time.Sleep(500 * time.Millisecond)
+			child := childOf(t, log, first) // mid-run: the command waits on it
 			victim.Kill()
 			killed := time.Now()
 			for fleettest.Alive(first.pid) || fleettest.Alive(child) {

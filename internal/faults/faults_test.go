@@ -148,6 +148,21 @@ func (b backend) freeze(t *testing.T, victim *fleettest.Node) time.Time {
 	}
 }
 
+// serverFault restarts the database server (faultRestart) or terminates
+// every backend of the trial's database (faultTerminate).
+func (b backend) serverFault(t *testing.T, f fault) {
+	t.Helper()
+	if f == faultRestart {
+		b.restart(t)
+		return
+	}
+	n, err := fleettest.TerminateBackends(context.Background(), b.admin, b.dialect)
+	if err != nil {
+		t.Fatalf("terminating the backends: %v", err)
+	}
+	t.Logf("terminated %d backends", n)
+}
+
 // sqliteWriteLocked tries to take SQLite's write lock without waiting.
 func sqliteWriteLocked(ctx context.Context, db *sql.DB) (bool, error) {
 	c, err := db.Conn(ctx)
@@ -556,14 +571,8 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 			time.Sleep(rest)
 		}
 		proxies[victim.Holder].Up(t)
-	case faultRestart:
-		b.restart(t)
-	case faultTerminate:
-		n, err := fleettest.TerminateBackends(ctx, admin, b.dialect)
-		if err != nil {
-			t.Fatalf("terminating the backends: %v", err)
-		}
-		t.Logf("terminated %d backends", n)
+	case faultRestart, faultTerminate:
+		b.serverFault(t, f)
 	case faultRebuild:
 		// Lock the jobs table, kill the leader, and once the new leader's
 		// schedule load waits on the lock, terminate every backend: the

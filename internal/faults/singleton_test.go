@@ -34,7 +34,6 @@ const singletonStart = time.Second
 //     start one;
 //   - in the end exactly one copy runs.
 func singletonTrial(t *testing.T, b backend, mode string, f fault) {
-	ctx := context.Background()
 	url, admin := b.fresh(t)
 	b.admin = admin
 	dir := t.TempDir()
@@ -159,14 +158,8 @@ func singletonTrial(t *testing.T, b backend, mode string, f fault) {
 			time.Sleep(rest)
 		}
 		proxies[victim.Holder].Up(t)
-	case faultRestart:
-		b.restart(t)
-	case faultTerminate:
-		n, err := fleettest.TerminateBackends(ctx, admin, b.dialect)
-		if err != nil {
-			t.Fatalf("terminating the backends: %v", err)
-		}
-		t.Logf("terminated %d backends", n)
+	case faultRestart, faultTerminate:
+		b.serverFault(t, f)
 	default:
 		t.Fatalf("fault %s: not a singleton fault", f)
 	}
