@@ -53,6 +53,14 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 		return fmt.Errorf("exec action: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = w, w
+	// Should this node be frozen, the guard stops the command at the run's
+	// acting deadline (SetExecGuard).
+	guard, err := prepareGuard(func() (time.Time, bool) { return scheduler.ActDeadline(ctx) })
+	if err != nil {
+		r.Close()
+		w.Close()
+		return fmt.Errorf("exec action not started: its guard: %w", err)
+	}
 	unlock := lockThread() // the parent-death signal follows the thread that forked the command
 	defer unlock()
 	err = cmd.Start()
@@ -61,9 +69,7 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 		r.Close()
 		return fmt.Errorf("exec action: start: %w", err)
 	}
-	// Should this node be frozen, the guard stops the command at the run's
-	// acting deadline (SetExecGuard).
-	stopGuard, err := startGuard(func() (time.Time, bool) { return scheduler.ActDeadline(ctx) }, cmd)
+	stopGuard, err := guard.start(cmd)
 	if err != nil {
 		killProcessGroup(cmd)
 		_ = cmd.Wait()

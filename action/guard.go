@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 )
 
 // GuardArg is the first argument that makes the daemon's binary an exec
@@ -41,14 +43,18 @@ func SetExecGuard(command []string) {
 // file descriptor 3 lines "w PGID DEADLINE" (watch the process group PGID,
 // or move its deadline, as CLOCK_MONOTONIC nanoseconds) and "u PGID" (the
 // command has ended). It kills a group with SIGKILL once its deadline has
-// passed, and every group it watches when the node dies (its parent-death
-// signal, SIGTERM, or the descriptor closed). It returns the process's
-// exit status.
+// passed, and every group it watches when the node dies, which closes the
+// descriptor. It returns the process's exit status.
 func RunGuard(args []string) int {
 	if len(args) != 0 {
 		fmt.Fprintf(os.Stderr, "%s: takes no arguments, got %q\n", GuardArg, args)
 		return 2
 	}
+	// The guard ends when the node does, and only then: the closed pipe
+	// tells it. It ignores the signals a service manager or a terminal
+	// sends the node's whole cgroup or process group on a stop, which must
+	// leave the node's graceful stop (SIGTERM, stop_timeout) to the node.
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	msgs := make(chan guardMsg)
 	go func() {
 		defer close(msgs)

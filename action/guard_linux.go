@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"runtime"
 	"sync"
 	"syscall"
@@ -36,9 +35,6 @@ func mono(t time.Time) int64 {
 
 // guard is RunGuard's loop.
 func guard(msgs <-chan guardMsg) int {
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM) // the node died
-	defer signal.Stop(term)
 	watched := map[int]int64{} // pgid → deadline
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
@@ -65,9 +61,6 @@ func guard(msgs <-chan guardMsg) int {
 			} else {
 				delete(watched, m.pgid)
 			}
-		case <-term:
-			killAll(watched, -1)
-			return 0
 		case <-t.C:
 			killAll(watched, monoNow())
 		}
@@ -104,26 +97,56 @@ type guarded struct {
 
 var nodeGuard guardian
 
-// startGuard has the node's guard (SetExecGuard) watch cmd's process
-// group, when one is set and deadline tells the instant its right to act
-// ends (false: nothing bounds it), and feeds the guard that instant as it
-// moves; stop ends the watch. The guard process is started at the first
-// watch and again should it die.
-func startGuard(deadline func() (time.Time, bool), cmd *exec.Cmd) (stop func(), err error) {
+// guardWatch is a command's watch by the node's guard, prepared before
+// the command starts.
+type guardWatch struct {
+	command  []string // the guard's; nil: no watch
+	deadline func() (time.Time, bool)
+}
+
+// prepareGuard prepares the watch of a command by the node's guard
+// (SetExecGuard), when one is set and deadline tells the instant the
+// command's right to act ends (false: nothing bounds it). It starts the
+// guard process if none runs, before the command starts: then the watch
+// reaches the guard's pipe a moment after the command has started, and a
+// node killed in the guard's first milliseconds still has its command's
+// group killed.
+func prepareGuard(deadline func() (time.Time, bool)) (guardWatch, error) {
 	gc := guardCmd.Load()
 	if gc == nil || deadline == nil {
+		return guardWatch{}, nil
+	}
+	if _, bounded := deadline(); !bounded {
+		return guardWatch{}, nil
+	}
+	if err := nodeGuard.ensure(*gc); err != nil {
+		return guardWatch{}, err
+	}
+	return guardWatch{*gc, deadline}, nil
+}
+
+// start has the guard watch the process group of cmd, which has just
+// started, and feeds it the deadline as it moves; stop ends the watch.
+func (w guardWatch) start(cmd *exec.Cmd) (stop func(), err error) {
+	if w.command == nil {
 		return func() {}, nil
 	}
-	until, bounded := deadline()
-	if !bounded {
-		return func() {}, nil
-	}
+	until, _ := w.deadline()
 	pgid := cmd.Process.Pid
-	g := &guarded{deadline: deadline, last: until}
-	if err := nodeGuard.watch(*gc, pgid, g); err != nil {
+	if err := nodeGuard.watch(w.command, pgid, &guarded{deadline: w.deadline, last: until}); err != nil {
 		return nil, err
 	}
 	return func() { nodeGuard.unwatch(pgid) }, nil
+}
+
+// ensure starts the guard process if none runs.
+func (gd *guardian) ensure(command []string) error {
+	gd.mu.Lock()
+	defer gd.mu.Unlock()
+	if gd.w != nil {
+		return nil
+	}
+	return gd.startLocked(command)
 }
 
 func (gd *guardian) watch(command []string, pgid int, g *guarded) error {
@@ -174,7 +197,8 @@ func (gd *guardian) startLocked(command []string) error {
 		g.ExtraFiles = []*os.File{r}
 		g.Env = []string{} // not the node's: it may hold secrets, and the guard needs none
 		g.Stderr = os.Stderr
-		g.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // it then kills every group
+		// No parent-death signal: the node's death closes the pipe, which
+		// the guard reads to its end however late it has started.
 		err := g.Start()
 		r.Close()
 		if err == nil {

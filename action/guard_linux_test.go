@@ -81,8 +81,9 @@ func TestGuardKillsAtDeadlineAndOnNodeEnd(t *testing.T) {
 }
 
 // The node's side: the guard process starts with the first watch, kills a
-// watched group at its deadline but not one whose watch ended, and comes
-// back when it dies, with the watches it had.
+// watched group at its deadline but not one whose watch ended, ignores the
+// signals of a service stop, and comes back when it dies, with the watches
+// it had.
 func TestGuardianProcess(t *testing.T) {
 	SetExecGuard([]string{os.Args[0], GuardArg}) // TestMain runs RunGuard
 	defer SetExecGuard(nil)
@@ -94,7 +95,11 @@ func TestGuardianProcess(t *testing.T) {
 	}
 	watch := func(g group, d time.Duration) func() {
 		t.Helper()
-		stop, err := startGuard(fixed(d), &exec.Cmd{Process: &os.Process{Pid: g.pid}})
+		w, err := prepareGuard(fixed(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop, err := w.start(&exec.Cmd{Process: &os.Process{Pid: g.pid}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,11 +113,27 @@ func TestGuardianProcess(t *testing.T) {
 	if ended.exited(200 * time.Millisecond) {
 		t.Fatal("a group whose watch ended was killed")
 	}
-	// The guard dies; the next one gets the watch of later.
+	// A service manager's stop signals every process of the service: the
+	// guard stays, and leaves the group to the node's graceful stop.
 	defer watch(later, 1500*time.Millisecond)()
 	nodeGuard.mu.Lock()
 	first := nodeGuard.pid
 	nodeGuard.mu.Unlock()
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
+		if err := syscall.Kill(first, sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if later.exited(300 * time.Millisecond) {
+		t.Fatal("the guard killed a group before its deadline on SIGTERM, SIGINT or SIGHUP")
+	}
+	nodeGuard.mu.Lock()
+	same := nodeGuard.pid
+	nodeGuard.mu.Unlock()
+	if same != first {
+		t.Fatalf("the guard did not survive SIGTERM, SIGINT and SIGHUP: pid %d, was %d", same, first)
+	}
+	// The guard dies; the next one gets the watch of later.
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -9,11 +9,15 @@ import (
 	"time"
 )
 
-// guard needs Linux: without the parent-death signal a guard could outlive
-// its node and kill process groups whose ids were reused.
+// Exec guards are Linux only, like the parent-death signal of the
+// commands they complement.
 func guard(<-chan guardMsg) int {
 	fmt.Fprintf(os.Stderr, "%s: exec guards need Linux\n", GuardArg)
 	return 2
 }
 
-func startGuard(func() (time.Time, bool), *exec.Cmd) (func(), error) { return func() {}, nil }
+type guardWatch struct{}
+
+func prepareGuard(func() (time.Time, bool)) (guardWatch, error) { return guardWatch{}, nil }
+
+func (guardWatch) start(*exec.Cmd) (func(), error) { return func() {}, nil }

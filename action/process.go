@@ -122,12 +122,16 @@ func RunProcess(ctx context.Context, p ProcessSpec, env []string, until func() (
 	cmd.Env = processEnv(p, env)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	startSupervised(cmd)
+	guard, err := prepareGuard(until)
+	if err != nil {
+		return fmt.Errorf("singleton %s: not started: its guard: %w", p.Name, err)
+	}
 	unlock := lockThread() // Pdeathsig follows the thread that started the child
 	defer unlock()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("singleton %s: start %q: %w", p.Name, p.Command[0], err)
 	}
-	stopGuard, err := startGuard(until, cmd)
+	stopGuard, err := guard.start(cmd)
 	if err != nil {
 		signalGroup(cmd, true)
 		_ = cmd.Wait()

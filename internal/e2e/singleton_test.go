@@ -327,7 +327,8 @@ while :; do sleep 0.05; done
 
 // A singleton stopped on purpose — paused, or its node shut down — gets
 // SIGTERM and its stop_timeout to wind up: the node's guard, which kills a
-// frozen node's processes at their deadline, must not cut that short.
+// frozen node's processes at their deadline, must not cut that short, not
+// even when it gets SIGTERM too (systemctl stop signals every process).
 func TestSingletonGracefulStop(t *testing.T) {
 	dir := t.TempDir()
 	script, out := filepath.Join(dir, "graceful.sh"), filepath.Join(dir, "out")
@@ -356,7 +357,16 @@ func TestSingletonGracefulStop(t *testing.T) {
 	if err := poll(20*time.Second, func() (bool, string) { return lines() == "up term bye up", lines() }); err != nil {
 		t.Fatal(err)
 	}
+	// As a service manager stops a service: SIGTERM to each of its
+	// processes, the node's guard among them.
+	guard := fleettest.GuardOf(nodes[0].cmd.Process.Pid)
+	if guard == 0 {
+		t.Fatal("the node runs its singleton without a guard")
+	}
 	nodes[0].signal(t, syscall.SIGTERM)
+	if err := syscall.Kill(guard, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	nodes[0].wait(t, 15*time.Second)
 	if got := lines(); got != "up term bye up term bye" {
 		t.Fatalf("node shutdown: the process did not wind up: %q", got)

@@ -54,6 +54,32 @@ func Alive(pid int) bool {
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
+// GuardOf returns the pid of the exec guard the node with pid node runs,
+// or 0 when it runs none.
+func GuardOf(node int) int {
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 || f[1] != strconv.Itoa(node) {
+			continue
+		}
+		if argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(argv), "\x00__sqlease-exec-guard") {
+			return pid
+		}
+	}
+	return 0
+}
+
 // PIDs reads the pids CounterScript processes appended to file.
 func PIDs(file string) []int {
 	b, _ := os.ReadFile(file)
