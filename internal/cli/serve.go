@@ -223,7 +223,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	}
 	smetrics.node = snode
 	n.singletonChanges = singletonChanges
-	n.singletons = newSingletonHost(singletonAdmin{store: store, leases: store}, snode, "http://"+localAddr(ln.Addr()), log)
+	n.singletons = newSingletonHost(singletonAdmin{store: store, leases: store}, snode, "http://"+localAddr(ln.Addr()), cfg.LeaseDuration, log)
 
 	dash, err := dashboard.New(dashboard.Config{Store: store, Scheduler: n.sched, Elector: n.elector, Singletons: n.singletons,
 		APIToken: cfg.APIToken, ListenAddr: cfg.HTTP, Logger: log})

@@ -140,9 +140,10 @@ func (s singletonAdmin) Delete(ctx context.Context, name string) error {
 // holds, and serves the processes' state and heartbeat calls.
 type singletonHost struct {
 	singletonAdmin
-	node *singleton.Node
-	api  string // this node's base URL, for SQLEASE_API
-	log  *slog.Logger
+	node  *singleton.Node
+	api   string        // this node's base URL, for SQLEASE_API
+	every time.Duration // re-read interval without a change feed (syncInterval)
+	log   *slog.Logger
 
 	kick chan struct{} // a write through this node: sync now
 
@@ -158,22 +159,31 @@ type procRun struct {
 	in     *singleton.Instance[json.RawMessage]
 }
 
-func newSingletonHost(admin singletonAdmin, node *singleton.Node, api string, log *slog.Logger) *singletonHost {
-	return &singletonHost{singletonAdmin: admin, node: node, api: api, log: log, kick: make(chan struct{}, 1),
+func newSingletonHost(admin singletonAdmin, node *singleton.Node, api string, lease time.Duration, log *slog.Logger) *singletonHost {
+	return &singletonHost{singletonAdmin: admin, node: node, api: api, every: syncInterval(lease), log: log, kick: make(chan struct{}, 1),
 		registered: map[string]string{}, runs: map[string]*procRun{}}
 }
 
-// syncEvery is how often a node re-reads the singletons table while it has
-// daemon singletons, syncIdle while there are none (an idle fleet costs
-// the database little): a change made through another node (or the CLI)
-// reaches it within that; one made through this node's API at once. With a
-// change feed (PostgreSQL) every change arrives at once, and the re-reads
-// are only a safety net: syncFed.
+// syncEvery bounds how often a node re-reads the singletons table: a change
+// made through another node (or the CLI) reaches it within that, one made
+// through this node's API at once. The node re-reads every half lease
+// (syncInterval), so that a node learns of a singleton before the lease of
+// the node that created it, and runs it alone, can expire: its death then
+// moves the singleton within the usual failover bound. With a change feed
+// (PostgreSQL) every change arrives at once, and the re-reads are only a
+// safety net: syncFed.
 const (
 	syncEvery = 5 * time.Second
-	syncIdle  = 15 * time.Second
 	syncFed   = time.Minute
 )
+
+// syncInterval is the re-read interval for a node whose leases last lease.
+func syncInterval(lease time.Duration) time.Duration {
+	if lease <= 0 {
+		return syncEvery
+	}
+	return max(min(lease/2, syncEvery), 100*time.Millisecond)
+}
 
 // run follows the table until ctx ends; changes, when not nil, signals
 // that definitions changed.
@@ -192,15 +202,10 @@ func (h *singletonHost) run(ctx context.Context, changes <-chan struct{}) {
 		if err != nil && ctx.Err() == nil {
 			h.log.Warn("singleton_sync_failed", slog.String("error", err.Error()))
 		}
-		h.mu.Lock()
-		every := syncEvery
-		switch {
-		case changes != nil && err == nil:
+		every := h.every
+		if changes != nil && err == nil {
 			every = syncFed
-		case len(h.registered) == 0:
-			every = syncIdle
 		}
-		h.mu.Unlock()
 		t.Reset(every)
 	}
 }
