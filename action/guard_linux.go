@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -188,11 +187,7 @@ func (gd *guardian) startLocked(command []string) error {
 	started := make(chan error, 1)
 	pid := make(chan int, 1)
 	exited := make(chan struct{})
-	go func() {
-		// The parent-death signal follows the thread that forked the
-		// guard: this goroutine keeps it until the guard exits, and its
-		// end (still locked) ends the thread.
-		runtime.LockOSThread()
+	go func() { // starts the guard and waits for it to exit
 		g := exec.Command(command[0], command[1:]...)
 		g.ExtraFiles = []*os.File{r}
 		g.Env = []string{} // not the node's: it may hold secrets, and the guard needs none
