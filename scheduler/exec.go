@@ -236,16 +236,21 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 	return s.runStarted(ctx, c, r, d, log)
 }
 
-// interrupted reports whether an attempt of c's due occurrence started and
-// did not finish, so that the occurrence must be retried whatever later
-// occurrences fell due meanwhile: a stale lock was taken over (Reclaimed)
-// with attempts counted, attempts are left, the occurrence is not older
-// than skip_if_older_than, and the policy is not skip (a skip job runs only
-// the occurrences from now on; the interrupted run is marked abandoned).
-// Where the dialect cannot tell a reclaim, a job waiting to retry a failed
-// attempt counts too: it is retried the same.
+// interrupted reports whether an attempt of c's due occurrence started
+// without completing it, so that the occurrence must be retried whatever
+// later occurrences fell due meanwhile: attempts were counted and some are
+// left, the occurrence is not older than skip_if_older_than, and the policy
+// is not skip (a skip job runs only the occurrences from now on; an
+// interrupted run is marked abandoned).
+//
+// It does not ask whether the claim took over a stale lock: the attempt
+// may have been interrupted before the claim before this one, which gave
+// the job back without starting anything (a start that failed, a deferred
+// retry cut short by a shutdown), and which must not turn an accepted
+// occurrence into a missed one (SPEC G3). So a job waiting to retry a
+// failed attempt retries that occurrence too, on every dialect.
 func interrupted(c *sqlstore.Claimed) bool {
-	return c.Reclaimed && c.Attempt > 0 && c.Attempt < c.Retry.MaxAttempts && c.MissedRuns != sqlease.Skip &&
+	return c.Attempt > 0 && c.Attempt < c.Retry.MaxAttempts && c.MissedRuns != sqlease.Skip &&
 		(c.SkipIfOlderThan <= 0 || !c.NextRunAt.Before(c.Now.Add(-c.SkipIfOlderThan)))
 }
 
