@@ -184,10 +184,12 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 		return planned
 	}
 
-	if attempt > 1 && c.Reclaimed {
-		// The previous attempt was interrupted: its sender may be alive
-		// (an advisory takeover does not wait for its lease to expire).
-		// Retry once it can no longer be sending; the job stays locked.
+	if attempt > 1 {
+		// The previous attempt may have been interrupted (also when this
+		// claim took over no lock: see interrupted): its sender may be
+		// alive (an advisory takeover does not wait for its lease to
+		// expire). Retry once it can no longer be sending; the job stays
+		// locked. (d.settled is in the past but right after a takeover.)
 		if wait := time.Until(d.settled); wait > 0 {
 			log.Info("run_retry_deferred", slog.Time("scheduled_for", run), slog.Int("attempt", attempt), slog.Duration("wait", wait),
 				slog.String("reason", "the interrupted attempt's holder may still be acting until its lease expires"))

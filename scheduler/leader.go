@@ -560,9 +560,11 @@ func (l *leader) run(ctx context.Context, wg *sync.WaitGroup, id int64, claimed 
 
 // mustWait reports whether a claimed job's due occurrence may have an
 // attempt in flight under an earlier term whose holder may still be acting:
-// the job was locked when claimed (a reclaim) and an attempt of it started.
+// an attempt of it started, and earlier terms may still act. (Not only
+// when the claim took over a lock: the claim that did may have given the
+// job back without starting anything, see interrupted.)
 func (l *leader) mustWait(c *sqlstore.Claimed) bool {
-	return c.Reclaimed && c.Attempt > 0 && time.Now().Before(l.settled)
+	return c.Attempt > 0 && time.Now().Before(l.settled)
 }
 
 // maxClaiming bounds the leader's claims in flight: enough to overlap their

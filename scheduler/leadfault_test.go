@@ -488,73 +488,113 @@ func TestLeaderRetakesItsOwnUnheardClaim(t *testing.T) {
 // though later occurrences fell due and the next claim is no takeover of a
 // stale lock. Before, the missed-runs policy (run_once) moved on to the
 // latest occurrence: the accepted one was lost (the fault suite's
-// terminate-backends-during-rebuild trial found it on PostgreSQL).
+// terminate-backends-during-rebuild trial found it on PostgreSQL). And a
+// next leader whose earlier terms may still act waits for them, as for a
+// takeover: the interrupted attempt's sender may be alive.
 func TestGivenBackInterruptedOccurrenceRetried(t *testing.T) {
 	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
-		ctx := context.Background()
-		st := newStore(t)
-		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
-		for _, other := range []string{"every-leader", "every-claim", "given-back"} { // the dialect's database is shared
-			if err := admin.Delete(ctx, other); err != nil && !errors.Is(err, sqlease.ErrNoJob) {
-				t.Fatal(err)
-			}
-		}
-		j, _, err := admin.Create(ctx, sqlease.Job{Name: "given-back", Schedule: sqlease.Schedule{Every: 200 * time.Millisecond},
-			MissedRuns: sqlease.RunOnce, LockTimeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		lease := "lead-given-back"
-		old, err := st.Acquire(ctx, lease, "old", 100*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		due := leaderStarts(t, st, old.Token(), j.ID) // attempt 1, then "old" dies
-		var l sqlease.Lease
-		waitFor(t, 5*time.Second, "the old lease to expire", func() bool {
-			l, err = st.Acquire(ctx, lease, "new", time.Minute)
-			return err == nil
-		})
-		// The next leader claims the retry, defers it (the old holder may
-		// act for a minute more), and drains: the claim is given back.
-		s := newSched(t, scheduler.Config{Store: st, Holder: "new", Handler: (&recorder{}).handle})
-		lctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			done <- s.Lead(lctx, &settledGate{st: st, tok: l.Token(), settled: time.Now().Add(time.Minute)}, l.Token())
-		}()
-		waitFor(t, 5*time.Second, "the leader to claim it", func() bool {
-			got, _ := st.Job(ctx, "given-back")
-			return got.LockedBy == "new"
-		})
-		dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
-		defer dcancel()
-		if err := s.Drain(dctx); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-		<-done
-		got, err := st.Job(ctx, "given-back")
-		if err != nil || got.LockedBy != "" || got.Attempt != 1 || !got.NextRunAt.Equal(due) {
-			t.Fatalf("after the drain: %+v %v; want unlocked at %s, attempt 1", got, err, due)
-		}
-		time.Sleep(500 * time.Millisecond) // later occurrences fall due
-
-		rec := &recorder{}
-		runClaim(t, newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle}))
-		var first sqlease.Run
-		waitFor(t, 10*time.Second, "a run", func() bool {
-			for _, r := range rec.snapshot() {
-				if r.Job == "given-back" {
-					first = r
-					return true
-				}
-			}
-			return false
-		})
-		if !first.ScheduledFor.Equal(due) || first.Attempt != 2 {
-			t.Fatalf("first run after the claim was given back: occurrence %s attempt %d, want the interrupted %s as attempt 2",
-				first.ScheduledFor, first.Attempt, due)
+		for _, next := range []string{"claim", "leader"} {
+			t.Run(next, func(t *testing.T) { givenBack(t, newStore, next) })
 		}
 	})
+}
+
+func givenBack(t *testing.T, newStore func(*testing.T) *sqlstore.Store, next string) {
+	ctx := context.Background()
+	st := newStore(t)
+	admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+	for _, other := range []string{"every-leader", "every-claim", "given-back"} { // the dialect's database is shared
+		if err := admin.Delete(ctx, other); err != nil && !errors.Is(err, sqlease.ErrNoJob) {
+			t.Fatal(err)
+		}
+	}
+	j, _, err := admin.Create(ctx, sqlease.Job{Name: "given-back", Schedule: sqlease.Schedule{Every: 200 * time.Millisecond},
+		MissedRuns: sqlease.RunOnce, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := "lead-given-back-" + next
+	old, err := st.Acquire(ctx, lease, "old", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := leaderStarts(t, st, old.Token(), j.ID) // attempt 1, then "old" dies
+	var l sqlease.Lease
+	waitFor(t, 5*time.Second, "the old lease to expire", func() bool {
+		l, err = st.Acquire(ctx, lease, "new", time.Minute)
+		return err == nil
+	})
+	// The next leader claims the retry, defers it (the old holder may
+	// act for a minute more), and drains: the claim is given back.
+	s := newSched(t, scheduler.Config{Store: st, Holder: "new", Handler: (&recorder{}).handle})
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Lead(lctx, &settledGate{st: st, tok: l.Token(), settled: time.Now().Add(time.Minute)}, l.Token())
+	}()
+	waitFor(t, 5*time.Second, "the leader to claim it", func() bool {
+		got, _ := st.Job(ctx, "given-back")
+		return got.LockedBy == "new"
+	})
+	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer dcancel()
+	if err := s.Drain(dctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	got, err := st.Job(ctx, "given-back")
+	if err != nil || got.LockedBy != "" || got.Attempt != 1 || !got.NextRunAt.Equal(due) {
+		t.Fatalf("after the drain: %+v %v; want unlocked at %s, attempt 1", got, err, due)
+	}
+	time.Sleep(500 * time.Millisecond) // later occurrences fall due
+
+	var mu sync.Mutex
+	var firstAt time.Time
+	rec := &recorder{fn: func(ctx context.Context, r sqlease.Run) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstAt.IsZero() {
+			firstAt = time.Now()
+		}
+		return nil
+	}}
+	var settled time.Time
+	if next == "claim" {
+		runClaim(t, newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle}))
+	} else {
+		if err := st.Release(ctx, l.Token()); err != nil {
+			t.Fatal(err)
+		}
+		l, err := st.Acquire(ctx, lease, "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		settled = time.Now().Add(800 * time.Millisecond)
+		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- s.Lead(lctx, &settledGate{st: st, tok: l.Token(), settled: settled}, l.Token()) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	var first sqlease.Run
+	waitFor(t, 10*time.Second, "a run", func() bool {
+		for _, r := range rec.snapshot() {
+			if r.Job == "given-back" {
+				first = r
+				return true
+			}
+		}
+		return false
+	})
+	if !first.ScheduledFor.Equal(due) || first.Attempt != 2 {
+		t.Fatalf("first run after the claim was given back: occurrence %s attempt %d, want the interrupted %s as attempt 2",
+			first.ScheduledFor, first.Attempt, due)
+	}
+	mu.Lock()
+	started := firstAt
+	mu.Unlock()
+	if started.Before(settled) {
+		t.Fatalf("the interrupted occurrence was retried %s before the earlier terms' holders could no longer act", settled.Sub(started))
+	}
 }
