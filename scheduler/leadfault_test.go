@@ -59,6 +59,55 @@ func leaderStarts(t *testing.T, st *sqlstore.Store, tok sqlease.Token, id int64)
 	return due
 }
 
+// leadTerm runs s.Lead under gate for the term tok until the test ends or
+// stop is called.
+func leadTerm(t *testing.T, s *scheduler.Scheduler, gate scheduler.Gate, tok sqlease.Token) (stop func()) {
+	lctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Lead(lctx, gate, tok) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// interruptThenDrain has a leader "old" of lease start attempt 1 of job
+// id and die; then a leader "new" claims the retry, defers it (its
+// earlier terms may act a minute more) and drains, which must give the
+// claim back. It returns the occurrence and the recorder of "new".
+func interruptThenDrain(t *testing.T, st *sqlstore.Store, lease, job string, id int64) (time.Time, *recorder) {
+	t.Helper()
+	ctx := context.Background()
+	old, err := st.Acquire(ctx, lease, "old", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := leaderStarts(t, st, old.Token(), id)
+	var l sqlease.Lease
+	waitFor(t, 5*time.Second, "the old lease to expire", func() bool {
+		l, err = st.Acquire(ctx, lease, "new", time.Minute)
+		return err == nil
+	})
+	rec := &recorder{}
+	s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
+	stop := leadTerm(t, s, &settledGate{st: st, tok: l.Token(), settled: time.Now().Add(time.Minute)}, l.Token())
+	defer stop()
+	waitFor(t, 5*time.Second, "the leader to claim it", func() bool {
+		got, _ := st.Job(ctx, job)
+		return got.LockedBy == "new"
+	})
+	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer dcancel()
+	began := time.Now()
+	if err := s.Drain(dctx); err != nil {
+		t.Fatalf("drain with a deferred retry: %v after %s", err, time.Since(began))
+	}
+	if err := st.Release(ctx, l.Token()); err != nil {
+		t.Fatal(err)
+	}
+	return due, rec
+}
+
 // An occurrence interrupted under an earlier term is retried only once that
 // term's holder can no longer be sending it (SPEC G3): not before the gate's
 // PriorTermsEnd. A new occurrence is not delayed.
@@ -98,10 +147,7 @@ func TestLeaderDefersRetryOfInterruptedRun(t *testing.T) {
 		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
 		wait := 800 * time.Millisecond
 		gate := &settledGate{st: st, tok: tokB.Token(), settled: time.Now().Add(wait)}
-		lctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- s.Lead(lctx, gate, tokB.Token()) }()
-		t.Cleanup(func() { cancel(); <-done })
+		leadTerm(t, s, gate, tokB.Token())
 
 		waitFor(t, 10*time.Second, "both jobs to run", func() bool { return rec.count() == 2 })
 		mu.Lock()
@@ -297,23 +343,11 @@ func TestInterruptedOccurrenceRetriedPastLaterOnes(t *testing.T) {
 						l, err = st.Acquire(ctx, "lead", "new", time.Minute)
 						return err == nil
 					})
-					lctx, cancel := context.WithCancel(ctx)
-					done := make(chan error, 1)
-					go func() { done <- s.Lead(lctx, &settledGate{st: st, tok: l.Token()}, l.Token()) }()
-					t.Cleanup(func() { cancel(); <-done })
+					leadTerm(t, s, &settledGate{st: st, tok: l.Token()}, l.Token())
 				} else {
 					runClaim(t, s)
 				}
-				var first sqlease.Run
-				waitFor(t, 10*time.Second, "a run", func() bool {
-					for _, r := range rec.snapshot() {
-						if r.Job == name {
-							first = r
-							return true
-						}
-					}
-					return false
-				})
+				first, _ := rec.first(t, name)
 				if !first.ScheduledFor.Equal(due) || first.Attempt != 2 {
 					t.Fatalf("first run after the crash: occurrence %s attempt %d, want the interrupted %s as attempt 2",
 						first.ScheduledFor, first.Attempt, due)
@@ -338,34 +372,7 @@ func TestDeferredRetryDoesNotHoldUpDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := st.Acquire(ctx, "lead", "old", 100*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaderStarts(t, st, old.Token(), j.ID)
-	var l sqlease.Lease
-	waitFor(t, 5*time.Second, "the old lease to expire", func() bool {
-		l, err = st.Acquire(ctx, "lead", "new", time.Minute)
-		return err == nil
-	})
-	rec := &recorder{}
-	s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
-	lctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- s.Lead(lctx, &settledGate{st: st, tok: l.Token(), settled: time.Now().Add(time.Minute)}, l.Token())
-	}()
-	defer func() { cancel(); <-done }()
-	waitFor(t, 5*time.Second, "the leader to claim it", func() bool {
-		got, _ := st.Job(ctx, "interrupted")
-		return got.LockedBy == "new"
-	})
-	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
-	defer dcancel()
-	began := time.Now()
-	if err := s.Drain(dctx); err != nil {
-		t.Fatalf("drain with a deferred retry: %v after %s", err, time.Since(began))
-	}
+	_, rec := interruptThenDrain(t, st, "lead", "interrupted", j.ID)
 	got, err := st.Job(ctx, "interrupted")
 	if err != nil {
 		t.Fatal(err)
@@ -457,10 +464,7 @@ func TestLeaderRetakesItsOwnUnheardClaim(t *testing.T) {
 		rec := &recorder{}
 		s := newSched(t, scheduler.Config{Store: st, Holder: "leader", Handler: rec.handle})
 		gate := &settledGate{st: st, tok: tok, settled: time.Now()}
-		lctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- s.Lead(lctx, gate, tok) }()
-		t.Cleanup(func() { cancel(); <-done })
+		leadTerm(t, s, gate, tok)
 
 		waitFor(t, 10*time.Second, "the job to run (its lock_timeout is an hour)", func() bool { return rec.count() == 1 })
 		time.Sleep(300 * time.Millisecond) // a second run would come now
@@ -514,86 +518,30 @@ func givenBack(t *testing.T, newStore func(*testing.T) *sqlstore.Store, next str
 		t.Fatal(err)
 	}
 	lease := "lead-given-back-" + next
-	old, err := st.Acquire(ctx, lease, "old", 100*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	due := leaderStarts(t, st, old.Token(), j.ID) // attempt 1, then "old" dies
-	var l sqlease.Lease
-	waitFor(t, 5*time.Second, "the old lease to expire", func() bool {
-		l, err = st.Acquire(ctx, lease, "new", time.Minute)
-		return err == nil
-	})
-	// The next leader claims the retry, defers it (the old holder may
-	// act for a minute more), and drains: the claim is given back.
-	s := newSched(t, scheduler.Config{Store: st, Holder: "new", Handler: (&recorder{}).handle})
-	lctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- s.Lead(lctx, &settledGate{st: st, tok: l.Token(), settled: time.Now().Add(time.Minute)}, l.Token())
-	}()
-	waitFor(t, 5*time.Second, "the leader to claim it", func() bool {
-		got, _ := st.Job(ctx, "given-back")
-		return got.LockedBy == "new"
-	})
-	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
-	defer dcancel()
-	if err := s.Drain(dctx); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	<-done
+	due, _ := interruptThenDrain(t, st, lease, "given-back", j.ID)
 	got, err := st.Job(ctx, "given-back")
 	if err != nil || got.LockedBy != "" || got.Attempt != 1 || !got.NextRunAt.Equal(due) {
 		t.Fatalf("after the drain: %+v %v; want unlocked at %s, attempt 1", got, err, due)
 	}
 	time.Sleep(500 * time.Millisecond) // later occurrences fall due
 
-	var mu sync.Mutex
-	var firstAt time.Time
-	rec := &recorder{fn: func(ctx context.Context, r sqlease.Run) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if firstAt.IsZero() {
-			firstAt = time.Now()
-		}
-		return nil
-	}}
+	rec := &recorder{}
 	var settled time.Time
 	if next == "claim" {
 		runClaim(t, newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle}))
 	} else {
-		if err := st.Release(ctx, l.Token()); err != nil {
-			t.Fatal(err)
-		}
 		l, err := st.Acquire(ctx, lease, "w", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		settled = time.Now().Add(800 * time.Millisecond)
-		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
-		lctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- s.Lead(lctx, &settledGate{st: st, tok: l.Token(), settled: settled}, l.Token()) }()
-		t.Cleanup(func() { cancel(); <-done })
+		leadTerm(t, newSched(t, scheduler.Config{Store: st, Handler: rec.handle}), &settledGate{st: st, tok: l.Token(), settled: settled}, l.Token())
 	}
-	var first sqlease.Run
-	waitFor(t, 10*time.Second, "a run", func() bool {
-		for _, r := range rec.snapshot() {
-			if r.Job == "given-back" {
-				first = r
-				return true
-			}
-		}
-		return false
-	})
+	first, started := rec.first(t, "given-back")
 	if !first.ScheduledFor.Equal(due) || first.Attempt != 2 {
 		t.Fatalf("first run after the claim was given back: occurrence %s attempt %d, want the interrupted %s as attempt 2",
 			first.ScheduledFor, first.Attempt, due)
 	}
-	mu.Lock()
-	started := firstAt
-	mu.Unlock()
 	if started.Before(settled) {
 		t.Fatalf("the interrupted occurrence was retried %s before the earlier terms' holders could no longer act", settled.Sub(started))
 	}

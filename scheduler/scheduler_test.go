@@ -105,16 +105,18 @@ func runClaim(t *testing.T, s *scheduler.Scheduler) context.CancelFunc {
 	return stop
 }
 
-// recorder is a handler that records every run it is given.
+// recorder is a handler that records every run it is given, and when.
 type recorder struct {
 	mu   sync.Mutex
 	runs []sqlease.Run
+	at   []time.Time
 	fn   func(ctx context.Context, r sqlease.Run) error
 }
 
 func (rec *recorder) handle(ctx context.Context, r sqlease.Run) error {
 	rec.mu.Lock()
 	rec.runs = append(rec.runs, r)
+	rec.at = append(rec.at, time.Now())
 	rec.mu.Unlock()
 	if rec.fn != nil {
 		return rec.fn(ctx, r)
@@ -126,6 +128,26 @@ func (rec *recorder) count() int {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	return len(rec.runs)
+}
+
+// first waits for the first run of job and returns it and when the
+// handler got it.
+func (rec *recorder) first(t *testing.T, job string) (sqlease.Run, time.Time) {
+	t.Helper()
+	var r sqlease.Run
+	var at time.Time
+	waitFor(t, 10*time.Second, "a run of "+job, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for i := range rec.runs {
+			if rec.runs[i].Job == job {
+				r, at = rec.runs[i], rec.at[i]
+				return true
+			}
+		}
+		return false
+	})
+	return r, at
 }
 
 func (rec *recorder) snapshot() []sqlease.Run {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/sqlease/sqlease/action"
 )
 
 // CounterScript is a daemon singleton written in bash (no Go, no curl): it
@@ -73,7 +75,7 @@ func GuardOf(node int) int {
 		if len(f) < 2 || f[1] != strconv.Itoa(node) {
 			continue
 		}
-		if argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(argv), "\x00__sqlease-exec-guard") {
+		if argv, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(argv), "\x00"+action.GuardArg) {
 			return pid
 		}
 	}
