@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -79,12 +80,12 @@ const nodeStopTimeout = time.Minute
 
 // startNode starts `sqlease serve` on a free port (logging warnings only:
 // a daemon logs two lines per run at info) and returns its HTTP address
-// once /healthz answers, and how to stop it: SIGINT, then SIGKILL and an
-// error if it has not exited within nodeStopTimeout.
-func startNode(ctx context.Context, bin, dsn, holder string, extra ...string) (string, func() error, error) {
+// and pid once /healthz answers, and how to stop it: SIGINT, then SIGKILL
+// and an error if it has not exited within nodeStopTimeout.
+func startNode(ctx context.Context, bin, dsn, holder string, extra ...string) (string, int, func() error, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	addr := l.Addr().String()
 	l.Close()
@@ -94,7 +95,7 @@ func startNode(ctx context.Context, bin, dsn, holder string, extra ...string) (s
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -113,18 +114,29 @@ func startNode(ctx context.Context, bin, dsn, holder string, extra ...string) (s
 		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return addr, stop, nil
+				return addr, cmd.Process.Pid, stop, nil
 			}
 		}
 	}
 	_ = stop()
-	return "", nil, fmt.Errorf("node %s did not serve /healthz within 30s: %s", holder, stderr.String())
+	return "", 0, nil, fmt.Errorf("node %s did not serve /healthz within 30s: %s", holder, stderr.String())
 }
 
-func runDaemon(ctx context.Context, e *env, bin, dialect string, n, nodes int, dispatch string) (perSec float64, p50, p99 time.Duration, err error) {
+// daemonRun is one run's figures. The CPU each part used from the due
+// instant to the last arrival, per delivery, says what a node costs
+// whatever else shares the machine (here: the receiver and the database).
+type daemonRun struct {
+	perSec                  float64
+	p50, p99                time.Duration
+	nodeCPU, dbCPU, recvCPU time.Duration // per delivery; dbCPU 0 where unknown
+	machine                 float64       // busy share of the machine
+	nodePeak                int64         // the nodes' largest peak RSS (VmHWM), bytes
+}
+
+func runDaemon(ctx context.Context, e *env, bin, dialect string, n, nodes int, dispatch string) (res daemonRun, err error) {
 	tg, err := e.newTarget(ctx, dialect)
 	if err != nil {
-		return 0, 0, 0, err
+		return res, err
 	}
 	defer tg.cleanup()
 	db := tg.dsn
@@ -134,16 +146,17 @@ func runDaemon(ctx context.Context, e *env, bin, dialect string, n, nodes int, d
 	rec := &receiver{done: make(chan struct{}), want: n}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, 0, 0, err
+		return res, err
 	}
 	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	defer srv.Close()
 	var addrs []string
+	var pids []int
 	for i := range nodes {
-		a, stop, err := startNode(ctx, bin, db, fmt.Sprintf("n%d", i+1), "--dispatch", dispatch)
+		a, pid, stop, err := startNode(ctx, bin, db, fmt.Sprintf("n%d", i+1), "--dispatch", dispatch)
 		if err != nil {
-			return 0, 0, 0, err
+			return res, err
 		}
 		defer func() {
 			if serr := stop(); serr != nil && err == nil {
@@ -151,6 +164,14 @@ func runDaemon(ctx context.Context, e *env, bin, dialect string, n, nodes int, d
 			}
 		}()
 		addrs = append(addrs, a)
+		pids = append(pids, pid)
+	}
+	nodesCPU := func() (t time.Duration) {
+		for _, pid := range pids {
+			_, self, children, _ := procCPU(pid)
+			t += self + children
+		}
+		return t
 	}
 	time.Sleep(time.Second) // a leader, and its schedule built
 	// Time to create them all first: PostgreSQL's bulk insert takes
@@ -168,22 +189,38 @@ func runDaemon(ctx context.Context, e *env, bin, dialect string, n, nodes int, d
 		}
 		resp, err := http.Post("http://"+addrs[0]+"/v1/jobs:batch", "application/x-ndjson", &body)
 		if err != nil {
-			return 0, 0, 0, err
+			return res, err
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusCreated {
-			return 0, 0, 0, fmt.Errorf("POST /v1/jobs:batch: %s: %.200s", resp.Status, b)
+			return res, fmt.Errorf("POST /v1/jobs:batch: %s: %.200s", resp.Status, b)
 		}
 	}
 	if time.Now().After(due) {
-		return 0, 0, 0, fmt.Errorf("creating %d jobs took past their due time", n)
+		return res, fmt.Errorf("creating %d jobs took past their due time", n)
+	}
+	time.Sleep(time.Until(due))
+	node0, machine0, pg := nodesCPU(), sampleCPU(), e.pgCPUStart()
+	if dialect != "postgres" {
+		pg = func() *pgCPUUse { return nil }
 	}
 	select {
 	case <-rec.done:
+		machine := cpuBetween(machine0, sampleCPU())
+		res.nodeCPU = (nodesCPU() - node0) / time.Duration(n)
+		res.recvCPU = machine.Self / time.Duration(n)
+		if u := pg(); u != nil {
+			res.dbCPU = u.Total / time.Duration(n)
+		}
+		res.machine = machine.Utilization()
+		for _, pid := range pids {
+			_, hwm := procMem(strconv.Itoa(pid))
+			res.nodePeak = max(res.nodePeak, hwm)
+		}
 	case <-time.After(time.Until(due) + 5*time.Minute):
 	case <-ctx.Done():
-		return 0, 0, 0, ctx.Err()
+		return res, ctx.Err()
 	}
 	time.Sleep(500 * time.Millisecond) // a duplicate would arrive now
 	rec.mu.Lock()
@@ -206,11 +243,12 @@ func runDaemon(ctx context.Context, e *env, bin, dialect string, n, nodes int, d
 		}
 	}
 	if len(dups) > 0 || len(seen) != n {
-		return 0, 0, 0, fmt.Errorf("exactly-once: %d of %d jobs delivered, %d more than once (%s)", len(seen), n, len(dups), strings.Join(dups[:min(len(dups), 5)], ","))
+		return res, fmt.Errorf("exactly-once: %d of %d jobs delivered, %d more than once (%s)", len(seen), n, len(dups), strings.Join(dups[:min(len(dups), 5)], ","))
 	}
 	sort.Float64s(delays)
 	q := func(p float64) time.Duration { return time.Duration(delays[int(p*float64(len(delays)-1))]) }
-	return float64(n) / last.Sub(due).Seconds(), q(0.5), q(0.99), nil
+	res.perSec, res.p50, res.p99 = float64(n)/last.Sub(due).Seconds(), q(0.5), q(0.99)
+	return res, nil
 }
 
 func daemonScenario(ctx context.Context, e *env, dialect string, n, nodes, runs int) bool {
@@ -223,9 +261,9 @@ func daemonScenario(ctx context.Context, e *env, dialect string, n, nodes, runs 
 	}
 	defer cleanup()
 	for _, dispatch := range []string{"leader", "claim"} {
-		var rates []float64
+		var rates, nodeCPU []float64
 		for r := 1; r <= runs; r++ {
-			rate, p50, p99, err := runDaemon(ctx, e, bin, dialect, n, nodes, dispatch)
+			res, err := runDaemon(ctx, e, bin, dialect, n, nodes, dispatch)
 			if ctx.Err() != nil {
 				return false
 			}
@@ -234,12 +272,23 @@ func daemonScenario(ctx context.Context, e *env, dialect string, n, nodes, runs 
 				exitCode = 1
 				continue
 			}
-			rates = append(rates, rate)
-			fmt.Printf("  run %d: --dispatch %-6s %7.0f deliveries/s  scheduled_for → arrival p50 %s p99 %s\n", r, dispatch, rate, fmtDur(p50), fmtDur(p99))
+			rates, nodeCPU = append(rates, res.perSec), append(nodeCPU, float64(res.nodeCPU))
+			db := "?"
+			if res.dbCPU > 0 {
+				db = fmtDur(res.dbCPU)
+			}
+			fmt.Printf("  run %d: --dispatch %-6s %7.0f deliveries/s  scheduled_for → arrival p50 %s p99 %s  CPU per delivery: node %s, database %s, receiver %s (machine %.0f%% busy); node peak RSS %s\n",
+				r, dispatch, res.perSec, fmtDur(res.p50), fmtDur(res.p99), fmtDur(res.nodeCPU), db, fmtDur(res.recvCPU), 100*res.machine, mib(res.nodePeak))
 		}
 		if len(rates) > 0 {
 			sort.Float64s(rates)
-			fmt.Printf("  median, --dispatch %s: %.0f deliveries/s\n", dispatch, rates[len(rates)/2])
+			sort.Float64s(nodeCPU)
+			c := time.Duration(nodeCPU[len(nodeCPU)/2])
+			// What one core of a node's own would deliver, whatever shares
+			// this machine: the figure that carries to a deployment where
+			// the receiver and the database run elsewhere.
+			fmt.Printf("  median, --dispatch %s: %.0f deliveries/s; node CPU %s per delivery (%.0f deliveries per node CPU second)\n",
+				dispatch, rates[len(rates)/2], fmtDur(c), float64(time.Second)/float64(c))
 		}
 	}
 	return true

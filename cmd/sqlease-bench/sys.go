@@ -93,9 +93,16 @@ func sampleMem() memSample {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	m := memSample{HeapInuse: ms.HeapInuse, HeapAlloc: ms.HeapAlloc}
-	b, err := os.ReadFile("/proc/self/status")
+	m.RSS, m.HWM = procMem("self")
+	return m
+}
+
+// procMem reads a process's VmRSS and VmHWM (bytes) from
+// /proc/<pid>/status.
+func procMem(pid string) (rss, hwm int64) {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
-		return m
+		return 0, 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
@@ -105,12 +112,12 @@ func sampleMem() memSample {
 		kb, _ := strconv.ParseInt(f[1], 10, 64)
 		switch f[0] {
 		case "VmRSS:":
-			m.RSS = kb << 10
+			rss = kb << 10
 		case "VmHWM:":
-			m.HWM = kb << 10
+			hwm = kb << 10
 		}
 	}
-	return m
+	return rss, hwm
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
