@@ -17,6 +17,14 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", sqlstore.JobColumns,
 		"{runcols}", sqlstore.RunColumns, "{now}", now, "{options}", tableOptions, "{leases}", prefix+"_leases")
 	stale := plusMS("locked_at", "lock_timeout_ms") + ` < {now}`
+	// A job claim mode may take: due, and unlocked, stale, or claimed
+	// under a worker lease that is gone.
+	claimable := strings.NewReplacer("{stale}", stale).Replace(`paused = 0 AND next_run_at <= {now}
+  AND (not_before IS NULL OR not_before <= {now})
+  AND (locked_by IS NULL OR {stale}
+       OR (j.lock_lease_epoch < 0 AND NOT EXISTS (SELECT 1 FROM {leases} wl WHERE wl.lease_name = CONCAT('` + sqlstore.WorkerLeasePrefix + `', j.locked_by)
+           AND wl.lease_epoch = -j.lock_lease_epoch AND wl.expires_at > {now})))`)
+	withClaimable := func(q string) string { return r.Replace(strings.ReplaceAll(q, "{claimable}", claimable)) }
 	return withOutput(prefix, sqlstore.JobQueries{
 		Migrations: []string{
 			// MySQL has no partial indexes, nor CREATE INDEX IF NOT EXISTS:
@@ -98,15 +106,23 @@ WHERE name = ? AND locked_by IS NULL`),
 		},
 		// SKIP LOCKED passes over the jobs other workers are claiming; the
 		// store claims the rows it locks with ClaimJobWR, in this transaction.
-		ClaimDueIDs: r.Replace(`SELECT id FROM {jobs} AS j
-WHERE paused = 0 AND next_run_at <= {now}
-  AND (not_before IS NULL OR not_before <= {now})
-  AND (locked_by IS NULL OR ` + stale + `
-       OR (j.lock_lease_epoch < 0 AND NOT EXISTS (SELECT 1 FROM {leases} wl WHERE wl.lease_name = CONCAT('` + sqlstore.WorkerLeasePrefix + `', j.locked_by)
-           AND wl.lease_epoch = -j.lock_lease_epoch AND wl.expires_at > {now})))
+		ClaimDueIDs: withClaimable(`SELECT id FROM {jobs} AS j WHERE {claimable}
 ORDER BY next_run_at, id
 LIMIT ?
 FOR UPDATE SKIP LOCKED`),
+		// The same in two steps, so that only the jobs it claims are
+		// locked (see sqlstore.JobQueries.ClaimCandidates).
+		ClaimCandidates: withClaimable(`SELECT id FROM {jobs} AS j WHERE {claimable}
+ORDER BY next_run_at, id
+LIMIT ?`),
+		ClaimLockIDs: withClaimable(`SELECT id FROM {jobs} AS j WHERE id IN ({ids}) AND {claimable}
+ORDER BY next_run_at, id
+FOR UPDATE SKIP LOCKED`),
+		ClaimIDsWR: sqlstore.WriteRead{
+			Write: r.Replace(`UPDATE {jobs} SET locked_by = ?, locked_at = {now}, lock_epoch = lock_epoch + 1, lock_lease_epoch = ?
+WHERE id IN ({ids})`),
+			Read: r.Replace(`SELECT {cols}, locked_at FROM {jobs} WHERE id IN ({ids}) ORDER BY next_run_at, id`),
+		},
 		ClaimJobWR: sqlstore.WriteRead{
 			Write: r.Replace(`UPDATE {jobs} SET locked_by = ?, locked_at = {now}, lock_epoch = lock_epoch + 1,
 	lock_lease_epoch = ?

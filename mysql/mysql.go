@@ -217,7 +217,8 @@ func Open(rawURL string) (*sql.DB, error) {
 // one after (FenceLimitReset).
 const idleTransactionLimit = `SET /*M!100300 SESSION idle_transaction_timeout = 1, */ @sqlease_fence_ms = NULL`
 
-// sessionConnector runs idleTransactionLimit on each new connection.
+// sessionConnector runs idleTransactionLimit on each new connection, and
+// makes it keep its prepared statements (stmtConn).
 type sessionConnector struct{ driver.Connector }
 
 func (c sessionConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -234,7 +235,19 @@ func (c sessionConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		conn.Close()
 		return nil, err
 	}
-	return conn, nil
+	// The session's own level, so that a transaction at it needs no SET
+	// of its own (stmtConn.BeginTx): a round trip less per transaction.
+	if _, err := ex.ExecContext(ctx, `SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED`, nil); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	sc, err := newStmtConn(conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	sc.readCommitted = true
+	return sc, nil
 }
 
 // New returns a lease store on db whose tables are named with prefix. db

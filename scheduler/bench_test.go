@@ -15,7 +15,8 @@ package scheduler_test
 //
 // PostgreSQL: $SQLEASE_TEST_POSTGRES_URL, else a private server started
 // through internal/pgtest for each top-level benchmark (binaries in
-// /usr/lib/postgresql/15/bin or $SQLEASE_TEST_PG_BIN). Do not run these
+// /usr/lib/postgresql/15/bin or $SQLEASE_TEST_PG_BIN). MySQL/MariaDB
+// (sub-benchmarks "mysql/…") only where $SQLEASE_TEST_MYSQL_URL is set. Do not run these
 // under -race (scripts/test.sh adds it): the race detector slows the client
 // several times.
 
@@ -25,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,7 +34,9 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
+	"github.com/sqlease/sqlease/mysql"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlite"
@@ -46,6 +50,16 @@ func benchFreshTarget(b *testing.B, dialect, pgURL string) func(b *testing.B) *s
 		path := filepath.Join(b.TempDir(), "jobs.db")
 		return func(b *testing.B) *sqlstore.Store {
 			s, err := sqlite.OpenStore(context.Background(), path, "sqlease")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.DB().Close() })
+			return s
+		}
+	case "mysql":
+		url := mysqltest.CreateDatabase(b, os.Getenv("SQLEASE_TEST_MYSQL_URL"))
+		return func(b *testing.B) *sqlstore.Store {
+			s, err := mysql.OpenStore(context.Background(), url, "sqlease")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -74,6 +88,14 @@ func benchPostgresURL(b *testing.B) string {
 	return pgtest.Start(b).URL()
 }
 
+// benchDialects are the databases the benchmarks run on.
+func benchDialects() []string {
+	if os.Getenv("SQLEASE_TEST_MYSQL_URL") != "" {
+		return []string{"sqlite", "postgres", "mysql"}
+	}
+	return []string{"sqlite", "postgres"}
+}
+
 // benchSeed creates one job through Create and copies it n times in one
 // INSERT … SELECT (so every column is what Create writes), due now.
 func benchSeed(b *testing.B, st *sqlstore.Store, dialect string, n int) (minID, maxID int64) {
@@ -98,6 +120,11 @@ func benchSeed(b *testing.B, st *sqlstore.Store, dialect string, n int) (minID, 
 		q = `WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ?1)
 INSERT INTO sqlease_jobs (` + cols + `) ` + fmt.Sprintf(sel, `strftime('%Y-%m-%d %H:%M:%f', t.next_run_at, (-(?1 - g) / 1000.0) || ' seconds')`) +
 			` FROM sqlease_jobs t, s WHERE t.name = 'bench-template'`
+	}
+	if dialect == "mysql" {
+		// MariaDB's sequence engine: seq_1_to_<n> holds 1 … n.
+		q = `INSERT INTO sqlease_jobs (` + cols + `) ` + fmt.Sprintf(strings.Replace(sel, `'bench-' || g`, `CONCAT('bench-', g.seq)`, 1),
+			`t.next_run_at - INTERVAL (? - g.seq) * 1000 MICROSECOND`) + fmt.Sprintf(` FROM sqlease_jobs t CROSS JOIN seq_1_to_%d g WHERE t.name = 'bench-template'`, n)
 	}
 	if _, err := st.DB().ExecContext(ctx, q, n); err != nil {
 		b.Fatal(err)
@@ -189,7 +216,7 @@ func benchWait(b *testing.B, c *benchCounter) {
 // or 4 worker schedulers, each with its own pool.
 func BenchmarkClaimThroughput(b *testing.B) {
 	pgURL := benchPostgresURL(b)
-	for _, dialect := range []string{"sqlite", "postgres"} {
+	for _, dialect := range benchDialects() {
 		for _, workers := range []int{1, 4} {
 			for _, cfg := range benchConfigs {
 				b.Run(fmt.Sprintf("%s/workers=%d/%s", dialect, workers, cfg.name), func(b *testing.B) {
@@ -231,7 +258,7 @@ func BenchmarkClaimThroughput(b *testing.B) {
 // calls Lead dispatches b.N due no-op jobs; timed from the elector's start.
 func BenchmarkLeaderDispatch(b *testing.B) {
 	pgURL := benchPostgresURL(b)
-	for _, dialect := range []string{"sqlite", "postgres"} {
+	for _, dialect := range benchDialects() {
 		for _, cfg := range benchConfigs {
 			b.Run(fmt.Sprintf("%s/%s", dialect, cfg.name), func(b *testing.B) {
 				open := benchFreshTarget(b, dialect, pgURL)
@@ -270,7 +297,7 @@ func BenchmarkLeaderDispatch(b *testing.B) {
 // sharing one scheduler and pool; reports p50 and p99 latency.
 func BenchmarkCreate(b *testing.B) {
 	pgURL := benchPostgresURL(b)
-	for _, dialect := range []string{"sqlite", "postgres"} {
+	for _, dialect := range benchDialects() {
 		for _, submitters := range []int{1, 8} {
 			b.Run(fmt.Sprintf("%s/submitters=%d", dialect, submitters), func(b *testing.B) {
 				open := benchFreshTarget(b, dialect, pgURL)
