@@ -14,7 +14,12 @@ func timeArg(t time.Time) any { return t.UTC().Truncate(time.Microsecond) }
 
 // jobQueries returns the scheduler's statements for the table prefix.
 func jobQueries(prefix string) sqlstore.JobQueries {
-	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", sqlstore.JobColumns,
+	// A batch start (StartRunIf) counts a started attempt in the ledger
+	// only, so every read of a job takes its attempt count from both (one
+	// probe of the ledger's unique key), as on PostgreSQL and SQLite.
+	cols := strings.Replace(sqlstore.JobColumns, "attempt,", `GREATEST(attempt, COALESCE((SELECT MAX(r.attempt) FROM `+prefix+`_runs r
+	WHERE r.job_id = `+prefix+`_jobs.id AND r.scheduled_for = `+prefix+`_jobs.next_run_at), 0)),`, 1)
+	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", cols,
 		"{runcols}", sqlstore.RunColumns, "{now}", now, "{options}", tableOptions, "{leases}", prefix+"_leases")
 	stale := plusMS("locked_at", "lock_timeout_ms") + ` < {now}`
 	// A job claim mode may take: due, and unlocked, stale, or claimed
@@ -115,9 +120,32 @@ FOR UPDATE SKIP LOCKED`),
 		ClaimCandidates: withClaimable(`SELECT id FROM {jobs} AS j WHERE {claimable}
 ORDER BY next_run_at, id
 LIMIT ?`),
-		ClaimLockIDs: withClaimable(`SELECT id FROM {jobs} AS j WHERE id IN ({ids}) AND {claimable}
+		ClaimLockIDs: withClaimable(`SELECT id, locked_by IS NOT NULL FROM {jobs} AS j WHERE id IN ({ids}) AND {claimable}
 ORDER BY next_run_at, id
 FOR UPDATE SKIP LOCKED`),
+		// The leader's claim of the jobs it names (ClaimJobWR's condition),
+		// in id order, the lock order of every multi-job statement.
+		ClaimLockJobs: r.Replace(`SELECT id, locked_by IS NOT NULL FROM {jobs}
+WHERE id IN ({ids}) AND paused = 0 AND next_run_at <= {now}
+  AND (not_before IS NULL OR not_before <= {now})
+  AND (locked_by IS NULL OR ` + stale + ` OR lock_lease_epoch < ?
+       OR lock_lease_epoch = ? AND locked_by = ?)
+ORDER BY id
+FOR UPDATE SKIP LOCKED`),
+		// A batch start's run, only while the job's lock is held: the
+		// shared lock on the job row holds it until the transaction
+		// commits (at READ COMMITTED an INSERT … SELECT reads without
+		// locks otherwise), so a reclaim cannot slip in between. The
+		// arguments come first as a derived table, so that they are in
+		// the store's order (job_id, holder, lock_epoch, job_name,
+		// scheduled_for, attempt, epoch). A run already started changes
+		// nothing and counts no row.
+		StartRunIf: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
+SELECT j.id, v.name, v.sf, v.attempt, j.locked_by, v.epoch, {now}, 'running'
+FROM (SELECT ? AS id, ? AS holder, ? AS lock_epoch, ? AS name, ? AS sf, ? AS attempt, ? AS epoch) AS v
+JOIN {jobs} j ON j.id = v.id AND j.locked_by = v.holder AND j.lock_epoch = v.lock_epoch
+LOCK IN SHARE MODE
+ON DUPLICATE KEY UPDATE job_id = {runs}.job_id`),
 		ClaimIDsWR: sqlstore.WriteRead{
 			Write: r.Replace(`UPDATE {jobs} SET locked_by = ?, locked_at = {now}, lock_epoch = lock_epoch + 1, lock_lease_epoch = ?
 WHERE id IN ({ids})`),

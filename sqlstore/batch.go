@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sqlease/sqlease"
@@ -18,7 +19,8 @@ import (
 // two transactions per run.
 func (s *Store) Batched() bool {
 	q := s.q()
-	return q.ClaimJobs != "" && (q.StartRuns != "" && q.FinishRuns != "" || q.StartRunIf != "")
+	claimJobs := q.ClaimJobs != "" || q.ClaimLockJobs != "" && q.ClaimIDsWR.Write != ""
+	return claimJobs && (q.StartRuns != "" && q.FinishRuns != "" || q.StartRunIf != "")
 }
 
 // idsArg is a list of job ids as the driver takes it (Dialect.IDs).
@@ -35,6 +37,21 @@ func (s *Store) idsArg(ids []int64) any {
 // Batched.
 func (s *Store) ClaimJobs(ctx context.Context, tx *sql.Tx, ids []int64, tok sqlease.Token) ([]Claimed, error) {
 	c := make([]Claimed, 0, len(ids))
+	if s.q().ClaimJobs == "" {
+		if len(ids) == 0 {
+			return c, nil
+		}
+		list, args := idList(slices.Sorted(slices.Values(ids)))
+		args = append(args, tok.Epoch, tok.Epoch, tok.Holder)
+		locked, reclaimed, err := s.scanIDs(tx.QueryContext(ctx, strings.Replace(s.q().ClaimLockJobs, "{ids}", list, 1), args...))
+		if err == nil && len(locked) > 0 {
+			err = s.claimIDs(ctx, tx, locked, reclaimed, tok.Holder, tok.Epoch, &c)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("claim %d jobs: %w", len(ids), err)
+		}
+		return c, nil
+	}
 	rows, err := tx.QueryContext(ctx, s.q().ClaimJobs, s.idsArg(ids), tok.Holder, tok.Epoch)
 	if _, err := scanRows(rows, err, scanClaim(&c, true)); err != nil {
 		return nil, fmt.Errorf("claim %d jobs: %w", len(ids), s.classify(err))

@@ -99,8 +99,15 @@ type JobQueries struct {
 	// finishes then waited for the claim. ClaimCandidates: (limit), ids
 	// ClaimDueIDs would consider, read without locks. ClaimLockIDs:
 	// (ids…, {ids} as in ClaimIDsWR) locks those still claimable, skipping
-	// rows other transactions hold, in ClaimDueIDs' order.
+	// rows other transactions hold, in ClaimDueIDs' order; it returns id
+	// and whether the job was locked before (a reclaim).
 	ClaimCandidates, ClaimLockIDs string
+	// ClaimLockJobs, optional (with ClaimIDsWR), is ClaimJobs where there
+	// is no RETURNING: (ids… as {ids}, lease_epoch, lease_epoch, holder)
+	// locks, in id order and skipping rows other transactions hold, the
+	// jobs ClaimJob would claim, and returns id and whether the job was
+	// locked before; the store claims them with ClaimIDsWR.
+	ClaimLockJobs string
 	// ClaimJob: (id, holder, lease_epoch). The same for one job, run inside
 	// the leader's fenced transaction; a lock taken under an older lease
 	// epoch also counts as stale, and so does one taken by holder under
@@ -792,37 +799,25 @@ func (s *Store) claimDue(ctx context.Context, holder string, workerEpoch int64, 
 // lease epoch, storing the worker epoch negated.
 func (s *Store) claimDueByID(ctx context.Context, holder string, workerEpoch int64, limit int) ([]Claimed, error) {
 	var c []Claimed
-	scanIDs := func(rows *sql.Rows, err error) ([]int64, error) {
-		var ids []int64
-		_, err = scanRows(rows, err, func(sc scanner) error {
-			var id int64
-			err := sc.Scan(&id)
-			ids = append(ids, id)
-			return err
-		})
-		return ids, s.classify(err)
-	}
 	var candidates []int64
 	if q := s.q().ClaimCandidates; q != "" {
 		var err error
-		if candidates, err = scanIDs(s.db.QueryContext(ctx, q, limit)); err != nil || len(candidates) == 0 {
+		if candidates, _, err = s.scanIDs(s.db.QueryContext(ctx, q, limit)); err != nil || len(candidates) == 0 {
 			return nil, err
 		}
 	}
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
-		var ids []int64
-		var err error
 		if candidates != nil {
 			list, args := idList(candidates)
-			ids, err = scanIDs(tx.QueryContext(ctx, strings.Replace(s.q().ClaimLockIDs, "{ids}", list, 1), args...))
-		} else {
-			ids, err = scanIDs(tx.QueryContext(ctx, s.q().ClaimDueIDs, limit))
+			ids, reclaimed, err := s.scanIDs(tx.QueryContext(ctx, strings.Replace(s.q().ClaimLockIDs, "{ids}", list, 1), args...))
+			if err != nil || len(ids) == 0 {
+				return err
+			}
+			return s.claimIDs(ctx, tx, ids, reclaimed, holder, -workerEpoch, &c)
 		}
+		ids, _, err := s.scanIDs(tx.QueryContext(ctx, s.q().ClaimDueIDs, limit))
 		if err != nil {
 			return err
-		}
-		if wr := s.q().ClaimIDsWR; wr.Write != "" && len(ids) > 0 {
-			return s.claimIDs(ctx, tx, wr, ids, holder, -workerEpoch, &c)
 		}
 		for _, id := range ids {
 			st := s.claimJob(id, holder, 0)
@@ -854,10 +849,34 @@ func idList(ids []int64) (string, []any) {
 	return strings.Repeat("?, ", n-1) + "?", args
 }
 
+// scanIDs reads rows of a job id, or of an id and whether the job was
+// locked before (then reclaimed has an entry per id).
+func (s *Store) scanIDs(rows *sql.Rows, err error) (ids []int64, reclaimed map[int64]bool, _ error) {
+	_, err = scanRows(rows, err, func(sc scanner) error {
+		var id int64
+		var re bool
+		var err error
+		if cols, _ := sc.(*sql.Rows).Columns(); len(cols) > 1 {
+			err = sc.Scan(&id, &re)
+			if reclaimed == nil {
+				reclaimed = map[int64]bool{}
+			}
+			reclaimed[id] = re
+		} else {
+			err = sc.Scan(&id)
+		}
+		ids = append(ids, id)
+		return err
+	})
+	return ids, reclaimed, s.classify(err)
+}
+
 // claimIDs claims the jobs ids, which tx has locked, for holder under the
-// stored lease epoch leaseEpoch, with wr (JobQueries.ClaimIDsWR), and
-// appends them to c.
-func (s *Store) claimIDs(ctx context.Context, tx *sql.Tx, wr WriteRead, ids []int64, holder string, leaseEpoch int64, c *[]Claimed) error {
+// stored lease epoch leaseEpoch, with JobQueries.ClaimIDsWR, and appends
+// them to c, each a reclaim as reclaimed says.
+func (s *Store) claimIDs(ctx context.Context, tx *sql.Tx, ids []int64, reclaimed map[int64]bool, holder string, leaseEpoch int64, c *[]Claimed) error {
+	wr := s.q().ClaimIDsWR
+	from := len(*c)
 	list, idArgs := idList(ids)
 	args := append([]any{holder, leaseEpoch}, idArgs...)
 	res, err := tx.ExecContext(ctx, strings.Replace(wr.Write, "{ids}", list, 1), args...)
@@ -875,6 +894,9 @@ func (s *Store) claimIDs(ctx context.Context, tx *sql.Tx, wr WriteRead, ids []in
 	n, err := scanRows(rows, err, scanClaim(c, false))
 	if err == nil && n != len(ids) {
 		err = fmt.Errorf("claim of %d jobs read back %d", len(ids), n)
+	}
+	for i := from; i < len(*c); i++ {
+		(*c)[i].Reclaimed = reclaimed[(*c)[i].ID]
 	}
 	return s.classify(err)
 }

@@ -179,7 +179,7 @@ func main() {
 		submitters  = intList{1, 8}
 		poll        = fs.Duration("poll", 0, "scheduler PollInterval (0: the default, 1s)")
 		batch       = fs.Int("batch", 0, "scheduler BatchSize (0: the default: 256 on PostgreSQL, whose store batches, else 32)")
-		maxConc     = fs.Int("max-concurrent", 0, "scheduler MaxConcurrent (0: the default: 512 on PostgreSQL and SQLite, else 64)")
+		maxConc     = fs.Int("max-concurrent", 0, "scheduler MaxConcurrent (0: the default: 512 on PostgreSQL, SQLite and MySQL, else 64)")
 		maxIdle     = fs.Int("max-idle", -1, "sql.DB SetMaxIdleConns for every pool (-1: what the dialect's Open sets)")
 		maxOpen     = fs.Int("max-open", 0, "sql.DB SetMaxOpenConns for every pool (0: unlimited, the default)")
 		trace       = fs.Bool("trace", false, "count statements, rows, transactions and connections client-side (wraps the driver)")

@@ -178,7 +178,7 @@ var settings = []setting{
 			c.RunOutputLimit = n
 			return nil
 		}},
-	{name: "max-concurrent", usage: "runs executing at once on this node (0: 512 on postgres and sqlite, else 64)", serve: true,
+	{name: "max-concurrent", usage: "runs executing at once on this node (0: 512 on postgres, sqlite and mysql, else 64)", serve: true,
 		get: func(c *Config) string { return strconv.Itoa(c.MaxConcurrent) },
 		set: func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
