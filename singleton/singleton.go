@@ -119,7 +119,9 @@ type NodeConfig struct {
 	// LeaseDuration, RenewInterval, AcquireInterval: as election.Config.
 	LeaseDuration, RenewInterval, AcquireInterval time.Duration
 	// RestartBackoff is the first wait before a body that returned is
-	// started again; it doubles up to 30 s. Default DefaultRestartBackoff.
+	// started again; it doubles up to 30 s. A start that failed on a
+	// transient database error is retried after it, without doubling.
+	// Default DefaultRestartBackoff.
 	RestartBackoff time.Duration
 	// Logger receives events with the singleton's name, holder and epoch.
 	Logger   *slog.Logger
@@ -633,8 +635,17 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 		if err == nil {
 			state, err = load(ctx, n, cfg, log)
 		}
+		wait := backoff
 		if err != nil {
-			log.Warn("singleton_start_failed", slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
+			if errors.Is(err, sqlease.ErrTransient) {
+				// The database is away or refusing for now (a restart, a
+				// cut, the breaker open): try again at the first wait, so
+				// that the singleton runs again soon after it is back. The
+				// backoff grows for bodies that return (a crash loop), and
+				// for errors that waiting does not cure.
+				wait = n.cfg.RestartBackoff
+			}
+			log.Warn("singleton_start_failed", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
 		} else {
 			e.beat(n.cfg.Clock.Now()) // a start counts as a heartbeat
 			in := &Instance[S]{name: cfg.Name, tok: tok, node: n, e: e, state: state}
@@ -645,14 +656,16 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 			}
 			log.Warn("singleton_body_returned", slog.Any("error", err), slog.Duration("restart_in", backoff))
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		backoff = min(2*backoff, maxRestartBackoff)
+		if wait == backoff {
+			backoff = min(2*backoff, maxRestartBackoff)
+		}
 	}
 }
 

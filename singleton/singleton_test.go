@@ -2,6 +2,7 @@ package singleton_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -419,4 +420,71 @@ func postgresStore(tb testing.TB) *sqlstore.Store {
 	}
 	tb.Cleanup(func() { s.DB().Close() })
 	return s
+}
+
+// flakyFence fails the first fails fenced transactions with a transient
+// error, as a database that is restarting or a breaker that is open does,
+// and records when each was asked for.
+type flakyFence struct {
+	sqlease.LeaseStore
+	mu    sync.Mutex
+	fails int
+	at    []time.Time
+}
+
+func (f *flakyFence) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) error {
+	f.mu.Lock()
+	f.at = append(f.at, time.Now())
+	fail := len(f.at) <= f.fails
+	f.mu.Unlock()
+	if fail {
+		return fmt.Errorf("%w: injected: the database is restarting", sqlease.ErrTransient)
+	}
+	return f.LeaseStore.Fenced(ctx, tok, fn)
+}
+
+// A start that fails on a transient database error is retried after the
+// first restart wait each time, not after a doubling one: a singleton runs
+// again within about that wait once the database is back (the doubling is
+// for bodies that return).
+func TestStartRetriedSoonAfterTransientErrors(t *testing.T) {
+	st, err := sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "s.db"), "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.DB().Close()
+	const wait = 150 * time.Millisecond
+	leases := &flakyFence{LeaseStore: st, fails: 5}
+	n, err := singleton.NewNode(singleton.NodeConfig{Store: st, Leases: leases, HolderID: "a",
+		LeaseDuration: 2 * time.Second, RenewInterval: 300 * time.Millisecond, AcquireInterval: 50 * time.Millisecond,
+		RestartBackoff: wait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started atomic.Bool
+	if err := singleton.Register(n, singleton.Config[v1]{Name: "worker",
+		Body: func(ctx context.Context, in *singleton.Instance[v1]) error {
+			started.Store(true)
+			<-ctx.Done()
+			return nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = n.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, 10*time.Second, "the singleton to start", started.Load)
+	leases.mu.Lock()
+	at := append([]time.Time(nil), leases.at...)
+	leases.mu.Unlock()
+	if len(at) < 6 {
+		t.Fatalf("%d fenced starts, want 5 failed and 1 that succeeded", len(at))
+	}
+	// Doubling would have waited 150, 300, 600, 1200 and 2400 ms.
+	for i := 1; i <= 5; i++ {
+		if gap := at[i].Sub(at[i-1]); gap > 4*wait {
+			t.Errorf("start %d came %s after the failed one before it, want about %s", i+1, gap.Round(time.Millisecond), wait)
+		}
+	}
 }
