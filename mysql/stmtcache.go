@@ -103,17 +103,9 @@ func (c *stmtConn) ExecContext(ctx context.Context, query string, args []driver.
 	if len(args) == 0 {
 		return c.exec.ExecContext(ctx, query, args)
 	}
-	for try := 0; ; try++ {
-		st, err := c.stmt(ctx, query)
-		if err != nil {
-			return nil, err
-		}
-		res, err := st.(driver.StmtExecContext).ExecContext(ctx, args)
-		if try == 0 && c.stale(query, err) {
-			continue
-		}
-		return res, err
-	}
+	return withStmt(ctx, c, query, func(st driver.Stmt) (driver.Result, error) {
+		return st.(driver.StmtExecContext).ExecContext(ctx, args)
+	})
 }
 
 // QueryContext is ExecContext for statements that return rows. The rows
@@ -122,16 +114,25 @@ func (c *stmtConn) QueryContext(ctx context.Context, query string, args []driver
 	if len(args) == 0 {
 		return c.query.QueryContext(ctx, query, args)
 	}
+	return withStmt(ctx, c, query, func(st driver.Stmt) (driver.Rows, error) {
+		return st.(driver.StmtQueryContext).QueryContext(ctx, args)
+	})
+}
+
+// withStmt calls run with query's kept statement, and once more with a
+// new one if the server says the kept one is stale.
+func withStmt[T any](ctx context.Context, c *stmtConn, query string, run func(driver.Stmt) (T, error)) (T, error) {
 	for try := 0; ; try++ {
 		st, err := c.stmt(ctx, query)
 		if err != nil {
-			return nil, err
+			var zero T
+			return zero, err
 		}
-		rows, err := st.(driver.StmtQueryContext).QueryContext(ctx, args)
+		v, err := run(st)
 		if try == 0 && c.stale(query, err) {
 			continue
 		}
-		return rows, err
+		return v, err
 	}
 }
 

@@ -47,35 +47,24 @@ import (
 func benchFreshTarget(b *testing.B, dialect, pgURL string) func(b *testing.B) *sqlstore.Store {
 	switch dialect {
 	case "sqlite":
-		path := filepath.Join(b.TempDir(), "jobs.db")
-		return func(b *testing.B) *sqlstore.Store {
-			s, err := sqlite.OpenStore(context.Background(), path, "sqlease")
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.DB().Close() })
-			return s
-		}
+		return benchOpener(filepath.Join(b.TempDir(), "jobs.db"), sqlite.OpenStore)
 	case "mysql":
-		url := mysqltest.CreateDatabase(b, os.Getenv("SQLEASE_TEST_MYSQL_URL"))
-		return func(b *testing.B) *sqlstore.Store {
-			s, err := mysql.OpenStore(context.Background(), url, "sqlease")
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.DB().Close() })
-			return s
-		}
+		return benchOpener(mysqltest.CreateDatabase(b, os.Getenv("SQLEASE_TEST_MYSQL_URL")), mysql.OpenStore)
 	default:
-		url := pgtest.CreateDatabase(b, pgURL)
-		return func(b *testing.B) *sqlstore.Store {
-			s, err := postgres.OpenStore(context.Background(), url, "sqlease")
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.DB().Close() })
-			return s
+		return benchOpener(pgtest.CreateDatabase(b, pgURL), postgres.OpenStore)
+	}
+}
+
+// benchOpener opens a store on the database url (a file for SQLite) with
+// open, for each call.
+func benchOpener(url string, open func(context.Context, string, string) (*sqlstore.Store, error)) func(b *testing.B) *sqlstore.Store {
+	return func(b *testing.B) *sqlstore.Store {
+		s, err := open(context.Background(), url, "sqlease")
+		if err != nil {
+			b.Fatal(err)
 		}
+		b.Cleanup(func() { s.DB().Close() })
+		return s
 	}
 }
 
