@@ -109,14 +109,9 @@ WHERE name = ?`),
 WHERE name = ? AND locked_by IS NULL`),
 			Read: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = ?`),
 		},
-		// SKIP LOCKED passes over the jobs other workers are claiming; the
-		// store claims the rows it locks with ClaimJobWR, in this transaction.
-		ClaimDueIDs: withClaimable(`SELECT id FROM {jobs} AS j WHERE {claimable}
-ORDER BY next_run_at, id
-LIMIT ?
-FOR UPDATE SKIP LOCKED`),
-		// The same in two steps, so that only the jobs it claims are
-		// locked (see sqlstore.JobQueries.ClaimCandidates).
+		// A claim in three steps, so that only the jobs it claims are
+		// locked (see sqlstore.JobQueries.ClaimCandidates); SKIP LOCKED
+		// passes over the jobs other workers are claiming.
 		ClaimCandidates: withClaimable(`SELECT id FROM {jobs} AS j WHERE {claimable}
 ORDER BY next_run_at, id
 LIMIT ?`),

@@ -547,13 +547,14 @@ func TestDialectShape(t *testing.T) {
 	for name, s := range map[string]string{"Release": q.Release, "Get": q.Get, "List": q.List, "FenceLock": q.FenceLock,
 		"FenceCheck": q.FenceCheck, "FenceLimit": q.FenceLimit, "FenceLimitReset": q.FenceLimitReset, "Now": j.Now,
 		"JobByName": j.JobByName, "JobByKey": j.JobByKey, "ListJobs": j.ListJobs, "DeleteJob": j.DeleteJob,
-		"ClaimDueIDs": j.ClaimDueIDs, "AbandonRunning": j.AbandonRunning, "StartJob": j.StartJob, "InsertRun": j.InsertRun,
+		"ClaimCandidates": j.ClaimCandidates, "ClaimLockIDs": j.ClaimLockIDs, "ClaimLockJobs": j.ClaimLockJobs, "AbandonRunning": j.AbandonRunning, "StartJob": j.StartJob, "InsertRun": j.InsertRun,
 		"Heartbeat": j.Heartbeat, "FinishRun": j.FinishRun, "ReleaseJob": j.ReleaseJob, "Runs": j.Runs, "Stats": j.Stats,
 		"PruneRuns": j.PruneRuns, "DueWindow": j.DueWindow, "Changed": j.Changed} {
 		if s == "" {
 			t.Errorf("%s is not set", name)
 		}
-		if strings.Contains(s, "{") {
+		// {ids} is the store's: a list of placeholders, filled per call.
+		if strings.Contains(strings.ReplaceAll(s, "{ids}", ""), "{") {
 			t.Errorf("%s has an unreplaced placeholder: %s", name, s)
 		}
 	}

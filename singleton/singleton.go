@@ -635,7 +635,7 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 		if err == nil {
 			state, err = load(ctx, n, cfg, log)
 		}
-		wait := backoff
+		wait, grow := backoff, true
 		if err != nil {
 			if errors.Is(err, sqlease.ErrTransient) {
 				// The database is away or refusing for now (a restart, a
@@ -643,7 +643,7 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 				// that the singleton runs again soon after it is back. The
 				// backoff grows for bodies that return (a crash loop), and
 				// for errors that waiting does not cure.
-				wait = n.cfg.RestartBackoff
+				wait, grow = n.cfg.RestartBackoff, false
 			}
 			log.Warn("singleton_start_failed", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
 		} else {
@@ -663,7 +663,7 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 			return
 		case <-t.C:
 		}
-		if wait == backoff {
+		if grow {
 			backoff = min(2*backoff, maxRestartBackoff)
 		}
 	}

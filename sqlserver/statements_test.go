@@ -100,7 +100,6 @@ var empty = map[string]string{
 	"Queries.FenceLimitReset": "no FenceLimit, nothing to reset",
 	"Jobs.StartRunOne":        "StartRun's transaction of three statements is used",
 	"Jobs.FinishRunOne":       "FinishRun's transaction of two statements is used",
-	"Jobs.ClaimDueIDs":        "ClaimDue is one UPDATE … OUTPUT statement",
 	"Jobs.ClaimCandidates":    "ClaimDue is one UPDATE … OUTPUT statement",
 	"Jobs.ClaimLockIDs":       "ClaimDue is one UPDATE … OUTPUT statement",
 	"Jobs.ClaimLockJobs":      "the leader claims one job per transaction: no batch claims",

@@ -43,7 +43,7 @@ func (s *Store) ClaimJobs(ctx context.Context, tx *sql.Tx, ids []int64, tok sqle
 		}
 		list, args := idList(slices.Sorted(slices.Values(ids)))
 		args = append(args, tok.Epoch, tok.Epoch, tok.Holder)
-		locked, reclaimed, err := s.scanIDs(tx.QueryContext(ctx, strings.Replace(s.q().ClaimLockJobs, "{ids}", list, 1), args...))
+		locked, reclaimed, err := s.scanLocked(tx.QueryContext(ctx, strings.Replace(s.q().ClaimLockJobs, "{ids}", list, 1), args...))
 		if err == nil && len(locked) > 0 {
 			err = s.claimIDs(ctx, tx, locked, reclaimed, tok.Holder, tok.Epoch, &c)
 		}

@@ -75,33 +75,24 @@ type JobQueries struct {
 	// now: whether the job was locked before the claim (a stale lock taken
 	// over). Without it every claim counts as a possible reclaim.
 	ClaimDueReclaimed bool
-	// ClaimDueIDs replaces ClaimDue where there is no RETURNING: (limit).
-	// Returns the ids of the jobs ClaimDue would claim, in its order, and
-	// locks them skipping rows other transactions hold (FOR UPDATE SKIP
-	// LOCKED). In the same transaction the store then claims each with
-	// ClaimJobWR under lease epoch 0, which is ClaimDue for one job, or all
-	// of them at once with ClaimIDsWR.
-	ClaimDueIDs string
-	// ClaimIDsWR, optional, claims the jobs ClaimDueIDs locked, in its
-	// transaction, in two statements rather than two per job: a claim
-	// transaction holds the locks of its jobs, and starts and finishes of
-	// jobs claimed before it waited for it (measured on MariaDB: 0.7 lock
-	// waits per run). {ids} stands for a list of placeholders. Write:
-	// (holder, stored lease epoch, ids…) claims each job unconditionally:
-	// the transaction has held its lock since ClaimDueIDs found it
-	// claimable, and what made it so (due, stale, orphaned) stays true as
-	// time passes. Read: (ids…), JobColumns and the claim's now, in
-	// ClaimDueIDs' order.
-	ClaimIDsWR WriteRead
-	// ClaimCandidates and ClaimLockIDs, optional (with ClaimIDsWR),
-	// replace ClaimDueIDs: a locking read of the due index also locked
-	// the jobs in flight it passed over (InnoDB), whose starts and
-	// finishes then waited for the claim. ClaimCandidates: (limit), ids
-	// ClaimDueIDs would consider, read without locks. ClaimLockIDs:
-	// (ids…, {ids} as in ClaimIDsWR) locks those still claimable, skipping
-	// rows other transactions hold, in ClaimDueIDs' order; it returns id
-	// and whether the job was locked before (a reclaim).
+	// ClaimCandidates, ClaimLockIDs and ClaimIDsWR replace ClaimDue
+	// where there is no RETURNING, in three statements: ClaimCandidates
+	// (limit) reads, without locks, the ids ClaimDue would consider, in
+	// its order; in one transaction, ClaimLockIDs (those ids as {ids}, a
+	// list of placeholders) locks the ones still claimable, skipping rows
+	// other transactions hold, and returns id and whether the job was
+	// locked before (a reclaim); ClaimIDsWR claims them. (A locking read
+	// of the due index also locked the jobs in flight it passed over
+	// (InnoDB), whose starts and finishes then waited for the claim: 0.7
+	// lock waits per run on MariaDB.)
 	ClaimCandidates, ClaimLockIDs string
+	// ClaimIDsWR claims jobs the transaction has locked (ClaimLockIDs or
+	// ClaimLockJobs) in two statements. Write: (holder, stored lease epoch,
+	// ids… as {ids}) claims each job unconditionally: the transaction has
+	// held its lock since it was found claimable, and what made it so
+	// (due, stale, orphaned) stays true as time passes. Read: (ids…),
+	// JobColumns and the claim's now, in ClaimDue's order.
+	ClaimIDsWR WriteRead
 	// ClaimLockJobs, optional (with ClaimIDsWR), is ClaimJobs where there
 	// is no RETURNING: (ids… as {ids}, lease_epoch, lease_epoch, holder)
 	// locks, in id order and skipping rows other transactions hold, the
@@ -752,7 +743,7 @@ func scanClaim(out *[]Claimed, reclaimed bool) func(scanner) error {
 }
 
 // ClaimDue locks up to limit due jobs for holder in one atomic statement
-// (one transaction where the dialect has no RETURNING, see ClaimDueIDs).
+// (three where the dialect has no RETURNING, see ClaimCandidates).
 func (s *Store) ClaimDue(ctx context.Context, holder string, limit int) ([]Claimed, error) {
 	return s.claimDue(ctx, holder, 0, limit)
 }
@@ -781,7 +772,7 @@ func (s *Store) claimDue(ctx context.Context, holder string, workerEpoch int64, 
 	var c []Claimed
 	var err error
 	sent := time.Now()
-	if s.q().ClaimDueIDs == "" {
+	if s.q().ClaimCandidates == "" {
 		_, err = s.query(ctx, nil, returning{query: s.q().ClaimDue, args: []any{holder, limit, workerEpoch}}, scanClaim(&c, s.q().ClaimDueReclaimed))
 	} else {
 		c, err = s.claimDueByID(ctx, holder, workerEpoch, limit)
@@ -792,41 +783,23 @@ func (s *Store) claimDue(ctx context.Context, holder string, workerEpoch int64, 
 	return sentAt(c, sent), nil
 }
 
-// claimDueByID is ClaimDue without RETURNING: in one transaction it locks
-// the due jobs (ClaimDueIDs, which skips jobs other claimers have locked and
-// keeps the claimable ones) and claims each by id as ClaimJob does under
-// lease epoch 0, which takes over any claim without a positive (leader's)
-// lease epoch, storing the worker epoch negated.
+// claimDueByID is ClaimDue without RETURNING: it reads the candidates
+// (ClaimCandidates), then in one transaction locks those still claimable
+// (ClaimLockIDs) and claims them (ClaimIDsWR) under the worker epoch,
+// stored negated.
 func (s *Store) claimDueByID(ctx context.Context, holder string, workerEpoch int64, limit int) ([]Claimed, error) {
-	var c []Claimed
-	var candidates []int64
-	if q := s.q().ClaimCandidates; q != "" {
-		var err error
-		if candidates, _, err = s.scanIDs(s.db.QueryContext(ctx, q, limit)); err != nil || len(candidates) == 0 {
-			return nil, err
-		}
+	candidates, err := s.scanIDs(s.db.QueryContext(ctx, s.q().ClaimCandidates, limit))
+	if err != nil || len(candidates) == 0 {
+		return nil, err
 	}
-	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
-		if candidates != nil {
-			list, args := idList(candidates)
-			ids, reclaimed, err := s.scanIDs(tx.QueryContext(ctx, strings.Replace(s.q().ClaimLockIDs, "{ids}", list, 1), args...))
-			if err != nil || len(ids) == 0 {
-				return err
-			}
-			return s.claimIDs(ctx, tx, ids, reclaimed, holder, -workerEpoch, &c)
-		}
-		ids, _, err := s.scanIDs(tx.QueryContext(ctx, s.q().ClaimDueIDs, limit))
-		if err != nil {
+	var c []Claimed
+	err = s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		list, args := idList(candidates)
+		ids, reclaimed, err := s.scanLocked(tx.QueryContext(ctx, strings.Replace(s.q().ClaimLockIDs, "{ids}", list, 1), args...))
+		if err != nil || len(ids) == 0 {
 			return err
 		}
-		for _, id := range ids {
-			st := s.claimJob(id, holder, 0)
-			st.write[1] = -workerEpoch // the epoch stored; the condition's stays 0
-			if _, err := s.query(ctx, tx, st, scanClaim(&c, false)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return s.claimIDs(ctx, tx, ids, reclaimed, holder, -workerEpoch, &c)
 	})
 	if err != nil {
 		return nil, err
@@ -849,23 +822,27 @@ func idList(ids []int64) (string, []any) {
 	return strings.Repeat("?, ", n-1) + "?", args
 }
 
-// scanIDs reads rows of a job id, or of an id and whether the job was
-// locked before (then reclaimed has an entry per id).
-func (s *Store) scanIDs(rows *sql.Rows, err error) (ids []int64, reclaimed map[int64]bool, _ error) {
+// scanIDs reads rows of a job id.
+func (s *Store) scanIDs(rows *sql.Rows, err error) ([]int64, error) {
+	var ids []int64
+	_, err = scanRows(rows, err, func(sc scanner) error {
+		var id int64
+		err := sc.Scan(&id)
+		ids = append(ids, id)
+		return err
+	})
+	return ids, s.classify(err)
+}
+
+// scanLocked reads the rows of ClaimLockIDs or ClaimLockJobs: a job id and
+// whether the job was locked before.
+func (s *Store) scanLocked(rows *sql.Rows, err error) (ids []int64, reclaimed map[int64]bool, _ error) {
+	reclaimed = map[int64]bool{}
 	_, err = scanRows(rows, err, func(sc scanner) error {
 		var id int64
 		var re bool
-		var err error
-		if cols, _ := sc.(*sql.Rows).Columns(); len(cols) > 1 {
-			err = sc.Scan(&id, &re)
-			if reclaimed == nil {
-				reclaimed = map[int64]bool{}
-			}
-			reclaimed[id] = re
-		} else {
-			err = sc.Scan(&id)
-		}
-		ids = append(ids, id)
+		err := sc.Scan(&id, &re)
+		ids, reclaimed[id] = append(ids, id), re
 		return err
 	})
 	return ids, reclaimed, s.classify(err)
