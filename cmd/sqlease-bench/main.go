@@ -172,6 +172,7 @@ func main() {
 		daemonJobs  = fs.Int("daemon-jobs", 20000, "daemon: HTTP jobs per run")
 		daemonNodes = fs.Int("daemon-nodes", 1, "daemon: sqlease serve nodes")
 		peerJobs    = fs.Int("peer-jobs", 20000, "peer: due no-op jobs per run and way")
+		peerDefault = fs.Bool("peer-river-defaults", true, "peer: also run River with its defaults (about 1,000 jobs/s whatever the count: 100 s a round at -peer-jobs 100000)")
 		bulkJobs    = fs.Int("bulk-jobs", 50000, "bulk: jobs created per run and way")
 		bulkBatch   = fs.Int("bulk-batch", 5000, "bulk: jobs per CreateMany call and per POST /v1/jobs:batch")
 		workers     = intList{1, 4}
@@ -313,7 +314,7 @@ func main() {
 			}
 		}
 		if want["peer"] && d == "postgres" {
-			if !peerScenario(ctx, e, *peerJobs, *runs, tuning, *timeout) {
+			if !peerScenario(ctx, e, *peerJobs, *runs, *peerDefault, tuning, *timeout) {
 				return
 			}
 		}

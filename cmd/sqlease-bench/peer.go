@@ -99,8 +99,8 @@ func runRiver(ctx context.Context, e *env, bin string, n int, tuned bool) (peerR
 }
 
 // peerScenario runs the rounds and prints the table.
-func peerScenario(ctx context.Context, e *env, jobs, runs int, tuning schedTuning, timeout time.Duration) bool {
-	fmt.Printf("\n== peer baseline — postgres, %d due no-op jobs per run, interleaved: sqlease claim (defaults, 1 worker), sqlease leader, River v0.51.1 tuned (MaxWorkers 1000, FetchCooldown 1 ms) and with defaults (MaxWorkers 100)\n", jobs)
+func peerScenario(ctx context.Context, e *env, jobs, runs int, riverDefaults bool, tuning schedTuning, timeout time.Duration) bool {
+	fmt.Printf("\n== peer baseline — postgres, %d due no-op jobs per run, interleaved: sqlease claim (defaults, 1 worker), sqlease leader, River v0.51.1 tuned (MaxWorkers 1000, FetchCooldown 1 ms)%s\n", jobs, map[bool]string{true: " and with defaults (MaxWorkers 100)"}[riverDefaults])
 	bin, cleanup, err := buildRiver(ctx)
 	if err != nil {
 		fmt.Printf("  ERROR %v\n", err)
@@ -131,7 +131,10 @@ func peerScenario(ctx context.Context, e *env, jobs, runs int, tuning schedTunin
 	rv := func(tuned bool) func() (peerRun, error) {
 		return func() (peerRun, error) { return runRiver(ctx, e, bin, jobs, tuned) }
 	}
-	ways := []way{{"River tuned", rv(true)}, {"sqlease claim", sq("claim")}, {"sqlease leader", sq("leader")}, {"River defaults", rv(false)}}
+	ways := []way{{"River tuned", rv(true)}, {"sqlease claim", sq("claim")}, {"sqlease leader", sq("leader")}}
+	if riverDefaults {
+		ways = append(ways, way{"River defaults", rv(false)})
+	}
 	rates := make([][]float64, len(ways))
 	clients, servers := make([][]float64, len(ways)), make([][]float64, len(ways))
 	// ratios[i]: way i over River tuned, round by round. The machine's speed

@@ -79,6 +79,11 @@ func run(db string, n int, tuned bool, timeout time.Duration) error {
 			return fmt.Errorf("insert: %w", err)
 		}
 	}
+	// As sqlease's tables are in the bench: statistics that know the rows,
+	// so that neither side's plans are a guess over an empty table.
+	if _, err := pool.Exec(ctx, "ANALYZE river_job"); err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
 	// A channel for every event: River drops events a full channel cannot
 	// take, and a lost completion would never end the count.
 	done, stop := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: n + 1,
