@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -75,23 +76,48 @@ func runRiver(ctx context.Context, e *env, bin string, n int, tuned bool) (peerR
 	if tuned {
 		args = append(args, "-tuned")
 	}
-	pgCPU := e.pgCPUStart()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	out, err := cmd.Output()
-	pg := pgCPU()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			err = fmt.Errorf("%v: %s", err, strings.TrimSpace(string(ee.Stderr)))
-		}
 		return peerRun{}, err
 	}
+	if err := cmd.Start(); err != nil {
+		return peerRun{}, err
+	}
+	// The server's CPU is counted over River's work phase alone (from its
+	// start line to its result), as sqlease's is over its dispatch: not
+	// over its InsertMany.
+	var pgCPU func() *pgCPUUse
+	var pg *pgCPUUse
 	var res struct {
-		PerSec float64 `json:"per_sec"`
+		Phase      string  `json:"phase"`
+		PerSec     float64 `json:"per_sec"`
+		CPUSeconds float64 `json:"cpu_seconds"`
 	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		return peerRun{}, fmt.Errorf("River's output %q: %v", out, err)
+	var lines []string
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		res.Phase = ""
+		if err := json.Unmarshal(sc.Bytes(), &res); err != nil {
+			continue
+		}
+		switch {
+		case res.Phase == "start":
+			pgCPU = e.pgCPUStart()
+		case res.PerSec > 0 && pgCPU != nil:
+			pg = pgCPU()
+		}
 	}
-	r := peerRun{perSec: res.PerSec, client: cpuPerJob(cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime(), int64(n))}
+	if err := cmd.Wait(); err != nil {
+		return peerRun{}, fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	if res.PerSec <= 0 || pgCPU == nil {
+		return peerRun{}, fmt.Errorf("River's output %q: no start line and result", lines)
+	}
+	r := peerRun{perSec: res.PerSec, client: cpuPerJob(time.Duration(res.CPUSeconds*float64(time.Second)), int64(n))}
 	if pg != nil {
 		r.server, r.serverMeasured = cpuPerJob(pg.Total, int64(n)), true
 	}

@@ -1,7 +1,9 @@
 // Command river is the peer baseline of sqlease-bench: River (the Postgres
 // job queue Go teams pick first) working off n pre-inserted no-op jobs on
 // the same server, in a module of its own so that sqlease's go.mod stays
-// clean. It prints one JSON line: {"jobs", "seconds", "per_sec"}.
+// clean. It prints {"phase":"start"} as its work phase starts, then one JSON
+// line: {"jobs", "seconds", "per_sec", "cpu_seconds"} (its own CPU during
+// the work phase).
 //
 //	go run . -db postgres://… -jobs 20000 [-tuned]
 package main
@@ -12,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -89,6 +92,13 @@ func run(db string, n int, tuned bool, timeout time.Duration) error {
 	done, stop := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: n + 1,
 		Kinds: []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed}})
 	defer stop()
+	// The work phase starts here: the bench samples the server's CPU
+	// when it reads this line, and again at the result, so that neither
+	// side's figures include its insert.
+	if _, err := fmt.Println(`{"phase":"start"}`); err != nil {
+		return err
+	}
+	cpu0 := cpuTime()
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		return err
@@ -108,8 +118,19 @@ func run(db string, n int, tuned bool, timeout time.Duration) error {
 		}
 	}
 	secs := time.Since(start).Seconds()
+	cpu := cpuTime() - cpu0
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelStop()
 	_ = client.Stop(stopCtx)
-	return json.NewEncoder(os.Stdout).Encode(map[string]any{"jobs": n, "seconds": secs, "per_sec": float64(n) / secs})
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{"jobs": n, "seconds": secs, "per_sec": float64(n) / secs,
+		"cpu_seconds": cpu.Seconds()})
+}
+
+// cpuTime is the CPU time of this process so far (user and system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
