@@ -146,7 +146,10 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 				// A reload reads the whole window afresh (as a term's
 				// first does), so a refresh before it is read for
 				// nothing: after a bulk create, every row of the backlog
-				// for as long as they are within RefreshOverlap.
+				// for as long as they are within RefreshOverlap. It also
+				// stands for the refresh whose place it takes: what it read
+				// is not read again, but for the overlap before it.
+				l.lastRefresh = l.estNow()
 				err = l.reload(ctx)
 			} else if err = l.refresh(ctx); err == nil && reloadDue() {
 				err = l.reload(ctx)
