@@ -35,7 +35,7 @@ const refreshPage = 1000
 // returns the error, so that a leader never holds the lease without
 // dispatching.
 func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err error) {
-	l := &leader{s: s, gate: gate, tok: tok, sched: newSchedule(), failed: map[int64]int{}, running: map[int64]bool{},
+	l := &leader{s: s, gate: gate, tok: tok, sched: newSchedule(), failed: map[int64]int{}, running: map[int64]bool{}, ended: map[int64]bool{},
 		finished: make(chan sqlstore.ScheduleEntry, s.cfg.MaxConcurrent), claims: make(chan claimResult, cap(s.leaderSem)),
 		claiming: make(chan struct{}, maxClaiming)}
 	if s.store.Batched() {
@@ -127,14 +127,9 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 			l.bookClaim(ctx, r)
 		case f := <-l.finished:
 			// A run finished: schedule its job's next occurrence now rather
-			// than at the next refresh (which re-reads it anyway). Zero: none,
-			// or unknown (the next refresh reads it).
+			// than at the next refresh (which re-reads it anyway).
 			l.setRunning(f.ID, false)
-			if f.NextRunAt.IsZero() {
-				delete(l.failed, f.ID)
-			} else {
-				l.apply(f)
-			}
+			l.apply(f)
 		case <-due.C:
 		case <-s.cfg.Changes:
 			refresh.Reset(max(s.cfg.RefreshInterval-time.Since(lastRefresh), 0))
@@ -215,9 +210,14 @@ type leader struct {
 
 	mu sync.Mutex
 	// running: the jobs executing now, which reloads and refreshes leave
-	// out. Only the loop marks a job no longer running (from l.finished),
-	// so that it cannot change while the loop reads the database.
+	// out. While one reads (reading), ended holds the jobs that stopped
+	// running meanwhile, which it leaves out too: what it read of them may
+	// predate their finish, and a one-off job scheduled again from such a
+	// read was claimed for nothing (2 % of a 100,000-job backlog, each
+	// claim retried 5 times).
 	running  map[int64]bool
+	reading  bool
+	ended    map[int64]bool
 	finished chan sqlstore.ScheduleEntry
 	claims   chan claimResult // the outcome of each claim dispatchDue started
 	claiming chan struct{}    // bounds the claims in flight
@@ -226,7 +226,18 @@ type leader struct {
 func (l *leader) isRunning(id int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.running[id]
+	return l.running[id] || l.ended[id]
+}
+
+// startRead and endRead bracket a reload or refresh (see ended).
+func (l *leader) startRead() { l.setReading(true) }
+func (l *leader) endRead()   { l.setReading(false) }
+
+func (l *leader) setReading(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reading = on
+	clear(l.ended)
 }
 
 func (l *leader) setRunning(id int64, on bool) {
@@ -236,6 +247,9 @@ func (l *leader) setRunning(id int64, on bool) {
 		l.running[id] = true
 	} else {
 		delete(l.running, id)
+		if l.reading {
+			l.ended[id] = true
+		}
 	}
 }
 
@@ -273,6 +287,8 @@ func (l *leader) rebuild(ctx context.Context) error {
 
 // reload replaces the schedule with the jobs due within the horizon.
 func (l *leader) reload(ctx context.Context) error {
+	l.startRead()
+	defer l.endRead()
 	entries, now, err := l.s.store.DueWindow(ctx, l.s.cfg.ScheduleHorizon, l.s.cfg.MaxScheduled)
 	if err != nil {
 		return err
@@ -315,6 +331,8 @@ func (l *leader) reload(ctx context.Context) error {
 func (l *leader) refresh(ctx context.Context) error {
 	t, id := refreshFrom(l.hw, l.hwID, l.lastRefresh, l.s.cfg.RefreshOverlap)
 	l.lastRefresh = l.estNow()
+	l.startRead()
+	defer l.endRead()
 	for {
 		rows, err := l.s.store.Changed(ctx, t, id, refreshPage)
 		if err != nil {
@@ -567,15 +585,14 @@ func (l *leader) run(ctx context.Context, wg *sync.WaitGroup, id int64, claimed 
 	// (zero: unknown, the next refresh reads it).
 	done := func(next time.Time) {
 		release()
-		// Through the loop also when there is no next occurrence: a job
-		// marked not running here, while a reload read the window, would
-		// be scheduled again from a read made before its finish committed
-		// (2 % of a 100,000-job backlog was claimed again for nothing, each
-		// claim retried 5 times).
-		select {
-		case l.finished <- sqlstore.ScheduleEntry{ID: id, NextRunAt: next}:
-		case <-ctx.Done():
+		if next.IsZero() {
 			l.setRunning(id, false)
+		} else {
+			select {
+			case l.finished <- sqlstore.ScheduleEntry{ID: id, NextRunAt: next}:
+			case <-ctx.Done():
+				l.setRunning(id, false)
+			}
 		}
 		l.s.inflight.Done()
 		wg.Done()
