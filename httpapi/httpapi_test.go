@@ -24,6 +24,7 @@ import (
 	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/internal/syncbuf"
 	"github.com/sqlease/sqlease/prom"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlite"
@@ -48,7 +49,7 @@ type node struct {
 	sched    *scheduler.Scheduler
 	srv      *httptest.Server
 	stopping atomic.Bool
-	logs     *syncBuffer
+	logs     *syncbuf.Buffer
 	reg      *prometheus.Registry
 
 	mu      sync.Mutex
@@ -67,23 +68,6 @@ type nodeOpts struct {
 	closeStore bool // the test closes the store itself
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func newNode(t *testing.T, dbPath string, o nodeOpts) *node {
 	t.Helper()
 	ctx := context.Background()
@@ -100,7 +84,7 @@ func newNode(t *testing.T, dbPath string, o nodeOpts) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{t: t, store: store, logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
+	n := &node{t: t, store: store, logs: &syncbuf.Buffer{}, reg: prometheus.NewRegistry()}
 	log := slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	obs := prom.New(n.reg, "lead")
 	handler := o.handler

@@ -1,7 +1,6 @@
 package scheduler_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/syncbuf"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlstore"
 )
@@ -383,7 +383,7 @@ func TestLeaderClaimsNoFinishedJob(t *testing.T) {
 		if !st.Batched() {
 			t.Skip("this dialect claims one job at a time")
 		}
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		rec := &recorder{}
 		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle, MaxScheduled: 50, RefreshInterval: time.Minute,
 			Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
@@ -426,24 +426,6 @@ func TestLeaderClaimsNoFinishedJob(t *testing.T) {
 			t.Fatalf("claims that found nothing, per term: %v; want one term with none", missed)
 		}
 	})
-}
-
-// lockedBuffer is a bytes.Buffer that many goroutines may write.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestClaimCursorBound: under a backlog a worker claims from where its last

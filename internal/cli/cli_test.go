@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,12 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sqlease/sqlease/internal/cli"
 	"github.com/sqlease/sqlease/internal/pgtest"
+	"github.com/sqlease/sqlease/internal/syncbuf"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/sqlite"
 )
@@ -25,25 +24,6 @@ import (
 // These tests drive the command line in-process through cli.Main with a
 // fake environment (no variable of the test process leaks in) and temporary
 // directories; nothing but loopback is used.
-
-// syncBuf is a goroutine-safe buffer: a running node logs from many
-// goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // result is what one cli.Main call did.
 type result struct {
@@ -65,7 +45,7 @@ func run(t *testing.T, env map[string]string, stdin string, args ...string) resu
 
 func runCtx(t *testing.T, ctx context.Context, env map[string]string, stdin string, args ...string) result {
 	t.Helper()
-	var out, errb syncBuf
+	var out, errb syncbuf.Buffer
 	code := cli.Main(ctx, args, cli.Env{
 		Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb,
 		Getenv: func(k string) string { return env[k] },
@@ -566,11 +546,11 @@ func freeAddr(t *testing.T) string {
 // startServe runs "sqlease serve" in-process until the test ends and waits
 // until addr answers /readyz with mode=leader. It returns the node's log
 // and a stop function that cancels it and returns its result.
-func startServe(t *testing.T, addr string, env map[string]string, args ...string) (log *syncBuf, stop func() result) {
+func startServe(t *testing.T, addr string, env map[string]string, args ...string) (log *syncbuf.Buffer, stop func() result) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuf
-	log = &syncBuf{}
+	var out syncbuf.Buffer
+	log = &syncbuf.Buffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- cli.Main(ctx, append([]string{"serve"}, args...), cli.Env{

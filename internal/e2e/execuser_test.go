@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sqlease/sqlease/internal/syncbuf"
 )
 
 // The exec boundary (issue 11): an exec action runs as the daemon's user
@@ -34,7 +36,7 @@ func TestExecUserCannotReadDaemonSecrets(t *testing.T) {
 	cmd := exec.Command(binary, "serve", "--db", "sqlite:"+filepath.Join(dir, "s.db"), "--http", addr,
 		"--exec-user", "nobody", "--lease-duration", "1s", "--renew-interval", "250ms", "--acquire-interval", "100ms")
 	cmd.Env = append(nodeEnv(), "SQLEASE_API_TOKEN="+token)
-	var out syncBuf
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if os.Geteuid() != 0 {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease/internal/pgtest"
+	"github.com/sqlease/sqlease/internal/syncbuf"
 )
 
 // binary is the sqlease command TestMain built.
@@ -130,30 +131,12 @@ func sqliteDB(t *testing.T) string {
 
 // --- nodes ---
 
-// syncBuf is a goroutine-safe buffer for a node's output.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // node is one "sqlease serve" process.
 type node struct {
 	holder string
 	addr   string // host:port of its HTTP API
 	cmd    *exec.Cmd
-	out    *syncBuf // stdout and stderr (JSON log lines)
+	out    *syncbuf.Buffer // stdout and stderr (JSON log lines)
 
 	done     chan struct{} // closed when the process has exited
 	exitCode int           // valid after done; -1 if killed by a signal
@@ -246,7 +229,7 @@ func (f *fleet) launch(holder string, extra ...string) *node {
 		"--log-format", "json",
 	}
 	args = append(append(args, f.extra...), extra...)
-	n := &node{holder: holder, addr: addr, out: &syncBuf{}, done: make(chan struct{})}
+	n := &node{holder: holder, addr: addr, out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	n.cmd = exec.Command(binary, args...)
 	n.cmd.Env = nodeEnv()
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
