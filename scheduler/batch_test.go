@@ -380,9 +380,6 @@ func TestLeaderClaimsNoFinishedJob(t *testing.T) {
 	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
 		ctx := context.Background()
 		st := newStore(t)
-		if !st.Batched() {
-			t.Skip("this dialect claims one job at a time")
-		}
 		var logs syncbuf.Buffer
 		rec := &recorder{}
 		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle, MaxScheduled: 50, RefreshInterval: time.Minute,

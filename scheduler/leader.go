@@ -229,10 +229,7 @@ func (l *leader) isRunning(id int64) bool {
 	return l.running[id] || l.ended[id]
 }
 
-// startRead and endRead bracket a reload or refresh (see ended).
-func (l *leader) startRead() { l.setReading(true) }
-func (l *leader) endRead()   { l.setReading(false) }
-
+// setReading brackets a reload or refresh (see ended).
 func (l *leader) setReading(on bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -287,8 +284,8 @@ func (l *leader) rebuild(ctx context.Context) error {
 
 // reload replaces the schedule with the jobs due within the horizon.
 func (l *leader) reload(ctx context.Context) error {
-	l.startRead()
-	defer l.endRead()
+	l.setReading(true)
+	defer l.setReading(false)
 	entries, now, err := l.s.store.DueWindow(ctx, l.s.cfg.ScheduleHorizon, l.s.cfg.MaxScheduled)
 	if err != nil {
 		return err
@@ -331,8 +328,8 @@ func (l *leader) reload(ctx context.Context) error {
 func (l *leader) refresh(ctx context.Context) error {
 	t, id := refreshFrom(l.hw, l.hwID, l.lastRefresh, l.s.cfg.RefreshOverlap)
 	l.lastRefresh = l.estNow()
-	l.startRead()
-	defer l.endRead()
+	l.setReading(true)
+	defer l.setReading(false)
 	for {
 		rows, err := l.s.store.Changed(ctx, t, id, refreshPage)
 		if err != nil {

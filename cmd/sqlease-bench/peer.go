@@ -126,7 +126,11 @@ func runRiver(ctx context.Context, e *env, bin string, n int, tuned bool) (peerR
 
 // peerScenario runs the rounds and prints the table.
 func peerScenario(ctx context.Context, e *env, jobs, runs int, riverDefaults bool, tuning schedTuning, timeout time.Duration) bool {
-	fmt.Printf("\n== peer baseline — postgres, %d due no-op jobs per run, interleaved: sqlease claim (defaults, 1 worker), sqlease leader, River v0.51.1 tuned (MaxWorkers 1000, FetchCooldown 1 ms)%s\n", jobs, map[bool]string{true: " and with defaults (MaxWorkers 100)"}[riverDefaults])
+	defaults := ""
+	if riverDefaults {
+		defaults = " and with defaults (MaxWorkers 100)"
+	}
+	fmt.Printf("\n== peer baseline — postgres, %d due no-op jobs per run, interleaved: sqlease claim (defaults, 1 worker), sqlease leader, River v0.51.1 tuned (MaxWorkers 1000, FetchCooldown 1 ms)%s\n", jobs, defaults)
 	bin, cleanup, err := buildRiver(ctx)
 	if err != nil {
 		fmt.Printf("  ERROR %v\n", err)
