@@ -65,15 +65,23 @@ func escapePath(path string) string {
 	return b.String()
 }
 
-// Open opens (creating if needed) the SQLite database file at path.
+// Open opens (creating if needed) the SQLite database file at path. The
+// pool queues its own writers (gate.go).
 func Open(path string) (*sql.DB, error) {
+	return open(path, DefaultBusyTimeout, DefaultBusyTimeout)
+}
+
+// open is Open with SQLite's busy timeout and the longest wait of a writer
+// for this pool's other writers.
+func open(path string, busy, gateWait time.Duration) (*sql.DB, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: sqlite database path is empty", sqlease.ErrInvalidConfig)
 	}
-	db, err := sql.Open("sqlite", DSN(path, DefaultBusyTimeout))
+	conn, err := sqlite.NewConnector(DSN(path, busy))
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
+	db := sql.OpenDB(connector{Connector: conn, gate: newWriteGate(gateWait)})
 	// Processes opening a fresh file at once race to switch it to WAL, and
 	// the losers get SQLITE_BUSY at once, whatever the busy timeout: retry
 	// the first connection for up to that timeout.

@@ -336,6 +336,16 @@ func (s *Store) finishRunsByRow(ctx context.Context, tx *sql.Tx, reqs []FinishRe
 			return s.classify(err)
 		}
 		defer finish.Close()
+		// Prepared once for the batch too: compiling it for each run was
+		// most of SQLite's statement compiling in a daemon delivering HTTP
+		// actions (each keeps its status line).
+		var keep *sql.Stmt
+		if s.hasOutput(reqs) {
+			if keep, err = tx.PrepareContext(ctx, s.oq().Insert); err != nil {
+				return s.classify(err)
+			}
+			defer keep.Close()
+		}
 		for _, i := range order {
 			r := reqs[i]
 			errText, backoff := finishArgs(r.Finish)
@@ -351,8 +361,10 @@ func (s *Store) finishRunsByRow(ctx context.Context, tx *sql.Tx, reqs []FinishRe
 			if _, err := finish.ExecContext(ctx, string(r.Finish.Outcome), errText, r.Lock.JobID, s.timeArg(r.Run.ScheduledFor), r.Run.Attempt); err != nil {
 				return s.classify(err)
 			}
-			if err := s.insertOutput(ctx, tx, r.Lock.JobID, r.Run, r.Finish.Output); err != nil {
-				return err
+			if args := s.outputArgs(r.Lock.JobID, r.Run, r.Finish.Output); args != nil {
+				if _, err := keep.ExecContext(ctx, args...); err != nil {
+					return fmt.Errorf("keep output: %w", s.classify(err))
+				}
 			}
 			done[i] = true
 		}

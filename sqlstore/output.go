@@ -61,13 +61,23 @@ func (s *Store) oq() *OutputQueries { return &s.d.Jobs.Output }
 // insertOutput writes the output of run (none when empty) in tx, the
 // transaction of its finish.
 func (s *Store) insertOutput(ctx context.Context, tx *sql.Tx, jobID int64, run sqlease.Run, output string) error {
-	if output == "" || s.oq().Insert == "" {
+	args := s.outputArgs(jobID, run, output)
+	if args == nil {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, s.oq().Insert, jobID, s.timeArg(run.ScheduledFor), run.Attempt, CleanOutput(output)); err != nil {
+	if _, err := tx.ExecContext(ctx, s.oq().Insert, args...); err != nil {
 		return fmt.Errorf("keep output: %w", s.classify(err))
 	}
 	return nil
+}
+
+// outputArgs are the output insert's arguments for run's output, nil when
+// there is none to keep.
+func (s *Store) outputArgs(jobID int64, run sqlease.Run, output string) []any {
+	if output == "" || s.oq().Insert == "" {
+		return nil
+	}
+	return []any{jobID, s.timeArg(run.ScheduledFor), run.Attempt, CleanOutput(output)}
 }
 
 // hasOutput reports whether any request of a batch finish carries output

@@ -1,0 +1,293 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/sqlease/sqlease"
+)
+
+// SQLite lets one connection write at a time. A connection that finds the
+// write lock taken waits in SQLite's busy handler, which sleeps 1, 2, 5,
+// 10 … 100 ms between tries: writers of one process that queue there wake
+// late, the lock stands free meanwhile, and a daemon delivering thousands
+// of runs a second (its claims, starts and finishes all write) left a
+// third of the machine idle. A pool opened by Open therefore queues its own
+// writers in Go first (writeGate), one at a time, each woken the moment
+// the one before it is done; the busy handler then waits only for other
+// processes. Reads, which WAL lets run beside the writer, are not queued.
+//
+// A transaction holds the gate from BEGIN (IMMEDIATE: it takes the write
+// lock at once) to COMMIT or ROLLBACK; a statement outside one holds it
+// while it runs, a query until its rows are closed. Which statements write
+// is read from their text (writes); a read taken for a write only waits
+// its turn, and a write taken for a read only waits as it did before, in
+// the busy handler.
+
+// writeGate is a pool's queue of writers.
+type writeGate struct {
+	slot    chan struct{}
+	timeout time.Duration // the busy timeout: a writer waits no longer here
+}
+
+func newWriteGate(timeout time.Duration) *writeGate {
+	return &writeGate{slot: make(chan struct{}, 1), timeout: timeout}
+}
+
+// errGateTimeout is the gate's SQLITE_BUSY: a writer of this process held
+// the write lock for the whole busy timeout.
+var errGateTimeout = fmt.Errorf("%w: sqlite: another writer of this process held the database for the busy timeout", sqlease.ErrTransient)
+
+func (g *writeGate) acquire(ctx context.Context) error {
+	select {
+	case g.slot <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(g.timeout)
+	defer t.Stop()
+	select {
+	case g.slot <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return errGateTimeout
+	}
+}
+
+func (g *writeGate) release() { <-g.slot }
+
+// writeWords are the statements that write the database or may.
+var writeWords = regexp.MustCompile(`(?i)\b(insert|update|delete|replace|create|drop|alter|pragma|vacuum|reindex|analyze)\b`)
+
+// writesCache remembers writes' answer per statement text: the store runs
+// a fixed set of statements.
+var writesCache sync.Map // string → bool
+
+// writes reports whether the statement query may write.
+func writes(query string) bool {
+	if w, ok := writesCache.Load(query); ok {
+		return w.(bool)
+	}
+	w := writeWords.MatchString(query)
+	writesCache.Store(query, w)
+	return w
+}
+
+// connector opens the driver's connections wrapped to pass the gate.
+type connector struct {
+	driver.Connector
+	gate *writeGate
+}
+
+func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g, err := newGatedConn(conn, c.gate)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// gatedConn is a driver connection whose writers pass the pool's gate. It
+// implements the optional interfaces of the driver's connection that
+// database/sql uses; each call comes from one goroutine at a time.
+type gatedConn struct {
+	driver.Conn
+	beginTx driver.ConnBeginTx
+	prepare driver.ConnPrepareContext
+	exec    driver.ExecerContext
+	query   driver.QueryerContext
+	ping    driver.Pinger
+	reset   driver.SessionResetter
+	valid   driver.Validator
+
+	gate *writeGate
+	inTx bool // a transaction of this connection holds the gate
+}
+
+func newGatedConn(conn driver.Conn, gate *writeGate) (*gatedConn, error) {
+	c := &gatedConn{Conn: conn, gate: gate}
+	var ok [7]bool
+	c.beginTx, ok[0] = conn.(driver.ConnBeginTx)
+	c.prepare, ok[1] = conn.(driver.ConnPrepareContext)
+	c.exec, ok[2] = conn.(driver.ExecerContext)
+	c.query, ok[3] = conn.(driver.QueryerContext)
+	c.ping, ok[4] = conn.(driver.Pinger)
+	c.reset, ok[5] = conn.(driver.SessionResetter)
+	c.valid, ok[6] = conn.(driver.Validator)
+	for _, o := range ok {
+		if !o {
+			return nil, errors.New("sqlite: the driver's connection lacks an interface database/sql uses (driver version changed?)")
+		}
+	}
+	return c, nil
+}
+
+func (c *gatedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if err := c.gate.acquire(ctx); err != nil {
+		return nil, err
+	}
+	tx, err := c.beginTx.BeginTx(ctx, opts)
+	if err != nil {
+		c.gate.release()
+		return nil, err
+	}
+	c.inTx = true
+	return &gatedTx{Tx: tx, c: c}, nil
+}
+
+// Begin is BeginTx with the default options (driver.Conn).
+func (c *gatedConn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+// end releases the gate a transaction of c held.
+func (c *gatedConn) end() {
+	if c.inTx {
+		c.inTx = false
+		c.gate.release()
+	}
+}
+
+// Close closes the connection, releasing the gate if a transaction left
+// open on it held it.
+func (c *gatedConn) Close() error {
+	err := c.Conn.Close()
+	c.end()
+	return err
+}
+
+// pass takes the gate for a statement outside a transaction that writes;
+// done gives it back, and is nil when none was taken.
+func (c *gatedConn) pass(ctx context.Context, query string) (done func(), err error) {
+	if c.inTx || !writes(query) {
+		return nil, nil
+	}
+	if err := c.gate.acquire(ctx); err != nil {
+		return nil, err
+	}
+	return c.gate.release, nil
+}
+
+// ran ends a statement's pass: at once for a result or an error, at their
+// closing for rows (which keep the driver's own type when not gated, for
+// the optional interfaces database/sql looks for).
+func ran[T any](done func(), v T, err error, rows func(T) T) (T, error) {
+	switch {
+	case done == nil:
+	case err != nil || rows == nil:
+		done()
+	default:
+		v = rows(v)
+	}
+	return v, err
+}
+
+func (c *gatedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	done, err := c.pass(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.exec.ExecContext(ctx, query, args)
+	return ran(done, res, err, nil)
+}
+
+func (c *gatedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	done, err := c.pass(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := c.query.QueryContext(ctx, query, args)
+	return ran(done, rows, err, gateRows(done))
+}
+
+func (c *gatedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	st, err := c.prepare.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	exec, ok1 := st.(driver.StmtExecContext)
+	q, ok2 := st.(driver.StmtQueryContext)
+	if !ok1 || !ok2 {
+		st.Close()
+		return nil, errors.New("sqlite: the driver's statement lacks an interface database/sql uses (driver version changed?)")
+	}
+	return &gatedStmt{Stmt: st, exec: exec, query: q, c: c, text: query}, nil
+}
+
+func (c *gatedConn) Ping(ctx context.Context) error         { return c.ping.Ping(ctx) }
+func (c *gatedConn) ResetSession(ctx context.Context) error { return c.reset.ResetSession(ctx) }
+func (c *gatedConn) IsValid() bool                          { return c.valid.IsValid() }
+
+// gatedTx gives the gate back when the transaction ends, however it ends.
+type gatedTx struct {
+	driver.Tx
+	c *gatedConn
+}
+
+func (t *gatedTx) Commit() error {
+	defer t.c.end()
+	return t.Tx.Commit()
+}
+
+func (t *gatedTx) Rollback() error {
+	defer t.c.end()
+	return t.Tx.Rollback()
+}
+
+// gatedRows holds the gate of a writing query until it is closed: SQLite
+// keeps the write lock until the statement is reset.
+type gatedRows struct {
+	driver.Rows
+	once sync.Once
+	done func()
+}
+
+func gateRows(done func()) func(driver.Rows) driver.Rows {
+	return func(r driver.Rows) driver.Rows { return &gatedRows{Rows: r, done: done} }
+}
+
+func (r *gatedRows) Close() error {
+	err := r.Rows.Close()
+	r.once.Do(r.done)
+	return err
+}
+
+// gatedStmt is a prepared statement whose executions outside a
+// transaction pass the gate as the connection's own do.
+type gatedStmt struct {
+	driver.Stmt
+	exec  driver.StmtExecContext
+	query driver.StmtQueryContext
+	c     *gatedConn
+	text  string
+}
+
+func (s *gatedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	done, err := s.c.pass(ctx, s.text)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.exec.ExecContext(ctx, args)
+	return ran(done, res, err, nil)
+}
+
+func (s *gatedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	done, err := s.c.pass(ctx, s.text)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.query.QueryContext(ctx, args)
+	return ran(done, rows, err, gateRows(done))
+}
