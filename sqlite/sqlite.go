@@ -3,7 +3,8 @@
 // database file: it runs in WAL mode with a busy timeout, and every
 // transaction begins IMMEDIATE so that read-then-write transactions (the
 // fence) take the write lock up front instead of failing with
-// "database is locked" under contention.
+// "database is locked" under contention. Within one process a pool's
+// writers queue in Go rather than in SQLite's busy handler (gate.go).
 //
 // Times are stored as UTC text "YYYY-MM-DD HH:MM:SS.SSS" (millisecond
 // precision, the resolution of SQLite's 'now'), which sorts and compares
