@@ -180,18 +180,18 @@ func (c *gatedConn) pass(ctx context.Context, query string) (done func(), err er
 	return c.gate.release, nil
 }
 
-// ran ends a statement's pass: at once for a result or an error, at their
-// closing for rows (which keep the driver's own type when not gated, for
-// the optional interfaces database/sql looks for).
-func ran[T any](done func(), v T, err error, rows func(T) T) (T, error) {
+// gated ends a query's pass when its rows are closed. Rows that took no
+// pass stay the driver's own, with the optional interfaces database/sql
+// looks for.
+func gated(rows driver.Rows, err error, done func()) (driver.Rows, error) {
 	switch {
 	case done == nil:
-	case err != nil || rows == nil:
+		return rows, err
+	case err != nil:
 		done()
-	default:
-		v = rows(v)
+		return nil, err
 	}
-	return v, err
+	return &gatedRows{Rows: rows, done: done}, nil
 }
 
 func (c *gatedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -199,8 +199,10 @@ func (c *gatedConn) ExecContext(ctx context.Context, query string, args []driver
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.exec.ExecContext(ctx, query, args)
-	return ran(done, res, err, nil)
+	if done != nil {
+		defer done()
+	}
+	return c.exec.ExecContext(ctx, query, args)
 }
 
 func (c *gatedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
@@ -209,7 +211,7 @@ func (c *gatedConn) QueryContext(ctx context.Context, query string, args []drive
 		return nil, err
 	}
 	rows, err := c.query.QueryContext(ctx, query, args)
-	return ran(done, rows, err, gateRows(done))
+	return gated(rows, err, done)
 }
 
 func (c *gatedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
@@ -254,10 +256,6 @@ type gatedRows struct {
 	done func()
 }
 
-func gateRows(done func()) func(driver.Rows) driver.Rows {
-	return func(r driver.Rows) driver.Rows { return &gatedRows{Rows: r, done: done} }
-}
-
 func (r *gatedRows) Close() error {
 	err := r.Rows.Close()
 	r.once.Do(r.done)
@@ -279,8 +277,10 @@ func (s *gatedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.exec.ExecContext(ctx, args)
-	return ran(done, res, err, nil)
+	if done != nil {
+		defer done()
+	}
+	return s.exec.ExecContext(ctx, args)
 }
 
 func (s *gatedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
@@ -289,5 +289,5 @@ func (s *gatedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) 
 		return nil, err
 	}
 	rows, err := s.query.QueryContext(ctx, args)
-	return ran(done, rows, err, gateRows(done))
+	return gated(rows, err, done)
 }
