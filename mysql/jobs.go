@@ -172,6 +172,27 @@ WHERE job_id = ? AND scheduled_for = ? AND attempt = ? AND outcome = 'running'`)
 	next_run_at = ?, attempt = ?, not_before = ` + plusMS(now, "?") + `,
 	last_run_at = {now}, last_modified_at = {now}
 WHERE id = ? AND locked_by = ? AND lock_epoch = ?`),
+		// A batch finish, the group as one JSON argument (see
+		// sqlstore.FinishJSON; its Output is withOutput's). The job rows
+		// are locked in the array's order, job id, the lock order:
+		// STRAIGHT_JOIN reads the array first. A missing member is NULL.
+		FinishRunsJSON: sqlstore.FinishJSON{
+			Lock: r.Replace(`SELECT v.i FROM JSON_TABLE(?, '$[*]' COLUMNS (i int PATH '$.i', id bigint PATH '$.id',
+	holder varchar(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.holder', epoch bigint PATH '$.epoch')) v
+STRAIGHT_JOIN {jobs} j ON j.id = v.id AND j.locked_by = v.holder AND j.lock_epoch = v.epoch
+FOR UPDATE`),
+			Release: r.Replace(`UPDATE {jobs} j JOIN JSON_TABLE(?, '$[*]' COLUMNS (id bigint PATH '$.id', next_run_at datetime(6) PATH '$.next',
+	attempt int PATH '$.attempt', backoff bigint PATH '$.backoff')) v ON j.id = v.id
+SET j.locked_by = NULL, j.locked_at = NULL, j.lock_lease_epoch = 0,
+	j.next_run_at = v.next_run_at, j.attempt = v.attempt, j.not_before = ` + plusMS(now, "v.backoff") + `,
+	j.last_run_at = {now}, j.last_modified_at = {now}`),
+			Finish: r.Replace(`UPDATE {runs} r JOIN JSON_TABLE(?, '$[*]' COLUMNS (id bigint PATH '$.id', sf datetime(6) PATH '$.sf',
+	attempt int PATH '$.attempt', outcome varchar(16) PATH '$.outcome',
+	error_text mediumtext CHARACTER SET utf8mb4 PATH '$.error')) v
+	ON r.job_id = v.id AND r.scheduled_for = v.sf AND r.attempt = v.attempt
+SET r.outcome = v.outcome, r.error = v.error_text, r.finished_at = {now}
+WHERE r.outcome = 'running'`),
+		},
 		RunsBefore: r.Replace(`SELECT {runcols} FROM {runs}
 WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?) AND (scheduled_for, attempt) < (?, ?)
 ORDER BY scheduled_for DESC, attempt DESC LIMIT ?`),

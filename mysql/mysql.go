@@ -1,7 +1,8 @@
 // Package mysql is the MySQL and MariaDB dialect of sqlease, on
 // github.com/go-sql-driver/mysql through database/sql. It is tested on
-// MariaDB 10.11 and written for MariaDB 10.6+ and MySQL 8.0+ (it needs
-// SKIP LOCKED); where MySQL behaves differently, this says so.
+// MariaDB 10.11 and written for MariaDB 10.6+ and MySQL 8.0.4+ (it needs
+// SKIP LOCKED, and JSON_TABLE for batch finishes); where MySQL behaves
+// differently, this says so.
 //
 // Database time is UTC_TIMESTAMP(6): microseconds, UTC whatever the session
 // time zone, and fixed at the start of each statement, so every use in one

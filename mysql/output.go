@@ -29,5 +29,9 @@ WHERE job_id = ? AND scheduled_for BETWEEN ? AND ?`),
 		DeleteJob: r.Replace(`DELETE FROM {out} WHERE job_id = ?`),
 		Prune:     r.Replace(`DELETE FROM {out} WHERE finished_at < ` + plusMS(now, "-?")),
 	}
+	q.FinishRunsJSON.Output = r.Replace(`INSERT INTO {out} (job_id, scheduled_for, attempt, finished_at, output)
+SELECT v.id, v.sf, v.attempt, {now}, v.output FROM JSON_TABLE(?, '$[*]' COLUMNS (id bigint PATH '$.id',
+	sf datetime(6) PATH '$.sf', attempt int PATH '$.attempt', output mediumtext CHARACTER SET utf8mb4 PATH '$.output')) v
+ON DUPLICATE KEY UPDATE job_id = {out}.job_id`)
 	return q
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -245,6 +246,10 @@ func (s *Store) FinishRuns(ctx context.Context, tx *sql.Tx, reqs []FinishReq) (d
 	}
 	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(reqs[a].Lock.JobID, reqs[b].Lock.JobID) })
 	if s.q().FinishRuns == "" {
+		// A single run costs two statements by row, one fewer than by JSON.
+		if n > 1 && s.q().FinishRunsJSON.Lock != "" {
+			return s.finishRunsJSON(ctx, tx, reqs, order)
+		}
 		return s.finishRunsByRow(ctx, tx, reqs, order)
 	}
 	ids, epochs, holders := make([]int64, n), make([]int64, n), make([]string, n)
@@ -374,6 +379,199 @@ func (s *Store) finishRunsByRow(ctx context.Context, tx *sql.Tx, reqs []FinishRe
 		return nil, fmt.Errorf("finish %d runs: %w", len(reqs), err)
 	}
 	return done, nil
+}
+
+// FinishJSON are the statements of a batch finish for a dialect without
+// array parameters but with JSON_TABLE (MySQL, MariaDB), run in this order
+// in one transaction. Each takes its requests as one JSON array (an
+// argument holds at most maxJSONArg bytes; a larger group takes several
+// executions), so that a group of runs costs three or four statements
+// instead of three per run: on MariaDB most of the server's time went to
+// executing statements, not to the rows they wrote. In the arrays, times
+// are strings 'YYYY-MM-DD hh:mm:ss.ffffff' in UTC, and a member that would
+// be NULL is left out.
+type FinishJSON struct {
+	// Lock: ([{i, id, holder, epoch}…] ordered by id). Locks (FOR UPDATE),
+	// in the array's order, the jobs still locked by (holder, epoch), and
+	// returns i of each.
+	Lock string
+	// Release: ([{id, next, attempt, backoff}…]). ReleaseJob of each job,
+	// which Lock locked: (next_run_at, attempt, backoff_ms).
+	Release string
+	// Finish: ([{id, sf, attempt, outcome, error}…]). FinishRun of each run:
+	// (job_id, scheduled_for, attempt) and its outcome and error.
+	Finish string
+	// Output: ([{id, sf, attempt, output}…]). Output.Insert of each output;
+	// empty where the dialect keeps none.
+	Output string
+}
+
+// maxJSONArg bounds the JSON arrays finishRunsJSON passes, well below the
+// servers' max_allowed_packet (16 MiB on MariaDB, 64 MiB on MySQL).
+const maxJSONArg = 1 << 20
+
+// jsonTime is a time as FinishJSON's arrays hold it; "" (left out) for the
+// zero time, which the other paths pass as NULL.
+func jsonTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Truncate(time.Microsecond).Format("2006-01-02 15:04:05.000000")
+}
+
+// finishRunsJSON is FinishRuns with JobQueries.FinishRunsJSON: it locks the
+// jobs whose locks the requests still hold, in the lock order, then
+// releases them, finishes their runs and keeps their outputs, a statement
+// each. Once locked the jobs cannot change, so the later statements need
+// neither the lock's condition nor an order.
+func (s *Store) finishRunsJSON(ctx context.Context, tx *sql.Tx, reqs []FinishReq, order []int) ([]bool, error) {
+	q := &s.q().FinishRunsJSON
+	type lockArg struct {
+		I      int    `json:"i"`
+		ID     int64  `json:"id"`
+		Holder string `json:"holder"`
+		Epoch  int64  `json:"epoch"`
+	}
+	type releaseArg struct {
+		ID      int64  `json:"id"`
+		Next    string `json:"next,omitempty"`
+		Attempt int    `json:"attempt"`
+		Backoff *int64 `json:"backoff,omitempty"`
+	}
+	type finishArg struct {
+		ID      int64  `json:"id"`
+		SF      string `json:"sf,omitempty"`
+		Attempt int    `json:"attempt"`
+		Outcome string `json:"outcome"`
+		Error   string `json:"error,omitempty"`
+	}
+	type outputArg struct {
+		ID      int64  `json:"id"`
+		SF      string `json:"sf,omitempty"`
+		Attempt int    `json:"attempt"`
+		Output  string `json:"output"`
+	}
+	locks := make([]lockArg, len(order))
+	for k, i := range order {
+		l := reqs[i].Lock
+		locks[k] = lockArg{I: i, ID: l.JobID, Holder: l.Holder, Epoch: l.Epoch}
+	}
+	held := make([]bool, len(reqs))
+	done := make([]bool, len(reqs))
+	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
+		err := execJSON(locks, func(arg string) error {
+			rows, err := tx.QueryContext(ctx, q.Lock, arg)
+			_, err = scanRows(rows, err, func(sc scanner) error {
+				var i int
+				if err := sc.Scan(&i); err != nil {
+					return err
+				}
+				if i < 0 || i >= len(held) {
+					return fmt.Errorf("lock returned request %d of %d", i, len(held))
+				}
+				held[i] = true
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			return s.classify(err)
+		}
+		var releases []releaseArg
+		var finishes []finishArg
+		var outputs []outputArg
+		var byRow [][]any // outputs kept by Output.Insert
+		lastID, released := int64(0), false
+		for _, i := range order {
+			r := reqs[i]
+			// Of two requests for one job (next to each other in order),
+			// only the first releases it: by row, the second then finds
+			// it unlocked.
+			if !held[i] || released && r.Lock.JobID == lastID {
+				continue
+			}
+			lastID, released = r.Lock.JobID, true
+			done[i] = true
+			rel := releaseArg{ID: r.Lock.JobID, Next: jsonTime(r.Finish.Next), Attempt: r.Finish.Attempt}
+			if r.Finish.Backoff > 0 {
+				ms := r.Finish.Backoff.Milliseconds()
+				rel.Backoff = &ms
+			}
+			releases = append(releases, rel)
+			fin := finishArg{ID: r.Lock.JobID, SF: jsonTime(r.Run.ScheduledFor), Attempt: r.Run.Attempt, Outcome: string(r.Finish.Outcome)}
+			if r.Finish.Error != "" {
+				fin.Error = CleanText(r.Finish.Error)
+			}
+			finishes = append(finishes, fin)
+			if r.Finish.Output == "" || s.oq().Insert == "" {
+				continue
+			}
+			// Escaped as JSON, an output may grow sixfold: a long one is
+			// kept by row, as an argument of its own.
+			if out := CleanOutput(r.Finish.Output); q.Output != "" && len(out) <= maxJSONArg/8 {
+				outputs = append(outputs, outputArg{ID: r.Lock.JobID, SF: jsonTime(r.Run.ScheduledFor), Attempt: r.Run.Attempt, Output: out})
+			} else {
+				byRow = append(byRow, []any{r.Lock.JobID, s.timeArg(r.Run.ScheduledFor), r.Run.Attempt, out})
+			}
+		}
+		exec := func(query string) func(string) error {
+			return func(arg string) error {
+				_, err := tx.ExecContext(ctx, query, arg)
+				return err
+			}
+		}
+		if err := execJSON(releases, exec(q.Release)); err != nil {
+			return s.classify(err)
+		}
+		if err := execJSON(finishes, exec(q.Finish)); err != nil {
+			return s.classify(err)
+		}
+		if err := execJSON(outputs, exec(q.Output)); err != nil {
+			return fmt.Errorf("keep output: %w", s.classify(err))
+		}
+		for _, args := range byRow {
+			if _, err := tx.ExecContext(ctx, s.oq().Insert, args...); err != nil {
+				return fmt.Errorf("keep output: %w", s.classify(err))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finish %d runs: %w", len(reqs), err)
+	}
+	return done, nil
+}
+
+// execJSON calls exec with items as JSON arrays of at most maxJSONArg bytes
+// each (an item longer than that alone), in order; with none for no items.
+func execJSON[T any](items []T, exec func(arg string) error) error {
+	var b []byte
+	flush := func() error {
+		if len(b) == 0 {
+			return nil
+		}
+		arg := string(append(b, ']'))
+		b = b[:0]
+		return exec(arg)
+	}
+	for _, it := range items {
+		e, err := json.Marshal(it)
+		if err != nil {
+			return err
+		}
+		if len(b) > 0 && len(b)+len(e)+2 > maxJSONArg {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if len(b) == 0 {
+			b = append(b, '[')
+		} else {
+			b = append(b, ',')
+		}
+		b = append(b, e...)
+	}
+	return flush()
 }
 
 // markIDs sets out[at[id]] for every job id a batch statement returns.

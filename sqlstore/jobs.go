@@ -181,15 +181,21 @@ type JobQueries struct {
 	// run finished, whose output (where not NULL) it keeps in the output
 	// table as Output.Insert does; a run whose lock is lost changes nothing.
 	FinishRuns string
+	// FinishRunsJSON, optional, where FinishRuns is empty: FinishRuns in a
+	// few statements per group of runs, each taking the group as one JSON
+	// argument (see FinishJSON), instead of ReleaseJob, FinishRun and the
+	// output's insert per run.
+	FinishRunsJSON FinishJSON
 	// StartRunIf, where the dialect has no array parameters (with StartRuns
 	// and FinishRuns empty): StartRuns for one request, (job_id, holder,
 	// lock_epoch, job_name, scheduled_for, attempt, run_epoch). It appends
 	// the run only while the job is locked by (holder, lock_epoch), and does
 	// nothing when that attempt exists. With it StartRuns and FinishRuns run
-	// one statement per request (FinishRuns: ReleaseJob, FinishRun and the
-	// output's insert, as FinishRun does), each prepared once, in one
-	// transaction: for a database inside the process (SQLite) it is the
-	// transaction's commit that costs, not the statement.
+	// one statement per request (FinishRuns, without FinishRunsJSON:
+	// ReleaseJob, FinishRun and the output's insert, as FinishRun does),
+	// each prepared once, in one transaction: for a database inside the
+	// process (SQLite) it is the transaction's commit that costs, not the
+	// statement.
 	StartRunIf string
 	// Heartbeat: (id, holder, lock_epoch). Extends locked_at; rows affected.
 	Heartbeat string
