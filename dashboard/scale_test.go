@@ -138,9 +138,11 @@ FROM generate_series(1, 50000) g`,
 		slices.Sort(took)
 		med := took[len(took)/2]
 		t.Logf("%-45s median %v (of 5)", path, med.Round(100*time.Microsecond))
-		// Generous: a shared 2-core machine; a full scan of the runs
-		// would take far longer at the larger scale.
-		if med > 500*time.Millisecond {
+		// Only a blow-up fails here (the plans are checked with
+		// explain): pages took 10–170 ms, and up to 550 ms on a shared
+		// 2-core machine under load, which a tighter bound turned into
+		// a failed CI run.
+		if med > 2*time.Second {
 			t.Errorf("%s: median %v", path, med)
 		}
 	}

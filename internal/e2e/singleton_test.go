@@ -142,7 +142,8 @@ func TestSingletonFrozenNodeAndStaleness(t *testing.T) {
 	if err := os.WriteFile(script, []byte(fleettest.CounterScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f := newFleet(t, sqliteDB(t))
+	db := sqliteDB(t)
+	f := newFleet(t, db)
 	nodes := f.start("a", "b")
 	def := fmt.Sprintf(`{"name":"counter","command":["bash",%q],"env":{"PIDS":%q},"heartbeat":"1s","stop_timeout":"1s"}`, script, pids)
 	if resp, body := nodes[0].do(t, "POST", "/v1/singletons", "", []byte(def)); resp.StatusCode != 201 {
@@ -172,7 +173,10 @@ func TestSingletonFrozenNodeAndStaleness(t *testing.T) {
 			other = n
 		}
 	}
-	holder.signal(t, syscall.SIGSTOP)
+	// Outside its writes: frozen inside one (a save, milliseconds, 20 a
+	// second) it would hold the file's write lock, and every other node
+	// with it, until it wakes (README, SQLite).
+	fleettest.FreezeOutsideWrites(t, holder.cmd.Process.Pid, strings.TrimPrefix(db, "sqlite:"))
 	if err := poll(20*time.Second, func() (bool, string) {
 		v = read(other)
 		return v.Holder == other.holder && v.Status == "running", fmt.Sprintf("%+v", v)

@@ -1,11 +1,8 @@
 package failover
 
 import (
-	"context"
-	"database/sql"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -16,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
-	"github.com/sqlease/sqlease/sqlite"
 )
 
 // holdServer is an action endpoint that keeps every request open until the
@@ -117,7 +114,7 @@ func claimWorkerFault(t *testing.T, db string, sig syscall.Signal) time.Duration
 	}
 	t0 := time.Now()
 	if path, ok := strings.CutPrefix(db, "sqlite:"); ok && sig == syscall.SIGSTOP {
-		t0 = freezeOutsideWrites(t, victim, path)
+		t0 = fleettest.FreezeOutsideWrites(t, victim.cmd.Process.Pid, path)
 	} else {
 		victim.signal(sig)
 	}
@@ -167,76 +164,6 @@ func claimWorkerFault(t *testing.T, db string, sig syscall.Signal) time.Duration
 	return took
 }
 
-// freezeOutsideWrites SIGSTOPs n where it holds no write lock of the SQLite
-// file at path, and returns when. A process frozen inside one of its write
-// transactions (its lease renewals, its claims: milliseconds each) holds
-// every other writer off until it wakes, which sqlease cannot change
-// (README, SQLite); such a freeze is undone and tried again a moment later,
-// as the fault suite's freeze does, so that the test tests what sqlease
-// decides.
-func freezeOutsideWrites(t *testing.T, n *node, path string) time.Time {
-	t.Helper()
-	probe, err := sql.Open("sqlite", sqlite.DSN(path, time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
-	for try := 1; ; try++ {
-		at := time.Now()
-		n.signal(syscall.SIGSTOP)
-		waitStopped(t, n)
-		locked, err := writeLocked(t.Context(), probe)
-		if err != nil {
-			t.Fatalf("probing the write lock: %v", err)
-		}
-		if !locked {
-			if try > 1 {
-				t.Logf("froze %s outside a write transaction at try %d", n.id, try)
-			}
-			return at
-		}
-		if try == 50 {
-			t.Fatalf("%s was inside a write transaction at each of %d freezes", n.id, try)
-		}
-		n.signal(syscall.SIGCONT)
-		time.Sleep(time.Duration(5+rand.IntN(50)) * time.Millisecond)
-	}
-}
-
-// waitStopped waits until n is in the stopped state.
-func waitStopped(t *testing.T, n *node) {
-	t.Helper()
-	stat := fmt.Sprintf("/proc/%d/stat", n.cmd.Process.Pid)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-		b, err := os.ReadFile(stat)
-		// pid (comm) state …; comm may contain spaces and parentheses.
-		if i := strings.LastIndexByte(string(b), ')'); err == nil && i > 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not stopped 5s after SIGSTOP", n.id)
-		}
-	}
-}
-
-// writeLocked tries to take SQLite's write lock without waiting (the
-// probe's busy timeout is 1 ms).
-func writeLocked(ctx context.Context, db *sql.DB) (bool, error) {
-	c, err := db.Conn(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer c.Close()
-	if _, err := c.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		if strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked") {
-			return true, nil
-		}
-		return false, err
-	}
-	_, err = c.ExecContext(ctx, `ROLLBACK`)
-	return false, err
-}
-
 // TestClaimWorkerFault: in claim mode a worker killed or frozen mid-run
 // loses its claim with its own lease, on PostgreSQL, MariaDB and SQLite.
 func TestClaimWorkerFault(t *testing.T) {
@@ -257,7 +184,7 @@ func TestClaimWorkerFault(t *testing.T) {
 		// Both nodes on one file. A process frozen inside a write
 		// transaction holds every other writer off until it wakes (SQLite's
 		// lock): the worker is frozen mid-run, its handler waiting on the
-		// action, and outside its writes (freezeOutsideWrites: a lease
+		// action, and outside its writes (FreezeOutsideWrites: a lease
 		// renewal or a claim holds the lock for milliseconds, and one
 		// freeze in a CI run hit one).
 		t.Run("sqlite/"+sig.String(), func(t *testing.T) {

@@ -144,7 +144,7 @@ func TestExecActionStopsWithFrozenNode(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer admin.Close()
-			b := backend{dialect: "sqlite", writeLocked: sqliteWriteLocked, admin: admin}
+			b := backend{dialect: "sqlite", writeLocked: fleettest.SQLiteWriteLocked, admin: admin}
 			// Every 10 ms: is the frozen node's command alive, has the retry
 			// begun? Seeing the retry while the command lives is an overlap.
 			child := childOf(t, log, first)

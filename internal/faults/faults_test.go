@@ -163,27 +163,6 @@ func (b backend) serverFault(t *testing.T, f fault) {
 	t.Logf("terminated %d backends", n)
 }
 
-// sqliteWriteLocked tries to take SQLite's write lock without waiting.
-func sqliteWriteLocked(ctx context.Context, db *sql.DB) (bool, error) {
-	c, err := db.Conn(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer c.Close()
-	if _, err := c.ExecContext(ctx, `PRAGMA busy_timeout = 0`); err != nil {
-		return false, err
-	}
-	defer c.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, sqlite.DefaultBusyTimeout.Milliseconds()))
-	if _, err := c.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		if strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked") {
-			return true, nil
-		}
-		return false, err
-	}
-	_, err = c.ExecContext(ctx, `ROLLBACK`)
-	return false, err
-}
-
 func trials(t *testing.T) int {
 	n := 1
 	if s := os.Getenv("SQLEASE_FAULT_TRIALS"); s != "" {
@@ -281,7 +260,7 @@ func TestSQLite(t *testing.T) {
 		dialect:     "sqlite",
 		modes:       []string{"lease", "lease+claim"},
 		faults:      []fault{faultKill, faultStop},
-		writeLocked: sqliteWriteLocked,
+		writeLocked: fleettest.SQLiteWriteLocked,
 		fresh: func(t *testing.T) (string, *sql.DB) {
 			path := filepath.Join(t.TempDir(), "sqlease.db")
 			db, err := sqlite.Open(path)

@@ -235,14 +235,14 @@ func TestSQLiteWriteLockedProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	if locked, err := sqliteWriteLocked(ctx, db); err != nil || locked {
+	if locked, err := fleettest.SQLiteWriteLocked(ctx, db); err != nil || locked {
 		t.Fatalf("idle database: locked %v, %v", locked, err)
 	}
 	tx, err := other.BeginTx(ctx, nil) // BEGIN IMMEDIATE: the write lock
 	if err != nil {
 		t.Fatal(err)
 	}
-	if locked, err := sqliteWriteLocked(ctx, db); err != nil || !locked {
+	if locked, err := fleettest.SQLiteWriteLocked(ctx, db); err != nil || !locked {
 		t.Fatalf("during another connection's write transaction: locked %v, %v", locked, err)
 	}
 	if err := tx.Rollback(); err != nil {

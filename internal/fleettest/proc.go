@@ -177,8 +177,12 @@ func (p *Proc) KilledAt() time.Time {
 
 // State returns the process state letter from /proc/<pid>/stat ("R", "S",
 // "T" for stopped, …) or "" if it cannot be read.
-func (p *Proc) State() string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID()))
+func (p *Proc) State() string { return ProcState(p.PID()) }
+
+// ProcState returns the state letter of the process pid from
+// /proc/<pid>/stat, or "" if it cannot be read.
+func ProcState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return ""
 	}
