@@ -628,7 +628,7 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 	for ctx.Err() == nil {
 		// Each start is recorded (started_at, restarts) under the fence.
 		err := e.el.Fenced(ctx, tok, func(tx *sql.Tx) error { return n.cfg.Store.StartSingleton(ctx, tx, cfg.Name, tok) })
-		if ctx.Err() != nil {
+		if errors.Is(err, sqlease.ErrLeaseLost) || errors.Is(err, sqlease.ErrNotLeader) {
 			return // the term is over
 		}
 		var state S
@@ -637,14 +637,7 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 		}
 		wait, grow := backoff, true
 		if err != nil {
-			if errors.Is(err, sqlease.ErrLeaseLost) || errors.Is(err, sqlease.ErrNotLeader) {
-				// The gate refused while the term goes on: an advisory
-				// term acquired without the session lock (its holder
-				// frozen) can find it closed until its next renewal.
-				// Only the end of the term (ctx) ends this loop; a lease
-				// truly lost ends the term soon.
-				wait, grow = n.cfg.RenewInterval, false
-			} else if errors.Is(err, sqlease.ErrTransient) {
+			if errors.Is(err, sqlease.ErrTransient) {
 				// The database is away or refusing for now (a restart, a
 				// cut, the breaker open): try again at the first wait, so
 				// that the singleton runs again soon after it is back. The

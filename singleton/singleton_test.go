@@ -429,7 +429,6 @@ type flakyFence struct {
 	sqlease.LeaseStore
 	mu    sync.Mutex
 	fails int
-	err   error // what a failure returns; nil: a transient error
 	at    []time.Time
 }
 
@@ -438,51 +437,10 @@ func (f *flakyFence) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql
 	f.at = append(f.at, time.Now())
 	fail := len(f.at) <= f.fails
 	f.mu.Unlock()
-	if fail && f.err != nil {
-		return f.err
-	}
 	if fail {
 		return fmt.Errorf("%w: injected: the database is restarting", sqlease.ErrTransient)
 	}
 	return f.LeaseStore.Fenced(ctx, tok, fn)
-}
-
-// A start refused by the gate while the term goes on is retried within the
-// term, not given up until the next one: an advisory term acquired without
-// the session lock (its holder frozen) found its gate closed at its start,
-// and the singleton then ran nowhere while that node held the lease (fault
-// suite, MariaDB, singleton/advisory/sigstop_holder).
-func TestStartRetriedWhenRefusedWithinTheTerm(t *testing.T) {
-	st, err := sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "s.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.DB().Close()
-	leases := &flakyFence{LeaseStore: st, fails: 1, err: fmt.Errorf("%w: injected: the gate is closed", sqlease.ErrNotLeader)}
-	n, err := singleton.NewNode(singleton.NodeConfig{Store: st, Leases: leases, HolderID: "a",
-		LeaseDuration: 2 * time.Second, RenewInterval: 300 * time.Millisecond, AcquireInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var started atomic.Bool
-	if err := singleton.Register(n, singleton.Config[v1]{Name: "worker",
-		Body: func(ctx context.Context, in *singleton.Instance[v1]) error {
-			started.Store(true)
-			<-ctx.Done()
-			return nil
-		}}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	waitFor(t, 10*time.Second, "the singleton to start in the term whose first start was refused", started.Load)
-	leases.mu.Lock()
-	defer leases.mu.Unlock()
-	if len(leases.at) < 2 {
-		t.Errorf("%d fenced starts, want the refused one and one more", len(leases.at))
-	}
 }
 
 // A start that fails on a transient database error is retried after the
