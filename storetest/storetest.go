@@ -176,7 +176,12 @@ func testAcquireConcurrent(t *testing.T, s *sqlstore.Store) {
 	const (
 		contenders = 32
 		rounds     = 5
-		ttl        = 500 * time.Millisecond
+		// Long enough for all 32 acquires to have run before the winner's
+		// lease expires, also under -race on a loaded 2-core machine (a
+		// round of SQLite's, whose writers take turns, took 780 ms): an
+		// acquire after the expiry wins rightly, and the round would
+		// count two winners.
+		ttl = 2 * time.Second
 	)
 	s.DB().SetMaxIdleConns(contenders + 8)
 	warmPool(t, s.DB(), contenders)
