@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sqlease/sqlease"
@@ -67,8 +68,15 @@ func (g *writeGate) release() { <-g.slot }
 var writeWords = regexp.MustCompile(`(?i)\b(insert|update|delete|replace|create|drop|alter|pragma|vacuum|reindex|analyze)\b`)
 
 // writesCache remembers writes' answer per statement text: the store runs
-// a fixed set of statements.
-var writesCache sync.Map // string → bool
+// a fixed set of statements. It keeps at most writesCacheMax: a pool that
+// also runs SQL built per call (an IN list of any length) would otherwise
+// grow it without end.
+var (
+	writesCache  sync.Map // string → bool
+	writesCached atomic.Int64
+)
+
+const writesCacheMax = 4096
 
 // writes reports whether the statement query may write.
 func writes(query string) bool {
@@ -76,7 +84,11 @@ func writes(query string) bool {
 		return w.(bool)
 	}
 	w := writeWords.MatchString(query)
-	writesCache.Store(query, w)
+	if writesCached.Load() < writesCacheMax {
+		if _, loaded := writesCache.LoadOrStore(query, w); !loaded {
+			writesCached.Add(1)
+		}
+	}
 	return w
 }
 

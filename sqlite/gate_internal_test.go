@@ -194,6 +194,19 @@ func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
+// Statement texts built per call do not grow the cache without end, and
+// are still classified past its bound.
+func TestWritesCacheBounded(t *testing.T) {
+	for i := range writesCacheMax + 100 {
+		if !writes(fmt.Sprintf(`DELETE FROM t WHERE id IN (%d)`, i)) {
+			t.Fatalf("statement %d not taken for a write", i)
+		}
+	}
+	if n := writesCached.Load(); n > writesCacheMax {
+		t.Errorf("%d statements cached, want at most %d", n, writesCacheMax)
+	}
+}
+
 func TestWrites(t *testing.T) {
 	for q, want := range map[string]bool{
 		`SELECT id FROM t WHERE last_updated_at > ?`:                 false,
