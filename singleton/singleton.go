@@ -597,25 +597,49 @@ func (e *entry) beat(at time.Time) {
 	e.mu.Unlock()
 }
 
+// setLeading marks the singleton running here under tok from at (its
+// start), or not running.
 func (e *entry) setLeading(on bool, tok sqlease.Token, at time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.leading, e.tok = on, tok
 	if on {
-		e.startedAt, e.lastBeat, e.acquired = at, at, at
+		e.startedAt, e.lastBeat = at, at
 	}
+}
+
+func (e *entry) setAcquired(at time.Time) {
+	e.mu.Lock()
+	e.acquired = at
+	e.mu.Unlock()
 }
 
 // runTerm is a singleton's OnStartedLeading: record the start, load the
 // state and run the body — again, after a backoff, if it returns while the
-// term lasts.
+// term lasts. Only the end of the term ends it: a start the gate refuses
+// while the term goes on is tried again, for the gate can open at the next
+// renew (an advisory term acquired without the session lock, or an acquire
+// whose answer came late, starts with it closed). The singleton counts as
+// running here from a fenced start that succeeded until a start fails or
+// the term ends, never while it only waits to start.
 func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok sqlease.Token) {
 	log := n.log.With(slog.String("singleton", cfg.Name), slog.Int64("lease_epoch", tok.Epoch))
-	e.setLeading(true, tok, n.cfg.Clock.Now())
-	n.cfg.Observer.Running(cfg.Name, true)
+	e.setAcquired(n.cfg.Clock.Now())
+	running := false
+	setRunning := func(on bool) {
+		if on == running {
+			return
+		}
+		running = on
+		if on {
+			e.setLeading(true, tok, n.cfg.Clock.Now())
+		} else {
+			e.setLeading(false, sqlease.Token{}, time.Time{})
+		}
+		n.cfg.Observer.Running(cfg.Name, on)
+	}
 	defer func() {
-		e.setLeading(false, sqlease.Token{}, time.Time{})
-		n.cfg.Observer.Running(cfg.Name, false)
+		setRunning(false)
 		if cfg.OnStopped != nil {
 			cfg.OnStopped(tok)
 		}
@@ -628,7 +652,7 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 	for ctx.Err() == nil {
 		// Each start is recorded (started_at, restarts) under the fence.
 		err := e.el.Fenced(ctx, tok, func(tx *sql.Tx) error { return n.cfg.Store.StartSingleton(ctx, tx, cfg.Name, tok) })
-		if errors.Is(err, sqlease.ErrLeaseLost) || errors.Is(err, sqlease.ErrNotLeader) {
+		if ctx.Err() != nil {
 			return // the term is over
 		}
 		var state S
@@ -637,7 +661,13 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 		}
 		wait, grow := backoff, true
 		if err != nil {
-			if errors.Is(err, sqlease.ErrTransient) {
+			setRunning(false)
+			switch {
+			case errors.Is(err, sqlease.ErrLeaseLost) || errors.Is(err, sqlease.ErrNotLeader):
+				// The gate is closed: until the next renew opens it, or
+				// the elector ends the term (a lease truly lost).
+				wait, grow = n.cfg.RenewInterval, false
+			case errors.Is(err, sqlease.ErrTransient):
 				// The database is away or refusing for now (a restart, a
 				// cut, the breaker open): try again at the first wait, so
 				// that the singleton runs again soon after it is back. The
@@ -647,6 +677,7 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 			}
 			log.Warn("singleton_start_failed", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
 		} else {
+			setRunning(true)
 			e.beat(n.cfg.Clock.Now()) // a start counts as a heartbeat
 			in := &Instance[S]{name: cfg.Name, tok: tok, node: n, e: e, state: state}
 			log.Info("singleton_started")

@@ -429,6 +429,7 @@ type flakyFence struct {
 	sqlease.LeaseStore
 	mu    sync.Mutex
 	fails int
+	err   error // what a failure returns; nil: a transient error
 	at    []time.Time
 }
 
@@ -437,10 +438,89 @@ func (f *flakyFence) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql
 	f.at = append(f.at, time.Now())
 	fail := len(f.at) <= f.fails
 	f.mu.Unlock()
+	if fail && f.err != nil {
+		return f.err
+	}
 	if fail {
 		return fmt.Errorf("%w: injected: the database is restarting", sqlease.ErrTransient)
 	}
 	return f.LeaseStore.Fenced(ctx, tok, fn)
+}
+
+// runningLog records when the node reported a singleton running or not.
+type runningLog struct {
+	mu  sync.Mutex
+	ons []time.Time
+}
+
+func (*runningLog) StateDecodeFailed(string) {}
+func (r *runningLog) Running(_ string, on bool) {
+	if on {
+		r.mu.Lock()
+		r.ons = append(r.ons, time.Now())
+		r.mu.Unlock()
+	}
+}
+
+// A start refused by the gate while the term goes on is tried again within
+// the term, not given up until the next one; and the node does not report
+// the singleton running while it only waits to start. An advisory term
+// acquired without the session lock (its holder frozen) found its gate
+// closed at its start, and the singleton then ran nowhere while that node
+// held the lease (fault suite, MariaDB, singleton/advisory/sigstop_holder).
+func TestStartRetriedWhenRefusedWithinTheTerm(t *testing.T) {
+	st, err := sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "s.db"), "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.DB().Close()
+	const refusals = 2
+	leases := &flakyFence{LeaseStore: st, fails: refusals, err: fmt.Errorf("%w: injected: the gate is closed", sqlease.ErrNotLeader)}
+	obs := &runningLog{}
+	n, err := singleton.NewNode(singleton.NodeConfig{Store: st, Leases: leases, HolderID: "a", Observer: obs,
+		LeaseDuration: 2 * time.Second, RenewInterval: 200 * time.Millisecond, AcquireInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started atomic.Bool
+	var runningBeforeStart atomic.Int32
+	if err := singleton.Register(n, singleton.Config[v1]{Name: "worker",
+		Body: func(ctx context.Context, in *singleton.Instance[v1]) error {
+			started.Store(true)
+			<-ctx.Done()
+			return nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = n.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, 10*time.Second, "the singleton to start in the term whose first starts were refused", func() bool {
+		if !started.Load() {
+			leases.mu.Lock()
+			tried := len(leases.at)
+			leases.mu.Unlock()
+			if tried > 0 && tried <= refusals && n.Status()[0].Running {
+				runningBeforeStart.Add(1)
+			}
+		}
+		return started.Load()
+	})
+	if k := runningBeforeStart.Load(); k > 0 {
+		t.Errorf("status said running %d times while every start had been refused", k)
+	}
+	leases.mu.Lock()
+	at := append([]time.Time(nil), leases.at...)
+	leases.mu.Unlock()
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(at) != refusals+1 {
+		t.Fatalf("%d fenced starts, want the %d refused and one more", len(at), refusals)
+	}
+	if len(obs.ons) != 1 || obs.ons[0].Before(at[refusals]) {
+		t.Errorf("reported running at %v; the start that succeeded began at %v", obs.ons, at[refusals])
+	}
 }
 
 // A start that fails on a transient database error is retried after the
