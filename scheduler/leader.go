@@ -73,7 +73,7 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 		}
 		return fmt.Errorf("rebuild schedule: %w", err)
 	}
-	if err := gate.Ensure(tok); err != nil {
+	if err := l.awaitGate(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -279,6 +279,28 @@ func (l *leader) rebuild(ctx context.Context) error {
 		case <-t.C:
 		}
 		wait = min(2*wait, time.Second)
+	}
+}
+
+// awaitGate returns once the term's gate is open. A term may begin with it
+// closed and still be live: an advisory term whose acquire was answered
+// late opens it at its first renew. Resigning such a term would cost the
+// fleet a second failover, so Lead waits for the gate, at most
+// DispatchFailureLimit; the term's end (ctx) ends the wait at once.
+func (l *leader) awaitGate(ctx context.Context) error {
+	start := time.Now()
+	for {
+		err := l.gate.Ensure(l.tok)
+		if err == nil || !errors.Is(err, sqlease.ErrNotLeader) || time.Since(start) >= l.s.cfg.DispatchFailureLimit {
+			return err
+		}
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
 	}
 }
 

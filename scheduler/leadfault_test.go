@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -544,5 +545,70 @@ func givenBack(t *testing.T, newStore func(*testing.T) *sqlstore.Store, next str
 	}
 	if started.Before(settled) {
 		t.Fatalf("the interrupted occurrence was retried %s before the earlier terms' holders could no longer act", settled.Sub(started))
+	}
+}
+
+// lateGate is the gate of a live term that opens only at opensAt, as an
+// advisory term's whose acquire was answered late opens at its first renew;
+// it records resignations.
+type lateGate struct {
+	settledGate
+	opensAt time.Time
+	mu      sync.Mutex
+	resigns []string
+}
+
+func (g *lateGate) Ensure(tok sqlease.Token) error {
+	if time.Now().Before(g.opensAt) {
+		return fmt.Errorf("token %s: %w", tok, sqlease.ErrNotLeader)
+	}
+	return g.settledGate.Ensure(tok)
+}
+
+func (g *lateGate) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) error {
+	if err := g.Ensure(tok); err != nil {
+		return err
+	}
+	return g.settledGate.Fenced(ctx, tok, fn)
+}
+
+func (g *lateGate) Resign(tok sqlease.Token, reason string) {
+	g.mu.Lock()
+	g.resigns = append(g.resigns, reason)
+	g.mu.Unlock()
+}
+
+// A term that begins with its gate closed is waited for, not resigned: the
+// leader dispatches once the gate opens. Resigning it cost a second
+// failover, and under load (every acquire answered late) could hand the
+// lease round without anyone dispatching.
+func TestLeaderWaitsForAGateClosedAtTheTermsStart(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "s.db"), "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.DB().Close() })
+	rec := &recorder{}
+	s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
+	if _, _, err := s.Create(ctx, sqlease.Job{Name: "due"}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := st.Acquire(ctx, "lead", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const closedFor = 500 * time.Millisecond
+	began := time.Now()
+	gate := &lateGate{settledGate: settledGate{st: st, tok: l.Token()}, opensAt: began.Add(closedFor)}
+	leadTerm(t, s, gate, l.Token())
+	waitFor(t, 10*time.Second, "the due job to run once the gate opens", func() bool { return rec.count() == 1 })
+	if at := rec.at[0]; at.Before(gate.opensAt) {
+		t.Errorf("ran %s after the term began, before its gate opened (%s)", at.Sub(began), closedFor)
+	}
+	gate.mu.Lock()
+	defer gate.mu.Unlock()
+	if len(gate.resigns) > 0 {
+		t.Errorf("the term was resigned: %q", gate.resigns)
 	}
 }
