@@ -68,6 +68,11 @@
 //     then on; if another follower's does, that one leaves the live term to
 //     expire rather than deposing it (the lease row records which terms
 //     hold the lock), so two gates are never open at once.
+//   - Advisory mode, an acquire answered late (more than two renew
+//     intervals after it was sent, on a loaded machine): the term begins
+//     with its gate closed, which the first renew opens. OnStartedLeading
+//     has been called all the same; callers wait for the gate within the
+//     term rather than give the term up (scheduler.Lead, the singletons).
 //   - Context ends: the gate closes, the OnStartedLeading callback is waited
 //     for (at most until the local deadline), then the lease is released so a
 //     follower takes over at its next poll.
