@@ -5,8 +5,11 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/sqlease/sqlease/internal/driverconn"
 )
 
 // The driver sends arguments as parameters of a prepared statement
@@ -35,14 +38,7 @@ const (
 // database/sql uses; each call comes from one goroutine at a time (the
 // pool's lock on the connection), so the cache needs no lock of its own.
 type stmtConn struct {
-	driver.Conn
-	beginTx  driver.ConnBeginTx
-	prepare  driver.ConnPrepareContext
-	exec     driver.ExecerContext
-	query    driver.QueryerContext
-	ping     driver.Pinger
-	reset    driver.SessionResetter
-	valid    driver.Validator
+	driverconn.Conn
 	checkArg driver.NamedValueChecker
 
 	stmts map[string]driver.Stmt
@@ -53,40 +49,35 @@ type stmtConn struct {
 	readCommitted bool
 }
 
+var _ interface {
+	driverconn.Full
+	driver.NamedValueChecker
+} = (*stmtConn)(nil)
+
 // newStmtConn wraps conn, which must be the driver's connection.
 func newStmtConn(conn driver.Conn) (*stmtConn, error) {
-	c := &stmtConn{Conn: conn, stmts: map[string]driver.Stmt{}}
-	var ok [8]bool
-	c.beginTx, ok[0] = conn.(driver.ConnBeginTx)
-	c.prepare, ok[1] = conn.(driver.ConnPrepareContext)
-	c.exec, ok[2] = conn.(driver.ExecerContext)
-	c.query, ok[3] = conn.(driver.QueryerContext)
-	c.ping, ok[4] = conn.(driver.Pinger)
-	c.reset, ok[5] = conn.(driver.SessionResetter)
-	c.valid, ok[6] = conn.(driver.Validator)
-	c.checkArg, ok[7] = conn.(driver.NamedValueChecker)
-	for _, o := range ok {
-		if !o {
-			return nil, errors.New("mysql: the driver's connection lacks an interface database/sql uses (driver version changed?)")
-		}
+	dc, err := driverconn.Of("mysql", conn)
+	if err != nil {
+		return nil, err
 	}
-	return c, nil
+	checkArg, ok := conn.(driver.NamedValueChecker)
+	if !ok {
+		return nil, fmt.Errorf("mysql: the driver's connection (%T) lacks driver.NamedValueChecker (driver version changed?)", conn)
+	}
+	return &stmtConn{Conn: dc, checkArg: checkArg, stmts: map[string]driver.Stmt{}}, nil
 }
 
 func (c *stmtConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	if c.readCommitted && sql.IsolationLevel(opts.Isolation) == sql.LevelReadCommitted {
 		opts.Isolation = driver.IsolationLevel(sql.LevelDefault)
 	}
-	return c.beginTx.BeginTx(ctx, opts)
+	return c.BeginTxer.BeginTx(ctx, opts)
 }
 
 func (c *stmtConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	return c.prepare.PrepareContext(ctx, query)
+	return c.Preparer.PrepareContext(ctx, query)
 }
 
-func (c *stmtConn) Ping(ctx context.Context) error         { return c.ping.Ping(ctx) }
-func (c *stmtConn) ResetSession(ctx context.Context) error { return c.reset.ResetSession(ctx) }
-func (c *stmtConn) IsValid() bool                          { return c.valid.IsValid() }
 func (c *stmtConn) CheckNamedValue(nv *driver.NamedValue) error {
 	return c.checkArg.CheckNamedValue(nv)
 }
@@ -101,7 +92,7 @@ func (c *stmtConn) Close() error {
 // statement; one without goes as text, as the driver sends it.
 func (c *stmtConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	if len(args) == 0 {
-		return c.exec.ExecContext(ctx, query, args)
+		return c.Execer.ExecContext(ctx, query, args)
 	}
 	return withStmt(ctx, c, query, func(st driver.Stmt) (driver.Result, error) {
 		return st.(driver.StmtExecContext).ExecContext(ctx, args)
@@ -112,7 +103,7 @@ func (c *stmtConn) ExecContext(ctx context.Context, query string, args []driver.
 // do not close the statement: it stays for the next call.
 func (c *stmtConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	if len(args) == 0 {
-		return c.query.QueryContext(ctx, query, args)
+		return c.Queryer.QueryContext(ctx, query, args)
 	}
 	return withStmt(ctx, c, query, func(st driver.Stmt) (driver.Rows, error) {
 		return st.(driver.StmtQueryContext).QueryContext(ctx, args)
@@ -144,7 +135,7 @@ func (c *stmtConn) stmt(ctx context.Context, query string) (driver.Stmt, error) 
 	if st, ok := c.stmts[query]; ok {
 		return st, nil
 	}
-	st, err := c.prepare.PrepareContext(ctx, query)
+	st, err := c.Preparer.PrepareContext(ctx, query)
 	if err != nil {
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && me.Number == errMaxPreparedStmts {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/driverconn"
 )
 
 // SQLite lets one connection write at a time. A connection that finds the
@@ -115,42 +116,27 @@ func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
 // implements the optional interfaces of the driver's connection that
 // database/sql uses; each call comes from one goroutine at a time.
 type gatedConn struct {
-	driver.Conn
-	beginTx driver.ConnBeginTx
-	prepare driver.ConnPrepareContext
-	exec    driver.ExecerContext
-	query   driver.QueryerContext
-	ping    driver.Pinger
-	reset   driver.SessionResetter
-	valid   driver.Validator
+	driverconn.Conn
 
 	gate *writeGate
 	inTx bool // a transaction of this connection holds the gate
 }
 
+var _ driverconn.Full = (*gatedConn)(nil)
+
 func newGatedConn(conn driver.Conn, gate *writeGate) (*gatedConn, error) {
-	c := &gatedConn{Conn: conn, gate: gate}
-	var ok [7]bool
-	c.beginTx, ok[0] = conn.(driver.ConnBeginTx)
-	c.prepare, ok[1] = conn.(driver.ConnPrepareContext)
-	c.exec, ok[2] = conn.(driver.ExecerContext)
-	c.query, ok[3] = conn.(driver.QueryerContext)
-	c.ping, ok[4] = conn.(driver.Pinger)
-	c.reset, ok[5] = conn.(driver.SessionResetter)
-	c.valid, ok[6] = conn.(driver.Validator)
-	for _, o := range ok {
-		if !o {
-			return nil, errors.New("sqlite: the driver's connection lacks an interface database/sql uses (driver version changed?)")
-		}
+	dc, err := driverconn.Of("sqlite", conn)
+	if err != nil {
+		return nil, err
 	}
-	return c, nil
+	return &gatedConn{Conn: dc, gate: gate}, nil
 }
 
 func (c *gatedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	if err := c.gate.acquire(ctx); err != nil {
 		return nil, err
 	}
-	tx, err := c.beginTx.BeginTx(ctx, opts)
+	tx, err := c.BeginTxer.BeginTx(ctx, opts)
 	if err != nil {
 		c.gate.release()
 		return nil, err
@@ -214,7 +200,7 @@ func (c *gatedConn) ExecContext(ctx context.Context, query string, args []driver
 	if done != nil {
 		defer done()
 	}
-	return c.exec.ExecContext(ctx, query, args)
+	return c.Execer.ExecContext(ctx, query, args)
 }
 
 func (c *gatedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
@@ -222,12 +208,12 @@ func (c *gatedConn) QueryContext(ctx context.Context, query string, args []drive
 	if err != nil {
 		return nil, err
 	}
-	rows, err := c.query.QueryContext(ctx, query, args)
+	rows, err := c.Queryer.QueryContext(ctx, query, args)
 	return gated(rows, err, done)
 }
 
 func (c *gatedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	st, err := c.prepare.PrepareContext(ctx, query)
+	st, err := c.Preparer.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
@@ -239,10 +225,6 @@ func (c *gatedConn) PrepareContext(ctx context.Context, query string) (driver.St
 	}
 	return &gatedStmt{Stmt: st, exec: exec, query: q, c: c, text: query}, nil
 }
-
-func (c *gatedConn) Ping(ctx context.Context) error         { return c.ping.Ping(ctx) }
-func (c *gatedConn) ResetSession(ctx context.Context) error { return c.reset.ResetSession(ctx) }
-func (c *gatedConn) IsValid() bool                          { return c.valid.IsValid() }
 
 // gatedTx gives the gate back when the transaction ends, however it ends.
 type gatedTx struct {
