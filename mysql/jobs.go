@@ -165,6 +165,7 @@ WHERE job_id = ? AND outcome = 'running'`),
 WHERE id = ? AND locked_by = ? AND lock_epoch = ?`),
 		InsertRun: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
 VALUES (?, ?, ?, ?, ?, ?, {now}, 'running')`),
+		OwnClaims: r.Replace(`SELECT id, lock_epoch, next_run_at, attempt FROM {jobs} WHERE locked_by = ? AND lock_lease_epoch = ?`),
 		Heartbeat: r.Replace(`UPDATE {jobs} SET locked_at = {now} WHERE id = ? AND locked_by = ? AND lock_epoch = ?`),
 		FinishRun: r.Replace(`UPDATE {runs} SET outcome = ?, error = ?, finished_at = {now}
 WHERE job_id = ? AND scheduled_for = ? AND attempt = ? AND outcome = 'running'`),

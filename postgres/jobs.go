@@ -298,6 +298,7 @@ j AS (
 	ON CONFLICT DO NOTHING
 )
 SELECT id FROM j`),
+		OwnClaims: r.Replace(`SELECT id, lock_epoch, next_run_at, attempt FROM {jobs} WHERE locked_by = $1 AND lock_lease_epoch = $2`),
 		Heartbeat: r.Replace(`UPDATE {jobs} SET locked_at = clock_timestamp() WHERE id = $1 AND locked_by = $2 AND lock_epoch = $3`),
 		FinishRun: r.Replace(`UPDATE {runs} SET outcome = $1, error = $2, finished_at = clock_timestamp()
 WHERE job_id = $3 AND scheduled_for = $4 AND attempt = $5 AND outcome = 'running'`),

@@ -31,6 +31,64 @@ type WorkerGate interface {
 type workerTerm struct {
 	tok  sqlease.Token
 	gate WorkerGate
+
+	// recheck: a claim failed after it may have committed (its answer lost
+	// with its connection, as when the database ends the session): the
+	// jobs it locked for this term would wait for lock_timeout, since the
+	// term lives on. Before the next claim the worker gives back those of
+	// its locks that no run of its own holds (giveBackLost).
+	recheck bool
+
+	mu   sync.Mutex
+	runs map[int64]int // job id → this term's runs holding its lock, until their finish is written
+}
+
+// hold counts a run of this term on job id in (d 1) or out (d -1).
+func (w *workerTerm) hold(id int64, d int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.runs == nil {
+		w.runs = map[int64]int{}
+	}
+	if w.runs[id] += d; w.runs[id] <= 0 {
+		delete(w.runs, id)
+	}
+}
+
+func (w *workerTerm) holds(id int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.runs[id] > 0
+}
+
+// testLoseClaimAnswer, set by tests, makes a claim that committed report
+// a lost connection instead of its jobs.
+var testLoseClaimAnswer func(claimed int) bool
+
+// giveBackLost gives back the jobs locked under w's term that no run of
+// this worker holds: a claim whose answer was lost locked them, and nothing
+// acts on them. Each goes back as a claim given back without starting
+// (its started attempt, if the claim started one, is marked abandoned).
+func (s *Scheduler) giveBackLost(ctx context.Context, w *workerTerm) error {
+	own, ok, err := s.store.OwnClaims(ctx, w.tok)
+	if err != nil || !ok {
+		return err
+	}
+	for _, o := range own {
+		if w.holds(o.Lock.JobID) {
+			continue
+		}
+		err := s.store.ReleaseUnrun(ctx, nil, o.Lock, o.NextRunAt, o.Attempt)
+		if errors.Is(err, sqlease.ErrLeaseLost) {
+			continue // taken or finished meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		s.log.Warn("claim_given_back", slog.Int64("job_id", o.Lock.JobID), slog.Int64("lock_epoch", o.Lock.Epoch),
+			slog.Int64("worker_epoch", w.tok.Epoch), slog.String("reason", "locked by a claim of this worker whose answer was lost; no run holds it"))
+	}
+	return nil
 }
 
 // Work is claim-mode dispatch for one term of this worker's own lease tok
@@ -148,6 +206,15 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		return 0, 0
 	}
 	defer s.inflight.Done()
+	if w != nil && w.recheck {
+		if err := s.giveBackLost(ctx, w); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("claim_give_back_failed", slog.String("error", err.Error()))
+			}
+			return 0, 0
+		}
+		w.recheck = false
+	}
 	// Take the slots first so a claimed job never waits for one.
 	slots := 0
 	for slots < s.cfg.BatchSize {
@@ -183,6 +250,11 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 			} else {
 				claimed, err = s.store.ClaimDueUnder(ctx, w.tok, slots)
 			}
+			if err == nil && testLoseClaimAnswer != nil && testLoseClaimAnswer(len(claimed)) {
+				claimed, err = nil, errors.New("injected: the connection was lost after the claim committed")
+			}
+			// Any failure but the gate's may have committed.
+			w.recheck = w.recheck || err != nil && ctx.Err() == nil
 		}
 		ensure = func() error { return w.gate.Ensure(w.tok) }
 		until = untilOf(w.gate, w.tok)
@@ -210,10 +282,19 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		c := &claimed[i]
 		wg.Add(1)
 		s.inflight.Add(1)
+		if w != nil {
+			w.hold(c.ID, 1)
+		}
 		go func() {
 			var once sync.Once
 			release := func() { once.Do(func() { <-s.sem }) }
-			done := func(time.Time) { s.inflight.Done(); wg.Done() }
+			done := func(time.Time) {
+				if w != nil {
+					w.hold(c.ID, -1) // its finish is written (or given up)
+				}
+				s.inflight.Done()
+				wg.Done()
+			}
 			queued := false
 			defer func() {
 				release()

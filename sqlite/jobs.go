@@ -133,6 +133,7 @@ WHERE job_id = ?1 AND outcome = 'running'`),
 WHERE id = ?3 AND locked_by = ?4 AND lock_epoch = ?5`),
 		InsertRun: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, {now}, 'running')`),
+		OwnClaims: r.Replace(`SELECT id, lock_epoch, next_run_at, attempt FROM {jobs} WHERE locked_by = ?1 AND lock_lease_epoch = ?2`),
 		Heartbeat: r.Replace(`UPDATE {jobs} SET locked_at = {now} WHERE id = ?1 AND locked_by = ?2 AND lock_epoch = ?3`),
 		FinishRun: r.Replace(`UPDATE {runs} SET outcome = ?1, error = ?2, finished_at = {now}
 WHERE job_id = ?3 AND scheduled_for = ?4 AND attempt = ?5 AND outcome = 'running'`),

@@ -149,6 +149,7 @@ FROM {jobs} AS j CROSS JOIN {n} AS n
 WHERE j.id = @p3 AND j.locked_by = @p4 AND j.lock_epoch = @p5`),
 		InsertRun: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
 VALUES (@p1, @p2, @p3, @p4, @p5, @p6, SYSUTCDATETIME(), N'running')`),
+		OwnClaims: r.Replace(`SELECT id, lock_epoch, next_run_at, attempt FROM {jobs} WHERE locked_by = @p1 AND lock_lease_epoch = @p2`),
 		Heartbeat: r.Replace(`UPDATE {jobs} SET locked_at = SYSUTCDATETIME() WHERE id = @p1 AND locked_by = @p2 AND lock_epoch = @p3`),
 		FinishRun: r.Replace(`UPDATE {runs} SET outcome = @p1, error = @p2, finished_at = SYSUTCDATETIME()
 WHERE job_id = @p3 AND scheduled_for = @p4 AND attempt = @p5 AND outcome = N'running'`),

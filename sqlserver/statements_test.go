@@ -78,6 +78,7 @@ var documented = map[string]stmt{
 	"Jobs.StartJob":       {5, []string{jobs}},
 	"Jobs.InsertRun":      {6, []string{runs}},
 	"Jobs.Heartbeat":      {3, []string{jobs}},
+	"Jobs.OwnClaims":      {2, []string{jobs}},
 	"Jobs.FinishRun":      {5, []string{runs}},
 	"Jobs.ReleaseJob":     {6, []string{jobs}},
 	"Jobs.Runs":           {2, []string{jobs, runs}},

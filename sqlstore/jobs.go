@@ -199,6 +199,11 @@ type JobQueries struct {
 	StartRunIf string
 	// Heartbeat: (id, holder, lock_epoch). Extends locked_at; rows affected.
 	Heartbeat string
+	// OwnClaims: (holder, -worker_epoch). id, lock_epoch, next_run_at and
+	// attempt of the jobs a claim-mode worker's lease term has locked.
+	// Empty: the dialect cannot list them (a worker then leaves a claim
+	// whose answer it lost to lock_timeout).
+	OwnClaims string
 	// FinishRun: (outcome, error|NULL, job_id, scheduled_for, attempt).
 	FinishRun string
 	// ReleaseJob: (next_run_at|NULL, attempt, backoff_ms|NULL, id, holder,
@@ -1074,6 +1079,42 @@ func (s *Store) ReleaseUnrun(ctx context.Context, tx *sql.Tx, l Lock, next time.
 		return fmt.Errorf("release job %d: %w", l.JobID, err)
 	}
 	return nil
+}
+
+// OwnClaim is a job a claim-mode worker's lease term has locked.
+type OwnClaim struct {
+	Lock      Lock
+	NextRunAt time.Time
+	Attempt   int // the job's attempt column (the ledger may count more)
+}
+
+// OwnClaims lists the jobs locked under the worker lease term tok
+// (sqlstore.WorkerLeasePrefix + holder), for a worker that lost the answer
+// to a claim: what it locked then and runs nowhere it can give back
+// (ReleaseUnrun) rather than leave to lock_timeout. ok is false where the
+// dialect cannot list them.
+func (s *Store) OwnClaims(ctx context.Context, tok sqlease.Token) (own []OwnClaim, ok bool, err error) {
+	if s.q().OwnClaims == "" {
+		return nil, false, nil
+	}
+	if tok.Name != WorkerLeasePrefix+tok.Holder || tok.Epoch <= 0 {
+		return nil, false, fmt.Errorf("%w: own claims of %s@%d: not a worker lease (%s<holder>)", sqlease.ErrInvalidConfig, tok.Name, tok.Epoch, WorkerLeasePrefix)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q().OwnClaims, tok.Holder, -tok.Epoch)
+	_, err = scanRows(rows, err, func(sc scanner) error {
+		var o OwnClaim
+		var next nullTime
+		if err := sc.Scan(&o.Lock.JobID, &o.Lock.Epoch, &next, &o.Attempt); err != nil {
+			return err
+		}
+		o.Lock.Holder, o.NextRunAt = tok.Holder, next.T
+		own = append(own, o)
+		return nil
+	})
+	if err != nil {
+		return nil, true, fmt.Errorf("own claims of %s@%d: %w", tok.Name, tok.Epoch, s.classify(err))
+	}
+	return own, true, nil
 }
 
 // Runs lists a job's runs, newest first.

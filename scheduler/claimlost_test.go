@@ -1,0 +1,77 @@
+package scheduler_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// trustGate trusts one worker lease term.
+type trustGate struct{ tok sqlease.Token }
+
+func (g trustGate) Ensure(tok sqlease.Token) error {
+	if tok != g.tok {
+		return sqlease.ErrNotLeader
+	}
+	return nil
+}
+
+// A claim whose answer was lost (the database ended its session after it
+// committed) locked a job under the worker's live lease that no run of the
+// worker holds. The worker gives it back before its next claim, and the
+// job runs then — not after its lock_timeout (an hour here), which is what
+// a fault run on MariaDB found: an accepted job that never ran.
+func TestClaimWhoseAnswerWasLostIsGivenBack(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore(t)
+		rec := &recorder{}
+		s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle})
+		if _, _, err := s.Create(ctx, sqlease.Job{Name: "once", LockTimeout: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		l, err := st.Acquire(ctx, sqlstore.WorkerLeasePrefix+"w", "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lost atomic.Int32
+		defer scheduler.SetLoseClaimAnswer(func(claimed int) bool { return claimed > 0 && lost.Add(1) == 1 })()
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- s.Work(wctx, l.Token(), trustGate{l.Token()}) }()
+		defer func() { cancel(); <-done }()
+
+		waitFor(t, 10*time.Second, "the job whose claim's answer was lost to run", func() bool { return rec.count() == 1 })
+		if lost.Load() == 0 {
+			t.Fatal("no claim's answer was lost: the test tested nothing")
+		}
+		waitFor(t, 5*time.Second, "its finish", func() bool {
+			j, err := st.Job(ctx, "once")
+			return err == nil && j.LockedBy == "" && j.NextRunAt.IsZero()
+		})
+		runs, err := st.Runs(ctx, "once", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The lost claim may have started attempt 1 (a claim that starts
+		// one-off jobs): it is closed as abandoned, and the next attempt ran.
+		var succeeded int
+		for _, r := range runs {
+			switch r.Outcome {
+			case sqlease.OutcomeSucceeded:
+				succeeded++
+			case sqlease.OutcomeAbandoned:
+			default:
+				t.Errorf("run %s attempt %d: outcome %s", r.IdempotencyKey(), r.Attempt, r.Outcome)
+			}
+		}
+		if succeeded != 1 || rec.count() != 1 {
+			t.Errorf("%d succeeded runs, %d handler calls, want 1 each: %+v", succeeded, rec.count(), runs)
+		}
+	})
+}
