@@ -32,11 +32,12 @@ type workerTerm struct {
 	tok  sqlease.Token
 	gate WorkerGate
 
-	// recheck: a claim failed after it may have committed (its answer lost
-	// with its connection, as when the database ends the session): the
-	// jobs it locked for this term would wait for lock_timeout, since the
-	// term lives on. Before the next claim the worker gives back those of
-	// its locks that no run of its own holds (giveBackLost).
+	// recheck: a claim failed after it may have committed (a transient
+	// error: its answer lost with its connection, as when the database
+	// ends the session): the jobs it locked for this term would wait for
+	// lock_timeout, since the term lives on. Before the next claim the
+	// worker gives back those of its locks that no run of its own holds
+	// (giveBackLost).
 	recheck bool
 
 	mu   sync.Mutex
@@ -251,10 +252,14 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 				claimed, err = s.store.ClaimDueUnder(ctx, w.tok, slots)
 			}
 			if err == nil && testLoseClaimAnswer != nil && testLoseClaimAnswer(len(claimed)) {
-				claimed, err = nil, errors.New("injected: the connection was lost after the claim committed")
+				claimed, err = nil, fmt.Errorf("%w: injected: the connection was lost after the claim committed", sqlease.ErrTransient)
 			}
-			// Any failure but the gate's may have committed.
-			w.recheck = w.recheck || err != nil && ctx.Err() == nil
+			// A connection lost or refused may have lost a commit's
+			// answer. Not other errors: a row the claim could not decode
+			// (CorruptRow) would be given back and claimed again at every
+			// poll, where its lock_timeout at least lets the jobs behind
+			// it run meanwhile.
+			w.recheck = w.recheck || errors.Is(err, sqlease.ErrTransient) && ctx.Err() == nil
 		}
 		ensure = func() error { return w.gate.Ensure(w.tok) }
 		until = untilOf(w.gate, w.tok)

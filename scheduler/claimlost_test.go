@@ -2,12 +2,14 @@ package scheduler_test
 
 import (
 	"context"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -74,4 +76,42 @@ func TestClaimWhoseAnswerWasLostIsGivenBack(t *testing.T) {
 			t.Errorf("%d succeeded runs, %d handler calls, want 1 each: %+v", succeeded, rec.count(), runs)
 		}
 	})
+}
+
+// A claim that fails on a row it cannot decode (CorruptRow) committed, but
+// is not a lost answer: its jobs are not given back, or the bad row would
+// be claimed again at every poll. It waits for its lock_timeout, as before.
+func TestClaimOfACorruptRowIsNotGivenBack(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "s.db"), "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.DB().Close() })
+	s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: (&recorder{}).handle})
+	if _, _, err := s.Create(ctx, sqlease.Job{Name: "bad", LockTimeout: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DB().ExecContext(ctx, `UPDATE sqlease_jobs SET schedule = 'not json' WHERE name = 'bad'`); err != nil {
+		t.Fatal(err)
+	}
+	l, err := st.Acquire(ctx, sqlstore.WorkerLeasePrefix+"w", "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Work(wctx, l.Token(), trustGate{l.Token()}) }()
+	defer func() { cancel(); <-done }()
+	lockEpoch := func() (e int64) {
+		if err := st.DB().QueryRowContext(ctx, `SELECT lock_epoch FROM sqlease_jobs WHERE name = 'bad'`).Scan(&e); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	waitFor(t, 5*time.Second, "the bad row's claim", func() bool { return lockEpoch() > 0 })
+	time.Sleep(300 * time.Millisecond) // 15 polls
+	if e := lockEpoch(); e != 1 {
+		t.Errorf("the bad row was claimed %d times in 300 ms: given back after each failed claim", e)
+	}
 }
