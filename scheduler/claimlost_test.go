@@ -2,14 +2,12 @@ package scheduler_test
 
 import (
 	"context"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/scheduler"
-	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -83,11 +81,7 @@ func TestClaimWhoseAnswerWasLostIsGivenBack(t *testing.T) {
 // be claimed again at every poll. It waits for its lock_timeout, as before.
 func TestClaimOfACorruptRowIsNotGivenBack(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "s.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.DB().Close() })
+	st := sqliteStore(t)
 	s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: (&recorder{}).handle})
 	if _, _, err := s.Create(ctx, sqlease.Job{Name: "bad", LockTimeout: time.Hour}); err != nil {
 		t.Fatal(err)

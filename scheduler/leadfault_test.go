@@ -584,11 +584,7 @@ func (g *lateGate) Resign(tok sqlease.Token, reason string) {
 // lease round without anyone dispatching.
 func TestLeaderWaitsForAGateClosedAtTheTermsStart(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "s.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.DB().Close() })
+	st := sqliteStore(t)
 	rec := &recorder{}
 	s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
 	if _, _, err := s.Create(ctx, sqlease.Job{Name: "due"}); err != nil {

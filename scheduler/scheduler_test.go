@@ -72,6 +72,18 @@ func dialects(t *testing.T, fn func(t *testing.T, newStore func(t *testing.T) *s
 	})
 }
 
+// sqliteStore is a store on a SQLite file of its own, closed when the test
+// ends.
+func sqliteStore(t *testing.T) *sqlstore.Store {
+	t.Helper()
+	st, err := sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "s.db"), "sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.DB().Close() })
+	return st
+}
+
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)

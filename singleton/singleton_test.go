@@ -447,6 +447,27 @@ func (f *flakyFence) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql
 	return f.LeaseStore.Fenced(ctx, tok, fn)
 }
 
+// runWorker registers on n a singleton "worker" whose body blocks until its
+// context ends, and runs n until the test ends; the result turns true when
+// the body has started.
+func runWorker(t *testing.T, n *singleton.Node) *atomic.Bool {
+	t.Helper()
+	var started atomic.Bool
+	if err := singleton.Register(n, singleton.Config[v1]{Name: "worker",
+		Body: func(ctx context.Context, in *singleton.Instance[v1]) error {
+			started.Store(true)
+			<-ctx.Done()
+			return nil
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = n.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &started
+}
+
 // runningLog records when the node reported a singleton running or not.
 type runningLog struct {
 	mu  sync.Mutex
@@ -473,7 +494,7 @@ func TestStartRetriedWhenRefusedWithinTheTerm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.DB().Close()
+	t.Cleanup(func() { st.DB().Close() })
 	const refusals = 2
 	leases := &flakyFence{LeaseStore: st, fails: refusals, err: fmt.Errorf("%w: injected: the gate is closed", sqlease.ErrNotLeader)}
 	obs := &runningLog{}
@@ -482,20 +503,8 @@ func TestStartRetriedWhenRefusedWithinTheTerm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var started atomic.Bool
+	started := runWorker(t, n)
 	var runningBeforeStart atomic.Int32
-	if err := singleton.Register(n, singleton.Config[v1]{Name: "worker",
-		Body: func(ctx context.Context, in *singleton.Instance[v1]) error {
-			started.Store(true)
-			<-ctx.Done()
-			return nil
-		}}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.Run(ctx) }()
-	defer func() { cancel(); <-done }()
 	waitFor(t, 10*time.Second, "the singleton to start in the term whose first starts were refused", func() bool {
 		if !started.Load() {
 			leases.mu.Lock()
@@ -532,7 +541,7 @@ func TestStartRetriedSoonAfterTransientErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.DB().Close()
+	t.Cleanup(func() { st.DB().Close() })
 	const wait = 150 * time.Millisecond
 	leases := &flakyFence{LeaseStore: st, fails: 5}
 	n, err := singleton.NewNode(singleton.NodeConfig{Store: st, Leases: leases, HolderID: "a",
@@ -541,19 +550,7 @@ func TestStartRetriedSoonAfterTransientErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var started atomic.Bool
-	if err := singleton.Register(n, singleton.Config[v1]{Name: "worker",
-		Body: func(ctx context.Context, in *singleton.Instance[v1]) error {
-			started.Store(true)
-			<-ctx.Done()
-			return nil
-		}}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	started := runWorker(t, n)
 	waitFor(t, 10*time.Second, "the singleton to start", started.Load)
 	leases.mu.Lock()
 	at := append([]time.Time(nil), leases.at...)
