@@ -255,10 +255,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 				claimed, err = nil, fmt.Errorf("%w: injected: the connection was lost after the claim committed", sqlease.ErrTransient)
 			}
 			// A connection lost or refused may have lost a commit's
-			// answer. Not other errors: a row the claim could not decode
-			// (CorruptRow) would be given back and claimed again at every
-			// poll, where its lock_timeout at least lets the jobs behind
-			// it run meanwhile.
+			// answer. Not other errors.
 			w.recheck = w.recheck || errors.Is(err, sqlease.ErrTransient) && ctx.Err() == nil
 		}
 		ensure = func() error { return w.gate.Ensure(w.tok) }
@@ -267,6 +264,15 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		claimed, err = s.store.ClaimAndStart(ctx, s.cfg.Holder, slots, from.after)
 	default:
 		claimed, err = s.store.ClaimDue(ctx, s.cfg.Holder, slots)
+	}
+	var bad *sqlstore.CorruptClaims
+	if errors.As(err, &bad) {
+		// The claim's other jobs run; the rows it cannot decode are set
+		// aside (or, failing that, wait for their lock_timeout).
+		if aerr := s.setAside(ctx, nil, bad); aerr != nil {
+			s.log.Warn("set_aside_failed", slog.String("error", aerr.Error()))
+		}
+		err = nil
 	}
 	for i := len(claimed); i < slots; i++ {
 		<-s.sem

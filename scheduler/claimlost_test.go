@@ -21,6 +21,21 @@ func (g trustGate) Ensure(tok sqlease.Token) error {
 	return nil
 }
 
+// workUnderLease runs s in claim mode under a worker lease of holder, as
+// the daemon does, until the test ends.
+func workUnderLease(t *testing.T, s *scheduler.Scheduler, st *sqlstore.Store, holder string) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := st.Acquire(ctx, sqlstore.WorkerLeasePrefix+holder, holder, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Work(wctx, l.Token(), trustGate{l.Token()}) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 // A claim whose answer was lost (the database ended its session after it
 // committed) locked a job under the worker's live lease that no run of the
 // worker holds. The worker gives it back before its next claim, and the
@@ -35,16 +50,10 @@ func TestClaimWhoseAnswerWasLostIsGivenBack(t *testing.T) {
 		if _, _, err := s.Create(ctx, sqlease.Job{Name: "once", LockTimeout: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
-		l, err := st.Acquire(ctx, sqlstore.WorkerLeasePrefix+"w", "w", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var lost atomic.Int32
-		defer scheduler.SetLoseClaimAnswer(func(claimed int) bool { return claimed > 0 && lost.Add(1) == 1 })()
-		wctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- s.Work(wctx, l.Token(), trustGate{l.Token()}) }()
-		defer func() { cancel(); <-done }()
+		undo := scheduler.SetLoseClaimAnswer(func(claimed int) bool { return claimed > 0 && lost.Add(1) == 1 })
+		t.Cleanup(undo) // after the worker stops (cleanups run last first)
+		workUnderLease(t, s, st, "w")
 
 		waitFor(t, 10*time.Second, "the job whose claim's answer was lost to run", func() bool { return rec.count() == 1 })
 		if lost.Load() == 0 {
@@ -76,9 +85,10 @@ func TestClaimWhoseAnswerWasLostIsGivenBack(t *testing.T) {
 	})
 }
 
-// A claim that fails on a row it cannot decode (CorruptRow) committed, but
-// is not a lost answer: its jobs are not given back, or the bad row would
-// be claimed again at every poll. It waits for its lock_timeout, as before.
+// A claim that locked a row it cannot decode (CorruptRow) committed, and
+// reports the row (sqlstore.CorruptClaims), but is not a lost answer: the
+// bad row is set aside for a while, not given back to be claimed again at
+// every poll.
 func TestClaimOfACorruptRowIsNotGivenBack(t *testing.T) {
 	ctx := context.Background()
 	st := sqliteStore(t)
@@ -89,14 +99,7 @@ func TestClaimOfACorruptRowIsNotGivenBack(t *testing.T) {
 	if _, err := st.DB().ExecContext(ctx, `UPDATE sqlease_jobs SET schedule = 'not json' WHERE name = 'bad'`); err != nil {
 		t.Fatal(err)
 	}
-	l, err := st.Acquire(ctx, sqlstore.WorkerLeasePrefix+"w", "w", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Work(wctx, l.Token(), trustGate{l.Token()}) }()
-	defer func() { cancel(); <-done }()
+	workUnderLease(t, s, st, "w")
 	lockEpoch := func() (e int64) {
 		if err := st.DB().QueryRowContext(ctx, `SELECT lock_epoch FROM sqlease_jobs WHERE name = 'bad'`).Scan(&e); err != nil {
 			t.Fatal(err)

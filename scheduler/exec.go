@@ -281,6 +281,26 @@ func onTimeStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
 	return sqlstore.StartReq{Lock: c.Lock, Job: c.Name, ScheduledFor: run, Attempt: c.Attempt + 1}, true
 }
 
+// corruptRetry is how long a claimed job whose row cannot be decoded is
+// set aside before it is claimed again: a row mended meanwhile (or one a
+// newer version wrote, claimed by a node of that version) runs then.
+const corruptRetry = time.Minute
+
+// setAside releases, unrun, the claimed jobs whose rows cannot be decoded,
+// each not due again for corruptRetry (sqlstore.Store.SetAside), in tx when
+// it is not nil. An operator must see each: it is an error, logged with the
+// job's name.
+func (s *Scheduler) setAside(ctx context.Context, tx *sql.Tx, bad *sqlstore.CorruptClaims) error {
+	for _, c := range bad.Rows {
+		s.log.Error("job_row_corrupt", slog.String("job", c.Row.Name), slog.Int64("job_id", c.Lock.JobID),
+			slog.String("error", c.Row.Err.Error()), slog.Duration("retry_in", corruptRetry))
+		if err := s.store.SetAside(ctx, tx, c, corruptRetry); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // runStarted runs a started run's handler and records its outcome.
 func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlease.Run, d dispatch, log *runLog) time.Time {
 	run, attempt, ensure := r.ScheduledFor, r.Attempt, d.ensure

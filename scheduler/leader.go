@@ -515,8 +515,7 @@ func (l *leader) claimAndRun(ctx context.Context, wg *sync.WaitGroup, batch []sc
 	defer l.s.inflight.Done()
 	var claims []leaderClaim
 	if len(batch) == 1 && l.fin == nil {
-		c, started, ok, err := l.claim(ctx, batch[0].id)
-		claims = []leaderClaim{{c: c, started: started, ok: ok, err: err}}
+		claims = []leaderClaim{l.claim(ctx, batch[0].id)}
 	} else {
 		claims = l.claimBatch(ctx, batch)
 	}
@@ -524,7 +523,7 @@ func (l *leader) claimAndRun(ctx context.Context, wg *sync.WaitGroup, batch []sc
 	for i, e := range batch {
 		r := claims[i]
 		select {
-		case l.claims <- claimResult{id: e.id, ok: r.ok, err: r.err}:
+		case l.claims <- claimResult{id: e.id, ok: r.ok, aside: r.aside, err: r.err}:
 		case <-ctx.Done():
 		}
 		if r.err != nil || !r.ok {
@@ -542,6 +541,7 @@ type leaderClaim struct {
 	c       sqlstore.Claimed
 	started *sqlease.Run // the run the claim started, if any
 	ok      bool         // claimed
+	aside   bool         // its row cannot be decoded: set aside (Scheduler.setAside)
 	err     error
 }
 
@@ -559,6 +559,15 @@ func (l *leader) claimBatch(ctx context.Context, batch []schedEntry) []leaderCla
 		clear(out)
 		// One-off jobs are started by the claim itself where the store can.
 		claimed, err := l.s.store.ClaimStartJobs(ctx, tx, ids, l.tok)
+		var bad *sqlstore.CorruptClaims
+		if errors.As(err, &bad) {
+			// Set aside in the claim's transaction: the others run.
+			if err = l.s.setAside(ctx, tx, bad); err == nil {
+				for _, c := range bad.Rows {
+					out[at[c.Lock.JobID]] = leaderClaim{aside: true}
+				}
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -652,9 +661,10 @@ const maxClaimingBatched = 1
 
 // claimResult is how a claim made by dispatchDue ended.
 type claimResult struct {
-	id  int64
-	ok  bool
-	err error
+	id    int64
+	ok    bool
+	aside bool // set aside: not due before corruptRetry
+	err   error
 }
 
 // bookClaim books a claim's outcome. One that failed or found nothing to claim
@@ -667,6 +677,11 @@ func (l *leader) bookClaim(ctx context.Context, r claimResult) {
 		return
 	}
 	l.setRunning(r.id, false)
+	if r.aside {
+		delete(l.failed, r.id)
+		l.sched.set(r.id, l.estNow().Add(corruptRetry))
+		return
+	}
 	if r.err != nil && ctx.Err() == nil {
 		l.s.log.Warn("claim_failed", slog.Int64("job_id", r.id), slog.String("error", r.err.Error()))
 	}
@@ -694,34 +709,41 @@ func (e startInClaimError) Unwrap() error { return e.err }
 // started is nil when the run is left to execute. A start that fails there
 // (a conflict after a crash, say) takes the claim down with it; the claim is
 // then made alone, and execute starts the run and handles the failure.
-func (l *leader) claim(ctx context.Context, id int64) (c sqlstore.Claimed, started *sqlease.Run, ok bool, err error) {
-	err = l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
+func (l *leader) claim(ctx context.Context, id int64) (r leaderClaim) {
+	r.err = l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
 		var err error
-		if c, ok, err = l.s.store.ClaimJob(ctx, tx, id, l.tok); err != nil || !ok {
+		r = leaderClaim{}
+		r.c, r.ok, err = l.s.store.ClaimJob(ctx, tx, id, l.tok)
+		if bad := (*sqlstore.CorruptClaims)(nil); errors.As(err, &bad) {
+			// Set aside in the claim's transaction, which commits.
+			err = l.s.setAside(ctx, tx, bad)
+			r.aside = err == nil
+		}
+		if err != nil || !r.ok {
 			return err
 		}
-		if req, on := onTimeStart(c); on && !l.mustWait(&c) {
-			r, err := l.s.store.StartRun(ctx, tx, c.Lock, c.Name, req.ScheduledFor, req.Attempt, l.tok.Epoch)
+		if req, on := onTimeStart(r.c); on && !l.mustWait(&r.c) {
+			run, err := l.s.store.StartRun(ctx, tx, r.c.Lock, r.c.Name, req.ScheduledFor, req.Attempt, l.tok.Epoch)
 			if err != nil {
 				return startInClaimError{err}
 			}
-			started = &r
+			r.started = &run
 		}
 		return nil
 	})
 	var se startInClaimError
-	if errors.As(err, &se) && !errors.Is(err, sqlease.ErrLeaseLost) && !errors.Is(err, sqlease.ErrNotLeader) {
-		started = nil
-		err = l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
+	if errors.As(r.err, &se) && !errors.Is(r.err, sqlease.ErrLeaseLost) && !errors.Is(r.err, sqlease.ErrNotLeader) {
+		r.started = nil
+		r.err = l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
 			var err error
-			c, ok, err = l.s.store.ClaimJob(ctx, tx, id, l.tok)
+			r.c, r.ok, err = l.s.store.ClaimJob(ctx, tx, id, l.tok)
 			return err
 		})
 	}
-	if err != nil {
-		return sqlstore.Claimed{}, nil, false, err
+	if r.err != nil {
+		return leaderClaim{err: r.err}
 	}
-	return c, started, ok, nil
+	return r
 }
 
 // schedule is a min-heap of (next, id) with an index by id.

@@ -38,6 +38,7 @@ func (s *Store) idsArg(ids []int64) any {
 // Batched.
 func (s *Store) ClaimJobs(ctx context.Context, tx *sql.Tx, ids []int64, tok sqlease.Token) ([]Claimed, error) {
 	c := make([]Claimed, 0, len(ids))
+	var bad []CorruptClaim
 	if s.q().ClaimJobs == "" {
 		if len(ids) == 0 {
 			return c, nil
@@ -46,18 +47,18 @@ func (s *Store) ClaimJobs(ctx context.Context, tx *sql.Tx, ids []int64, tok sqle
 		args = append(args, tok.Epoch, tok.Epoch, tok.Holder)
 		locked, reclaimed, err := s.scanLocked(tx.QueryContext(ctx, strings.Replace(s.q().ClaimLockJobs, "{ids}", list, 1), args...))
 		if err == nil && len(locked) > 0 {
-			err = s.claimIDs(ctx, tx, locked, reclaimed, tok.Holder, tok.Epoch, &c)
+			err = s.claimIDs(ctx, tx, locked, reclaimed, tok.Holder, tok.Epoch, &c, &bad)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("claim %d jobs: %w", len(ids), err)
 		}
-		return c, nil
+		return c, corruptClaims(bad)
 	}
 	rows, err := tx.QueryContext(ctx, s.q().ClaimJobs, s.idsArg(ids), tok.Holder, tok.Epoch)
-	if _, err := scanRows(rows, err, scanClaim(&c, true)); err != nil {
+	if _, err := scanRows(rows, err, scanClaim(&c, &bad, true)); err != nil {
 		return nil, fmt.Errorf("claim %d jobs: %w", len(ids), s.classify(err))
 	}
-	return c, nil
+	return c, corruptClaims(bad)
 }
 
 // ClaimStartJobs is ClaimJobs that also starts, in the same statement, the
@@ -69,26 +70,24 @@ func (s *Store) ClaimStartJobs(ctx context.Context, tx *sql.Tx, ids []int64, tok
 		return s.ClaimJobs(ctx, tx, ids, tok)
 	}
 	out := make([]Claimed, 0, len(ids))
+	var bad []CorruptClaim
 	rows, err := tx.QueryContext(ctx, s.q().ClaimStartJobs, s.idsArg(ids), tok.Holder, tok.Epoch)
-	if err := scanClaimStarts(rows, err, &out, tok.Epoch); err != nil {
+	if err := scanClaimStarts(rows, err, &out, &bad, tok.Epoch); err != nil {
 		return nil, fmt.Errorf("claim %d jobs: %w", len(ids), s.classify(err))
 	}
-	return out, nil
+	return out, corruptClaims(bad)
 }
 
-// scanClaimStarts appends the rows of ClaimStart or ClaimStartJobs to out;
-// the runs started have runEpoch as their epoch, or the new lock epoch when
-// it is 0.
-func scanClaimStarts(rows *sql.Rows, err error, out *[]Claimed, runEpoch int64) error {
+// scanClaimStarts appends the rows of ClaimStart or ClaimStartJobs to out,
+// or to bad (see scanClaim); the runs started have runEpoch as their epoch,
+// or the new lock epoch when it is 0.
+func scanClaimStarts(rows *sql.Rows, err error, out *[]Claimed, bad *[]CorruptClaim, runEpoch int64) error {
 	var now dbTime
 	var reclaimed, oneOffDue, started bool
 	var attempt int
 	js := newJobScan(&now, &reclaimed, &attempt, &oneOffDue, &started)
 	_, err = scanRows(rows, err, func(sc scanner) error {
 		j, err := js.scan(sc)
-		if err != nil {
-			return err
-		}
 		c := Claimed{StoredJob: j, Lock: Lock{JobID: j.ID, Holder: j.LockedBy, Epoch: j.LockEpoch}, Now: now.T, Reclaimed: reclaimed}
 		if started {
 			epoch := runEpoch
@@ -98,8 +97,7 @@ func scanClaimStarts(rows *sql.Rows, err error, out *[]Claimed, runEpoch int64) 
 			c.Started = &sqlease.Run{JobID: j.ID, Job: j.Name, ScheduledFor: j.NextRunAt, Attempt: attempt,
 				Holder: j.LockedBy, Epoch: epoch, Outcome: sqlease.OutcomeRunning, StartedAt: now.T}
 		}
-		*out = append(*out, c)
-		return nil
+		return keepClaim(out, bad, c, err)
 	})
 	return err
 }
@@ -130,6 +128,7 @@ func (s *Store) claimAndStart(ctx context.Context, holder string, workerEpoch in
 		return s.claimDue(ctx, holder, workerEpoch, limit)
 	}
 	out := make([]Claimed, 0, limit)
+	var bad []CorruptClaim
 	sent := time.Now()
 	var rows *sql.Rows
 	var err error
@@ -138,10 +137,10 @@ func (s *Store) claimAndStart(ctx context.Context, holder string, workerEpoch in
 	} else {
 		rows, err = s.db.QueryContext(ctx, s.q().ClaimStartAfter, holder, limit, workerEpoch, after.NextRunAt.UTC(), after.ID)
 	}
-	if err := scanClaimStarts(rows, err, &out, 0); err != nil {
+	if err := scanClaimStarts(rows, err, &out, &bad, 0); err != nil {
 		return nil, fmt.Errorf("claim due jobs: %w", s.classify(err))
 	}
-	return sentAt(out, sent), nil
+	return sentAt(out, sent), corruptClaims(bad)
 }
 
 // ClaimsFromCursor reports whether ClaimAndStart and ClaimAndStartUnder

@@ -311,15 +311,6 @@ func (js *jobScan) scan(sc scanner) (StoredJob, error) {
 		return StoredJob{}, err
 	}
 	j := js.j
-	if err := json.Unmarshal([]byte(js.sched), &j.Schedule); err != nil {
-		return StoredJob{}, &CorruptRow{Name: j.Name, Err: fmt.Errorf("decode schedule: %w", err)}
-	}
-	if js.action != "" && !json.Valid([]byte(js.action)) {
-		return StoredJob{}, &CorruptRow{Name: j.Name, Err: errors.New("action is not valid JSON")}
-	}
-	if js.action != "" {
-		j.Action = json.RawMessage(js.action)
-	}
 	j.Key, j.LockedBy = js.key.String, js.lockedBy.String
 	j.MissedRuns = sqlease.MissedRuns(js.missed)
 	j.SkipIfOlderThan = time.Duration(js.skip) * time.Millisecond
@@ -327,6 +318,17 @@ func (js *jobScan) scan(sc scanner) (StoredJob, error) {
 	j.LockTimeout = time.Duration(js.lockTimeout) * time.Millisecond
 	j.NextRunAt, j.LastRunAt, j.LockedAt = js.next.T, js.last.T, js.lockedAt.T
 	j.CreatedAt, j.LastModifiedAt = js.created.T, js.modified.T
+	// A row that cannot be decoded still returns its columns but these
+	// two: a claim that locked it needs its lock to set it aside.
+	if err := json.Unmarshal([]byte(js.sched), &j.Schedule); err != nil {
+		return j, &CorruptRow{Name: j.Name, Err: fmt.Errorf("decode schedule: %w", err)}
+	}
+	if js.action != "" && !json.Valid([]byte(js.action)) {
+		return j, &CorruptRow{Name: j.Name, Err: errors.New("action is not valid JSON")}
+	}
+	if js.action != "" {
+		j.Action = json.RawMessage(js.action)
+	}
 	return j, nil
 }
 
@@ -732,9 +734,9 @@ func sentAt(c []Claimed, t time.Time) []Claimed {
 	return c
 }
 
-// scanClaim appends each claimed row to out; reclaimed says whether the
-// rows carry ClaimDueReclaimed's column.
-func scanClaim(out *[]Claimed, reclaimed bool) func(scanner) error {
+// scanClaim appends each claimed row to out, or to bad when it cannot be
+// decoded; reclaimed says whether the rows carry ClaimDueReclaimed's column.
+func scanClaim(out *[]Claimed, bad *[]CorruptClaim, reclaimed bool) func(scanner) error {
 	var now dbTime
 	var re bool
 	extra := []any{&now}
@@ -745,12 +747,91 @@ func scanClaim(out *[]Claimed, reclaimed bool) func(scanner) error {
 	return func(sc scanner) error {
 		re = true // without the column, a claim counts as a reclaim
 		j, err := js.scan(sc)
-		if err != nil {
-			return err
-		}
-		*out = append(*out, Claimed{StoredJob: j, Lock: Lock{JobID: j.ID, Holder: j.LockedBy, Epoch: j.LockEpoch}, Now: now.T, Reclaimed: re})
+		c := Claimed{StoredJob: j, Lock: Lock{JobID: j.ID, Holder: j.LockedBy, Epoch: j.LockEpoch}, Now: now.T, Reclaimed: re}
+		return keepClaim(out, bad, c, err)
+	}
+}
+
+// keepClaim appends a scanned claim to out, or to bad when its row could
+// not be decoded (err a CorruptRow); any other error is returned.
+func keepClaim(out *[]Claimed, bad *[]CorruptClaim, c Claimed, err error) error {
+	var cr *CorruptRow
+	switch {
+	case errors.As(err, &cr):
+		*bad = append(*bad, CorruptClaim{Row: *cr, Lock: c.Lock, NextRunAt: c.NextRunAt, Attempt: c.Attempt, Started: c.Started})
+	case err != nil:
+		return err
+	default:
+		*out = append(*out, c)
+	}
+	return nil
+}
+
+// CorruptClaim is a job a claim locked whose row cannot be decoded (see
+// CorruptRow): it cannot run, and the caller sets it aside (SetAside)
+// rather than leave it locked.
+type CorruptClaim struct {
+	Row       CorruptRow
+	Lock      Lock
+	NextRunAt time.Time
+	Attempt   int          // the job's attempt count before the claim
+	Started   *sqlease.Run // the run the claim started, if any
+}
+
+// CorruptClaims is the error of a claim that also locked rows it cannot
+// decode. The claim returns its other jobs as usual beside it: one bad row
+// does not hold up the jobs claimed with it.
+type CorruptClaims struct{ Rows []CorruptClaim }
+
+func (e *CorruptClaims) Error() string {
+	msg := make([]string, len(e.Rows))
+	for i := range e.Rows {
+		msg[i] = e.Rows[i].Row.Error()
+	}
+	return fmt.Sprintf("claimed %d job row(s) that cannot be decoded: %s", len(e.Rows), strings.Join(msg, "; "))
+}
+
+// Unwrap returns each row's CorruptRow.
+func (e *CorruptClaims) Unwrap() []error {
+	errs := make([]error, len(e.Rows))
+	for i := range e.Rows {
+		errs[i] = &e.Rows[i].Row
+	}
+	return errs
+}
+
+// corruptClaims is the error of a claim that locked the rows bad: nil when
+// there are none.
+func corruptClaims(bad []CorruptClaim) error {
+	if len(bad) == 0 {
 		return nil
 	}
+	return &CorruptClaims{Rows: bad}
+}
+
+// SetAside releases a claimed job whose row cannot be decoded, without
+// running it: its occurrence and attempt count are kept, and it is not due
+// again for retryIn (not_before), when a row mended meanwhile runs. A run
+// the claim started is closed as abandoned with the reason; one left
+// running by an earlier holder too. It returns sqlease.ErrLeaseLost when
+// the lock is no longer held. Pass tx to run inside an existing (fenced)
+// transaction.
+func (s *Store) SetAside(ctx context.Context, tx *sql.Tx, c CorruptClaim, retryIn time.Duration) error {
+	if c.Started != nil {
+		why := fmt.Sprintf("not run: the job's row cannot be decoded (%v); set aside for %s", c.Row.Err, retryIn)
+		return s.FinishRun(ctx, tx, c.Lock, *c.Started, Finish{Outcome: sqlease.OutcomeAbandoned, Error: why,
+			Next: c.NextRunAt, Attempt: c.Started.Attempt, Backoff: retryIn})
+	}
+	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.q().AbandonRunning, c.Lock.JobID); err != nil {
+			return s.classify(err)
+		}
+		return s.lockedExec(ctx, tx, s.q().ReleaseJob, c.Lock, s.timeArg(c.NextRunAt), c.Attempt, retryIn.Milliseconds())
+	})
+	if err != nil {
+		return fmt.Errorf("set aside job %d: %w", c.Lock.JobID, err)
+	}
+	return nil
 }
 
 // ClaimDue locks up to limit due jobs for holder in one atomic statement
@@ -781,41 +862,44 @@ func (s *Store) ClaimDueUnder(ctx context.Context, tok sqlease.Token, limit int)
 
 func (s *Store) claimDue(ctx context.Context, holder string, workerEpoch int64, limit int) ([]Claimed, error) {
 	var c []Claimed
+	var bad []CorruptClaim
 	var err error
 	sent := time.Now()
 	if s.q().ClaimCandidates == "" {
-		_, err = s.query(ctx, nil, returning{query: s.q().ClaimDue, args: []any{holder, limit, workerEpoch}}, scanClaim(&c, s.q().ClaimDueReclaimed))
+		_, err = s.query(ctx, nil, returning{query: s.q().ClaimDue, args: []any{holder, limit, workerEpoch}}, scanClaim(&c, &bad, s.q().ClaimDueReclaimed))
 	} else {
-		c, err = s.claimDueByID(ctx, holder, workerEpoch, limit)
+		c, bad, err = s.claimDueByID(ctx, holder, workerEpoch, limit)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claim due jobs: %w", err)
 	}
-	return sentAt(c, sent), nil
+	return sentAt(c, sent), corruptClaims(bad)
 }
 
 // claimDueByID is ClaimDue without RETURNING: it reads the candidates
 // (ClaimCandidates), then in one transaction locks those still claimable
 // (ClaimLockIDs) and claims them (ClaimIDsWR) under the worker epoch,
 // stored negated.
-func (s *Store) claimDueByID(ctx context.Context, holder string, workerEpoch int64, limit int) ([]Claimed, error) {
+func (s *Store) claimDueByID(ctx context.Context, holder string, workerEpoch int64, limit int) ([]Claimed, []CorruptClaim, error) {
 	candidates, err := s.scanIDs(s.db.QueryContext(ctx, s.q().ClaimCandidates, limit))
 	if err != nil || len(candidates) == 0 {
-		return nil, err
+		return nil, nil, err
 	}
 	var c []Claimed
+	var bad []CorruptClaim
 	err = s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		c, bad = c[:0], bad[:0]
 		list, args := idList(candidates)
 		ids, reclaimed, err := s.scanLocked(tx.QueryContext(ctx, strings.Replace(s.q().ClaimLockIDs, "{ids}", list, 1), args...))
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		return s.claimIDs(ctx, tx, ids, reclaimed, holder, -workerEpoch, &c)
+		return s.claimIDs(ctx, tx, ids, reclaimed, holder, -workerEpoch, &c, &bad)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return c, nil
+	return c, bad, nil
 }
 
 // idList is a placeholder list for ids and its arguments, padded to a
@@ -861,8 +945,8 @@ func (s *Store) scanLocked(rows *sql.Rows, err error) (ids []int64, reclaimed ma
 
 // claimIDs claims the jobs ids, which tx has locked, for holder under the
 // stored lease epoch leaseEpoch, with JobQueries.ClaimIDsWR, and appends
-// them to c, each a reclaim as reclaimed says.
-func (s *Store) claimIDs(ctx context.Context, tx *sql.Tx, ids []int64, reclaimed map[int64]bool, holder string, leaseEpoch int64, c *[]Claimed) error {
+// them to c (or to bad, see scanClaim), each a reclaim as reclaimed says.
+func (s *Store) claimIDs(ctx context.Context, tx *sql.Tx, ids []int64, reclaimed map[int64]bool, holder string, leaseEpoch int64, c *[]Claimed, bad *[]CorruptClaim) error {
 	wr := s.q().ClaimIDsWR
 	from := len(*c)
 	list, idArgs := idList(ids)
@@ -879,7 +963,7 @@ func (s *Store) claimIDs(ctx context.Context, tx *sql.Tx, ids []int64, reclaimed
 		return fmt.Errorf("claim of %d locked jobs changed %d rows", len(ids), changed)
 	}
 	rows, err := tx.QueryContext(ctx, strings.Replace(wr.Read, "{ids}", list, 1), idArgs...)
-	n, err := scanRows(rows, err, scanClaim(c, false))
+	n, err := scanRows(rows, err, scanClaim(c, bad, false))
 	if err == nil && n != len(ids) {
 		err = fmt.Errorf("claim of %d jobs read back %d", len(ids), n)
 	}
@@ -890,14 +974,16 @@ func (s *Store) claimIDs(ctx context.Context, tx *sql.Tx, ids []int64, reclaimed
 }
 
 // ClaimJob locks one due job for the leader, inside its fenced transaction
-// tx. It returns ok=false when the job is not due, paused, gone or locked.
+// tx. It returns ok=false when the job is not due, paused, gone or locked,
+// and a CorruptClaims error when it locked a row it cannot decode.
 func (s *Store) ClaimJob(ctx context.Context, tx *sql.Tx, id int64, tok sqlease.Token) (Claimed, bool, error) {
 	var c []Claimed
-	if _, err := s.query(ctx, tx, s.claimJob(id, tok.Holder, tok.Epoch), scanClaim(&c, false)); err != nil {
+	var bad []CorruptClaim
+	if _, err := s.query(ctx, tx, s.claimJob(id, tok.Holder, tok.Epoch), scanClaim(&c, &bad, false)); err != nil {
 		return Claimed{}, false, fmt.Errorf("claim job %d: %w", id, err)
 	}
 	if len(c) == 0 {
-		return Claimed{}, false, nil
+		return Claimed{}, false, corruptClaims(bad)
 	}
 	return c[0], true, nil
 }
