@@ -25,8 +25,13 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		qualified[i] = "j." + strings.TrimSpace(c)
 	}
 	jcols := strings.Replace(strings.Join(qualified, ", "), "j.attempt,", attempt("j")+",", 1)
-	// ClaimStart has read the count once already, before its update.
-	startCols := strings.Replace(jcols, attempt("j")+",", "c.run_attempt - 1,", 1)
+	// ClaimStart returns what a run needs (sqlstore.ClaimColumns), and has
+	// read the count once already, before its update.
+	claimCols := strings.Split(sqlstore.ClaimColumns, ",")
+	for i, c := range claimCols {
+		claimCols[i] = "j." + strings.TrimSpace(c)
+	}
+	startCols := strings.Replace(strings.Join(claimCols, ", "), "j.attempt,", "c.run_attempt - 1,", 1)
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{out}", prefix+"_run_output", "{cols}", cols,
 		"{jcols}", jcols, "{startcols}", startCols, "{runcols}", sqlstore.RunColumns,
 		"{ms}", "* interval '1 millisecond'",

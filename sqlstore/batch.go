@@ -85,7 +85,7 @@ func scanClaimStarts(rows *sql.Rows, err error, out *[]Claimed, bad *[]CorruptCl
 	var now dbTime
 	var reclaimed, oneOffDue, started bool
 	var attempt int
-	js := newJobScan(&now, &reclaimed, &attempt, &oneOffDue, &started)
+	js := newClaimScan(&now, &reclaimed, &attempt, &oneOffDue, &started)
 	_, err = scanRows(rows, err, func(sc scanner) error {
 		j, err := js.scan(sc)
 		c := Claimed{StoredJob: j, Lock: Lock{JobID: j.ID, Holder: j.LockedBy, Epoch: j.LockEpoch}, Now: now.T, Reclaimed: reclaimed}
@@ -575,8 +575,8 @@ func execJSON[T any](items []T, exec func(arg string) error) error {
 
 // markIDs sets out[at[id]] for every job id a batch statement returns.
 func markIDs(rows *sql.Rows, err error, at map[int64]int, out []bool) error {
+	var id int64 // one allocation per statement, not per row
 	_, err = scanRows(rows, err, func(sc scanner) error {
-		var id int64
 		if err := sc.Scan(&id); err != nil {
 			return err
 		}
