@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,13 +36,23 @@ func corruptAmongDue(t *testing.T, s *scheduler.Scheduler, st *sqlstore.Store, n
 	}
 }
 
+// corruptCount is an Observer that counts the rows set aside.
+type corruptCount struct{ n atomic.Int32 }
+
+func (*corruptCount) RunFinished(string, sqlease.Outcome, time.Duration) {}
+func (c *corruptCount) JobRowCorrupt(job string) {
+	if job == "bad" {
+		c.n.Add(1)
+	}
+}
+
 // A row that cannot be decoded is claimed with the others of its batch: it
 // must not hold them up. Each good job runs once, at once, in claim mode
 // (under a worker lease, as the daemon runs it) and in leader mode; the
 // bad row is left locked, to be tried again after its lock_timeout.
 func TestCorruptRowDoesNotHoldUpItsBatch(t *testing.T) {
 	const good = 5
-	check := func(t *testing.T, st *sqlstore.Store, rec *recorder) {
+	check := func(t *testing.T, st *sqlstore.Store, rec *recorder, obs *corruptCount) {
 		waitFor(t, 10*time.Second, "every good job to run", func() bool { return rec.count() >= good })
 		time.Sleep(100 * time.Millisecond) // a second run of one would come now
 		seen := map[string]int{}
@@ -67,6 +78,9 @@ func TestCorruptRowDoesNotHoldUpItsBatch(t *testing.T) {
 		if locked || !aside || epoch != 1 {
 			t.Errorf("the bad row: locked %v, not_before set %v, lock epoch %d; want it set aside once: unlocked, not_before set, epoch 1", locked, aside, epoch)
 		}
+		if n := obs.n.Load(); n != 1 {
+			t.Errorf("the observer heard of the bad row %d times, want 1", n)
+		}
 		// A run its claim started is closed, and says why.
 		runs, err := st.Runs(ctx, "bad", 10)
 		if err != nil {
@@ -79,21 +93,21 @@ func TestCorruptRowDoesNotHoldUpItsBatch(t *testing.T) {
 		}
 	}
 	leads := func(t *testing.T, st *sqlstore.Store) {
-		rec := &recorder{}
-		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
+		rec, obs := &recorder{}, &corruptCount{}
+		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle, Observer: obs})
 		corruptAmongDue(t, s, st, good)
 		e := lead(t, st, &s, "leader")
 		waitFor(t, 10*time.Second, "leadership", e.IsLeader)
-		check(t, st, rec)
+		check(t, st, rec, obs)
 	}
 	t.Run("claim", func(t *testing.T) {
 		dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
 			st := newStore(t)
-			rec := &recorder{}
-			s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle})
+			rec, obs := &recorder{}, &corruptCount{}
+			s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle, Observer: obs})
 			corruptAmongDue(t, s, st, good)
 			workUnderLease(t, s, st, "w")
-			check(t, st, rec)
+			check(t, st, rec, obs)
 		})
 	})
 	t.Run("leader", func(t *testing.T) {

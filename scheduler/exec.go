@@ -297,6 +297,12 @@ func (s *Scheduler) setAside(ctx context.Context, tx *sql.Tx, bad *sqlstore.Corr
 		if err := s.store.SetAside(ctx, tx, c, corruptRetry); err != nil {
 			return err
 		}
+		// Counted once set aside (in a leader's claim, before its
+		// transaction commits: one that rolls back is counted again at the
+		// next claim of the row).
+		if o, ok := s.cfg.Observer.(CorruptObserver); ok {
+			o.JobRowCorrupt(c.Row.Name)
+		}
 	}
 	return nil
 }

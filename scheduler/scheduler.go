@@ -185,6 +185,14 @@ type Observer interface {
 	RunFinished(job string, outcome sqlease.Outcome, took time.Duration)
 }
 
+// CorruptObserver is what an Observer may also implement to learn of each
+// claimed job whose row could not be decoded and was set aside unrun
+// (logged as job_row_corrupt): an operator must mend or delete such a row.
+// Like Observer's, calls must not block.
+type CorruptObserver interface {
+	JobRowCorrupt(job string)
+}
+
 type nopObserver struct{}
 
 func (nopObserver) RunFinished(string, sqlease.Outcome, time.Duration) {}
