@@ -18,20 +18,19 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	WHERE r.job_id = ` + t + `.id AND r.scheduled_for = ` + t + `.next_run_at), 0))`
 	}
 	cols := strings.Replace(sqlstore.JobColumns, "attempt,", attempt(prefix+"_jobs")+",", 1)
-	// Every column qualified (JobColumns spans lines, so splitting on ", "
+	// Every column qualified (the lists span lines, so splitting on ", "
 	// alone left some bare).
-	qualified := strings.Split(sqlstore.JobColumns, ",")
-	for i, c := range qualified {
-		qualified[i] = "j." + strings.TrimSpace(c)
+	qualify := func(cols string) string {
+		q := strings.Split(cols, ",")
+		for i, c := range q {
+			q[i] = "j." + strings.TrimSpace(c)
+		}
+		return strings.Join(q, ", ")
 	}
-	jcols := strings.Replace(strings.Join(qualified, ", "), "j.attempt,", attempt("j")+",", 1)
+	jcols := strings.Replace(qualify(sqlstore.JobColumns), "j.attempt,", attempt("j")+",", 1)
 	// ClaimStart returns what a run needs (sqlstore.ClaimColumns), and has
 	// read the count once already, before its update.
-	claimCols := strings.Split(sqlstore.ClaimColumns, ",")
-	for i, c := range claimCols {
-		claimCols[i] = "j." + strings.TrimSpace(c)
-	}
-	startCols := strings.Replace(strings.Join(claimCols, ", "), "j.attempt,", "c.run_attempt - 1,", 1)
+	startCols := strings.Replace(qualify(sqlstore.ClaimColumns), "j.attempt,", "c.run_attempt - 1,", 1)
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{out}", prefix+"_run_output", "{cols}", cols,
 		"{jcols}", jcols, "{startcols}", startCols, "{runcols}", sqlstore.RunColumns,
 		"{ms}", "* interval '1 millisecond'",

@@ -773,15 +773,17 @@ func scanClaim(out *[]Claimed, bad *[]CorruptClaim, reclaimed bool) func(scanner
 // keepClaim appends a scanned claim to out, or to bad when its row could
 // not be decoded (err a CorruptRow); any other error is returned.
 func keepClaim(out *[]Claimed, bad *[]CorruptClaim, c Claimed, err error) error {
-	var cr *CorruptRow
-	switch {
-	case errors.As(err, &cr):
-		*bad = append(*bad, CorruptClaim{Row: *cr, Lock: c.Lock, NextRunAt: c.NextRunAt, Attempt: c.Attempt, Started: c.Started})
-	case err != nil:
-		return err
-	default:
+	if err == nil {
 		*out = append(*out, c)
+		return nil
 	}
+	// Only here: errors.As's target escapes, an allocation per row were it
+	// declared for every row.
+	var cr *CorruptRow
+	if !errors.As(err, &cr) {
+		return err
+	}
+	*bad = append(*bad, CorruptClaim{Row: *cr, Lock: c.Lock, NextRunAt: c.NextRunAt, Attempt: c.Attempt, Started: c.Started})
 	return nil
 }
 
@@ -840,13 +842,7 @@ func (s *Store) SetAside(ctx context.Context, tx *sql.Tx, c CorruptClaim, retryI
 		return s.FinishRun(ctx, tx, c.Lock, *c.Started, Finish{Outcome: sqlease.OutcomeAbandoned, Error: why,
 			Next: c.NextRunAt, Attempt: c.Started.Attempt, Backoff: retryIn})
 	}
-	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.q().AbandonRunning, c.Lock.JobID); err != nil {
-			return s.classify(err)
-		}
-		return s.lockedExec(ctx, tx, s.q().ReleaseJob, c.Lock, s.timeArg(c.NextRunAt), c.Attempt, retryIn.Milliseconds())
-	})
-	if err != nil {
+	if err := s.releaseUnrun(ctx, tx, c.Lock, c.NextRunAt, c.Attempt, retryIn.Milliseconds()); err != nil {
 		return fmt.Errorf("set aside job %d: %w", c.Lock.JobID, err)
 	}
 	return nil
@@ -1173,16 +1169,21 @@ func finishArgs(f Finish) (errText, backoff any) {
 // same occurrence, attempt as before the claim), or a crashed predecessor
 // used the last attempt (runs still marked running are abandoned).
 func (s *Store) ReleaseUnrun(ctx context.Context, tx *sql.Tx, l Lock, next time.Time, attempt int) error {
-	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.q().AbandonRunning, l.JobID); err != nil {
-			return s.classify(err)
-		}
-		return s.lockedExec(ctx, tx, s.q().ReleaseJob, l, s.timeArg(next), attempt, nil)
-	})
-	if err != nil {
+	if err := s.releaseUnrun(ctx, tx, l, next, attempt, nil); err != nil {
 		return fmt.Errorf("release job %d: %w", l.JobID, err)
 	}
 	return nil
+}
+
+// releaseUnrun is ReleaseUnrun with the job not due again for backoffMs
+// (an int64, or nil for none).
+func (s *Store) releaseUnrun(ctx context.Context, tx *sql.Tx, l Lock, next time.Time, attempt int, backoffMs any) error {
+	return s.inTx(ctx, tx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.q().AbandonRunning, l.JobID); err != nil {
+			return s.classify(err)
+		}
+		return s.lockedExec(ctx, tx, s.q().ReleaseJob, l, s.timeArg(next), attempt, backoffMs)
+	})
 }
 
 // OwnClaim is a job a claim-mode worker's lease term has locked.
