@@ -88,10 +88,14 @@ func ParseProcessSpec(raw []byte) (ProcessSpec, error) {
 			return bad("%s: must be in (0, %s], got %s", field, maxSingletonDuration, d)
 		}
 	}
-	if bytes.Contains(raw, []byte(`"heartbeat"`)) && p.Heartbeat == 0 {
+	// A field given as zero would silently mean the default: say so. (The
+	// keys, not the text: a singleton may be named "heartbeat".)
+	var keys map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &keys)
+	if present(keys["heartbeat"]) && p.Heartbeat == 0 {
 		return bad("heartbeat: must be positive (omit it for the default 30s)")
 	}
-	if bytes.Contains(raw, []byte(`"stop_timeout"`)) && p.StopTimeout == 0 {
+	if present(keys["stop_timeout"]) && p.StopTimeout == 0 {
 		return bad("stop_timeout: must be positive (omit it for the default 10s)")
 	}
 	if p.Heartbeat == 0 {

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/sqlease/sqlease"
-	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/scheduler"
 )
 
@@ -131,11 +130,7 @@ func (a *api) createJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	for i, j := range jobs {
 		if err := a.checkAction(j); err != nil {
-			var re *requestError
-			if errors.As(err, &re) {
-				err = &requestError{status: re.status, detail: fmt.Sprintf("jobs[%d].%s", i, re.detail)}
-			}
-			a.fail(w, r, err)
+			a.fail(w, r, &requestError{status: statusOf(err), detail: fmt.Sprintf("jobs[%d].%s", i, cleanDetail(err))})
 			return
 		}
 	}
@@ -160,20 +155,11 @@ func (a *api) createJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkAction applies the node's rules on actions to a job about to be
-// created: the size bound and whether exec actions are allowed here.
+// created: the size bound, and the exec policy (Config.Exec), which decides
+// for every route that creates something that runs a command.
 func (a *api) checkAction(j sqlease.Job) error {
 	if len(j.Action) > MaxActionBytes {
 		return badRequest("action: %d bytes, at most %d", len(j.Action), MaxActionBytes)
 	}
-	if action.IsExec(j.Action) {
-		switch {
-		case !a.cfg.AllowExec:
-			return &requestError{status: http.StatusForbidden, detail: "action.exec: exec actions are disabled on this node " +
-				"(they run commands as the daemon's user); start it with --allow-exec to allow them"}
-		case a.cfg.APIToken == "" && !loopbackListen(a.cfg.ListenAddr):
-			return &requestError{status: http.StatusForbidden, detail: "action.exec: this node listens beyond loopback without " +
-				"--api-token: anyone who reaches it could run commands; set a token to allow exec actions"}
-		}
-	}
-	return nil
+	return a.cfg.Exec.CheckAction(j.Action)
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/httpapi"
 )
 
@@ -25,7 +26,7 @@ func batchBody(prefix string, n int, ndjson bool) string {
 // batch with any invalid job (naming it by index), a clash (409) or a job
 // the node may not create (403) without writing anything.
 func TestCreateJobsBatch(t *testing.T) {
-	n := newNode(t, dbPath(t), nodeOpts{noElector: true, configure: func(c *httpapi.Config) { c.AllowExec = false }})
+	n := newNode(t, dbPath(t), nodeOpts{noElector: true, configure: func(c *httpapi.Config) { c.Exec = action.ExecPolicy{} }})
 
 	res := n.do("POST", "/v1/jobs:batch", batchBody("a", 3, false))
 	if res.status != 201 {

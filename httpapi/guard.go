@@ -110,10 +110,3 @@ func (a *api) guard(w http.ResponseWriter, r *http.Request) bool {
 	}
 	return false
 }
-
-// processPath reports a singleton process's own call (its state and
-// heartbeat), which carries its run's token instead of the API token.
-func processPath(r *http.Request) bool {
-	return strings.HasPrefix(r.URL.Path, "/v1/singletons/") &&
-		(strings.HasSuffix(r.URL.Path, "/state") || strings.HasSuffix(r.URL.Path, "/heartbeat"))
-}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/httpapi"
 )
 
@@ -83,7 +84,7 @@ func TestHostCheck(t *testing.T) {
 // Exec is a privilege: off unless allowed, and never without a token when
 // the node listens beyond loopback.
 func TestExecIsAPrivilege(t *testing.T) {
-	off := newNode(t, dbPath(t), nodeOpts{configure: func(c *httpapi.Config) { c.AllowExec = false }})
+	off := newNode(t, dbPath(t), nodeOpts{configure: func(c *httpapi.Config) { c.Exec = action.ExecPolicy{} }})
 	p := off.do("POST", "/v1/jobs", execJob).problem(t, http.StatusForbidden)
 	if !strings.Contains(p.Detail, "--allow-exec") {
 		t.Errorf("detail %q does not say how to opt in", p.Detail)
@@ -91,12 +92,19 @@ func TestExecIsAPrivilege(t *testing.T) {
 	if res := off.do("POST", "/v1/jobs", `{"name":"web","schedule":{},"action":{"http":{"url":"http://127.0.0.1:9/x"}}}`); res.status != 201 {
 		t.Errorf("an HTTP action on a node without exec: %d %s", res.status, res.body)
 	}
-	public := newNode(t, dbPath(t), nodeOpts{configure: func(c *httpapi.Config) { c.ListenAddr = "0.0.0.0:8080" }})
+	public := newNode(t, dbPath(t), nodeOpts{configure: func(c *httpapi.Config) {
+		c.ListenAddr = "0.0.0.0:8080"
+		c.Exec = action.NewExecPolicy("true", false, false)
+	}})
 	p = public.do("POST", "/v1/jobs", execJob).problem(t, http.StatusForbidden)
 	if !strings.Contains(p.Detail, "token") {
 		t.Errorf("detail %q", p.Detail)
 	}
-	tokened := newNode(t, dbPath(t), nodeOpts{configure: func(c *httpapi.Config) { c.ListenAddr = "0.0.0.0:8080"; c.APIToken = "0123456789abcdef" }})
+	tokened := newNode(t, dbPath(t), nodeOpts{configure: func(c *httpapi.Config) {
+		c.ListenAddr = "0.0.0.0:8080"
+		c.APIToken = "0123456789abcdef"
+		c.Exec = action.NewExecPolicy("true", false, true)
+	}})
 	if res := tokened.do("POST", "/v1/jobs", execJob, "Authorization", "Bearer 0123456789abcdef"); res.status != 201 {
 		t.Errorf("exec with a token beyond loopback: %d %s", res.status, res.body)
 	}

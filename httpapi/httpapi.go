@@ -25,9 +25,14 @@
 // so the write is durable in the database. Every error is
 // application/problem+json (RFC 9457) whose detail names the offending field
 // or parameter; statusOf holds the one table from errors to status codes.
-// With Config.APIToken set, POST and DELETE require "Authorization: Bearer
-// TOKEN" (compared in constant time); reads stay open. A panicking handler
-// answers 500 and is logged at Error; it never takes the process down.
+// Every route has a Policy (routePolicies, policy.go) that ServeHTTP
+// enforces before the handler runs: with Config.APIToken set, every /v1
+// route but the OpenAPI document and a running process's own calls requires
+// "Authorization: Bearer TOKEN" (compared in constant time); routes that
+// can create something that runs a command ask Config.Exec; bodies are
+// bounded per route and node-wide; probes never wait for a request slot. A
+// panicking handler answers 500 and is logged at Error; it never takes the
+// process down.
 package httpapi
 
 import (
@@ -39,10 +44,10 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/scheduler"
 )
@@ -100,9 +105,20 @@ type Config struct {
 	// may be addressed to, e.g. a DNS name behind a proxy; "*" allows any.
 	// Others are answered 421 (DNS rebinding).
 	AllowedHosts []string
-	// AllowExec lets jobs with exec actions be created or changed; when
-	// ListenAddr is beyond loopback, an API token is required for them too.
-	AllowExec bool
+	// Exec is the node's one policy on commands (action.NewExecPolicy):
+	// routes that can create something that runs a command (Policy.Exec)
+	// ask it before they write. The zero value refuses commands.
+	Exec action.ExecPolicy
+	// MaxInFlight bounds the requests handled at once; more are answered
+	// 503 with Retry-After at once. Probes (/healthz, /readyz) never wait
+	// for a slot. Default DefaultMaxInFlight.
+	MaxInFlight int
+	// BodyMemory bounds the request bodies being read at once, node-wide,
+	// in bytes (a body counts its Content-Length, or its route's limit
+	// when it has none, times its route's cost factor). A request that
+	// finds no room within bodyWait is answered 503. Default
+	// DefaultBodyMemory.
+	BodyMemory int64
 	// Singletons serves /v1/singletons, and /readyz answers 503 with
 	// singleton_stale=<name> while one this node runs is stale. Nil leaves
 	// the routes out.
@@ -117,7 +133,10 @@ type api struct {
 	cfg       Config
 	log       *slog.Logger
 	mux       *http.ServeMux
-	patterns  []string // the routes, for Routes
+	patterns  []string // the API routes, for Routes and the OpenAPI document
+	all       []string // every route, the dashboard's too
+	policies  map[string]Policy
+	limits    *limits
 	clock     sqlease.Clock
 	start     time.Time // local time of New, for readiness before the first contact
 	tokenHash [sha256.Size]byte
@@ -147,8 +166,15 @@ func New(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.BodyMemory <= 0 {
+		cfg.BodyMemory = DefaultBodyMemory
+	}
 	clock := cfg.Elector.Config().Clock
-	a := &api{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), clock: clock, start: clock.Now()}
+	a := &api{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), clock: clock, start: clock.Now(),
+		policies: routePolicies(cfg.MaxBodyBytes), limits: newLimits(cfg.MaxInFlight, cfg.BodyMemory)}
 	if cfg.APIToken != "" {
 		a.tokenHash = sha256.Sum256([]byte(cfg.APIToken))
 	}
@@ -159,7 +185,7 @@ func New(cfg Config) http.Handler {
 		a.handle("GET /metrics", cfg.Metrics)
 	}
 	a.handleFunc("POST /v1/jobs", a.write(a.createJob))
-	a.handleFunc("POST /v1/jobs:batch", a.writeLimit(MaxBatchBytes, a.createJobs))
+	a.handleFunc("POST /v1/jobs:batch", a.write(a.createJobs))
 	a.handleFunc("GET /v1/jobs", a.listJobs)
 	a.handleFunc("GET /v1/jobs/{name}", a.getJob)
 	a.handleFunc("DELETE /v1/jobs/{name}", a.write(a.deleteJob))
@@ -172,8 +198,8 @@ func New(cfg Config) http.Handler {
 	a.routeSingletons()
 	if cfg.Dashboard != nil {
 		// Not API routes: left out of Routes and the OpenAPI document.
-		a.mux.Handle("GET /{$}", cfg.Dashboard)
-		a.mux.Handle("/ui/", cfg.Dashboard)
+		a.route("GET /{$}", cfg.Dashboard)
+		a.route("/ui/", cfg.Dashboard)
 	}
 	a.handleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -193,6 +219,16 @@ func (a *api) handleFunc(pattern string, h http.HandlerFunc) { a.handle(pattern,
 
 func (a *api) handle(pattern string, h http.Handler) {
 	a.patterns = append(a.patterns, pattern)
+	a.route(pattern, h)
+}
+
+// route registers a route; it panics when the route has no policy in
+// routePolicies (a wiring error every test finds).
+func (a *api) route(pattern string, h http.Handler) {
+	if _, ok := a.policies[pattern]; !ok {
+		panic("httpapi: route " + pattern + " has no policy in routePolicies")
+	}
+	a.all = append(a.all, pattern)
 	a.mux.Handle(pattern, h)
 }
 
@@ -224,20 +260,24 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.log.Debug("http_request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", sw.code()), slog.Duration("took", time.Since(began)))
 	}()
+	// Answers echo what callers sent (names, fields): never let a browser
+	// sniff them into something else.
+	sw.Header().Set("X-Content-Type-Options", "nosniff")
 	if a.guard(sw, r) {
+		unread(sw, r)
 		return
 	}
-	if _, pattern := a.mux.Handler(r); pattern == "" {
+	_, pattern := a.mux.Handler(r)
+	policy, ok := a.policies[pattern]
+	if pattern == "" || !ok {
 		a.unrouted(sw, r)
 		return
 	}
-	if a.cfg.APIToken != "" && strings.HasPrefix(r.URL.Path, "/v1/") && r.URL.Path != "/v1/openapi.json" && !a.authorized(r) && !processPath(r) {
-		// Reads need the token too: job actions may hold secrets, and the
-		// fleet's layout is nobody else's business.
-		sw.Header().Set("WWW-Authenticate", `Bearer realm="sqlease"`)
-		writeProblem(sw, http.StatusUnauthorized, "Authorization: a valid bearer token is required for this request")
+	release, ok := a.enforce(sw, r, policy)
+	if !ok {
 		return
 	}
+	defer release()
 	a.mux.ServeHTTP(sw, r)
 }
 
@@ -262,24 +302,9 @@ func (a *api) unrouted(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// write wraps a mutating handler: it enforces the API token and bounds the
-// request body.
-func (a *api) write(h http.HandlerFunc) http.HandlerFunc {
-	return a.writeLimit(a.cfg.MaxBodyBytes, h)
-}
-
-// writeLimit is write with a body bound of its own.
-func (a *api) writeLimit(limit int64, h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !a.authorized(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sqlease"`)
-			writeProblem(w, http.StatusUnauthorized, "Authorization: a valid bearer token is required for this request")
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, limit)
-		h(w, r)
-	}
-}
+// write marks a mutating handler. The token, the body bound and the exec
+// policy are its route's Policy, enforced by ServeHTTP for every route.
+func (a *api) write(h http.HandlerFunc) http.HandlerFunc { return h }
 
 // authorized reports whether r carries the API token (or none is set). The
 // hashes compare in constant time whatever the token lengths.
@@ -287,12 +312,11 @@ func (a *api) authorized(r *http.Request) bool {
 	if a.cfg.APIToken == "" {
 		return true
 	}
-	const scheme = "bearer "
-	h := r.Header.Get("Authorization")
-	if len(h) < len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
+	c, ok := bearerCredential(r)
+	if !ok {
 		return false
 	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(scheme):])))
+	got := sha256.Sum256([]byte(c))
 	return subtle.ConstantTimeCompare(got[:], a.tokenHash[:]) == 1
 }
 

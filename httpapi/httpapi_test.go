@@ -116,7 +116,7 @@ func newNode(t *testing.T, dbPath string, o nodeOpts) *node {
 		Scheduler: n.sched, Leases: store, Elector: n.el,
 		Metrics:  promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}),
 		Stopping: n.stopping.Load, Logger: log,
-		ListenAddr: "127.0.0.1:0", AllowExec: true,
+		ListenAddr: "127.0.0.1:0", Exec: action.AllowExec(),
 	}
 	if o.configure != nil {
 		o.configure(&cfg)

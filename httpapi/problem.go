@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/action"
 )
 
 // ProblemContentType is the media type of every error response (RFC 9457).
@@ -59,6 +60,8 @@ func statusOf(err error) int {
 		return re.status
 	case errors.As(err, &tooLarge):
 		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, action.ErrExecRefused):
+		return http.StatusForbidden
 	case errors.Is(err, sqlease.ErrInvalidConfig), errors.Is(err, sqlease.ErrInvalidName):
 		return http.StatusBadRequest
 	case errors.Is(err, sqlease.ErrNoJob), errors.Is(err, sqlease.ErrNoLease):
@@ -110,6 +113,7 @@ var sentinelPrefixes = []string{
 	sqlease.ErrInvalidConfig.Error() + ": ",
 	sqlease.ErrInvalidName.Error() + ": ",
 	sqlease.ErrConflict.Error() + ": ",
+	action.ErrExecRefused.Error() + ": ",
 }
 
 // cleanDetail turns a (possibly joined) validation error into one line.

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
 
+	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/scheduler"
 )
@@ -114,6 +115,15 @@ const maxConcurrentLimit = 10_000
 
 // maxDuration bounds every duration setting (run retention apart).
 const maxDuration = 24 * time.Hour
+
+// minInterval is the shortest interval of a loop the node runs over and
+// over (renew, acquire, poll, refresh): below it a node spins a core and
+// floods its database (1ns was accepted).
+const minInterval = 10 * time.Millisecond
+
+// maxConfigBytes bounds the config file: a flat mapping of a few dozen
+// settings. A device named by mistake (/dev/zero) must not be read forever.
+const maxConfigBytes = 1 << 20
 
 func dur(name, usage string, f func(*Config) *time.Duration) setting {
 	return setting{name: name, usage: usage, serve: true,
@@ -286,9 +296,23 @@ func lookupEnv(getenv func(string) string, name string) (string, bool) {
 
 // readConfigFile reads a flat YAML mapping of setting names to scalars.
 func readConfigFile(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path)
+	// A regular file, read up to a bound (as the token file): a device or
+	// a FIFO must neither hang the node nor fill its memory.
+	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, usagef("config: cannot read %s: %v", path, errors.Unwrap(err))
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > maxConfigBytes {
+		return nil, usagef("config: %s must be a regular file of at most %d bytes", path, maxConfigBytes)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, usagef("config: cannot read %s: %v", path, errors.Unwrap(err))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	f.Close()
+	if err != nil || len(b) > maxConfigBytes {
+		return nil, usagef("config: %s must be a regular file of at most %d bytes", path, maxConfigBytes)
 	}
 	var raw map[string]any
 	if err := yaml.Unmarshal(b, &raw); err != nil {
@@ -324,6 +348,15 @@ func (c Config) validate() error {
 	for name, d := range map[string]time.Duration{"poll_interval": c.PollInterval, "schedule_refresh_interval": c.RefreshInterval, "shutdown_timeout": c.ShutdownTimeout} {
 		if d <= 0 {
 			return usagef("%s must be positive, got %s", name, d)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"renew_interval", c.RenewInterval}, {"acquire_interval", c.AcquireInterval}, {"poll_interval", c.PollInterval},
+		{"schedule_refresh_interval", c.RefreshInterval}} {
+		if f.d > 0 && f.d < minInterval {
+			return usagef("%s must be at least %s, got %s (shorter spins a core and floods the database)", f.name, minInterval, f.d)
 		}
 	}
 	for name, d := range map[string]time.Duration{"lease_duration": c.LeaseDuration, "renew_interval": c.RenewInterval,
@@ -386,13 +419,10 @@ func (c *Config) resolveToken() (trimmed bool, err error) {
 	return trimmed, nil
 }
 
-// allowExec is the effective --allow-exec: its value, or true only when the
-// API listens on loopback.
-func (c Config) allowExec(listen string) bool {
-	if c.AllowExec != "" {
-		return c.AllowExec == "true"
-	}
-	return isLoopback(listen)
+// execPolicy is the node's one decision on commands (action.ExecPolicy),
+// from --allow-exec, the listen address and the API token.
+func (c Config) execPolicy() action.ExecPolicy {
+	return action.NewExecPolicy(c.AllowExec, isLoopback(c.HTTP), c.APIToken != "")
 }
 
 // allowedHosts splits --allowed-hosts.

@@ -4,55 +4,123 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
-
-	"golang.org/x/net/netutil"
 )
 
 // Limits of the HTTP server: a slow or greedy client must not hold
 // connections, memory or goroutines without bound, nor starve the node's
-// lease renewals (issue 11).
+// lease renewals or its probes (issues 11 and 30). Requests in flight and
+// the memory of request bodies are bounded by the API itself
+// (httpapi.Config.MaxInFlight, BodyMemory), where probes are exempt.
 const (
 	readHeaderTimeout = 5 * time.Second
 	readTimeout       = 30 * time.Second // a whole request, body included
 	writeTimeout      = 30 * time.Second
 	idleTimeout       = 60 * time.Second
 	maxHeaderBytes    = 64 << 10
-	// maxConnections bounds the open connections; more wait in the
-	// kernel's accept queue.
-	maxConnections = 256
-	// maxInFlight bounds the requests being handled at once; more are
-	// answered 503 with Retry-After at once.
-	maxInFlight = 64
+	// maxConnections is the size of the connection table. A new connection
+	// that finds it full closes an idle one (a keep-alive connection is a
+	// courtesy, not a claim); only when none is idle is it refused, beyond
+	// a reserve of reserveConnections kept for whoever comes next (a probe).
+	maxConnections     = 256
+	reserveConnections = 64
 )
 
-// listen opens the API's listener, bounded to maxConnections.
+// listen opens the API's listener. Its connections are bounded by the
+// table the server's ConnState keeps (newHTTPServer), not by blocking
+// Accept: a blocked Accept left probes in the kernel's queue behind 256
+// idle keep-alive connections for a minute.
 func listen(addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return netutil.LimitListener(ln, maxConnections), nil
+	return &connTable{Listener: ln, max: maxConnections, reserve: reserveConnections, conns: map[net.Conn]http.ConnState{}}, nil
 }
 
-// newHTTPServer returns the API's server with its timeouts and a bound on
-// requests in flight.
-func newHTTPServer(log *slog.Logger, h http.Handler) *http.Server {
-	slots := make(chan struct{}, maxInFlight)
-	limited := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case slots <- struct{}{}:
-			defer func() { <-slots }()
-			h.ServeHTTP(w, r)
-		default:
-			w.Header().Set("Retry-After", "1")
-			w.Header().Set("Content-Type", "application/problem+json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"too many requests in flight; retry"}` + "\n"))
+// connTable is the listener's table of open connections and their states.
+type connTable struct {
+	net.Listener
+	max, reserve int
+
+	mu    sync.Mutex
+	conns map[net.Conn]http.ConnState
+}
+
+// Accept makes room for each new connection: an idle one is closed when
+// the table is full, and the new one refused only when the reserve is
+// used up as well (every connection busy in a request, each bounded by
+// the server's read timeouts).
+func (t *connTable) Accept() (net.Conn, error) {
+	for {
+		c, err := t.Listener.Accept()
+		if err != nil {
+			return nil, err
 		}
-	})
-	return &http.Server{
-		Handler:           limited,
+		t.mu.Lock()
+		if len(t.conns) >= t.max {
+			t.closeIdleLocked(len(t.conns) - t.max + 1)
+		}
+		full := len(t.conns) >= t.max+t.reserve
+		if !full {
+			t.conns[c] = http.StateNew
+		}
+		t.mu.Unlock()
+		if full {
+			c.Close()
+			continue
+		}
+		return c, nil
+	}
+}
+
+// closeIdleLocked closes up to n idle connections.
+func (t *connTable) closeIdleLocked(n int) {
+	for c, st := range t.conns {
+		if n <= 0 {
+			return
+		}
+		if st == http.StateIdle {
+			c.Close()
+			delete(t.conns, c)
+			n--
+		}
+	}
+}
+
+// track is the server's ConnState hook. A connection that turns idle while
+// the table is three quarters full is closed at once.
+func (t *connTable) track(c net.Conn, st http.ConnState) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch st {
+	case http.StateClosed, http.StateHijacked:
+		delete(t.conns, c)
+	default:
+		if _, ok := t.conns[c]; !ok && st != http.StateNew {
+			return // already evicted
+		}
+		t.conns[c] = st
+		if st == http.StateIdle && len(t.conns) > t.max*3/4 {
+			c.Close()
+			delete(t.conns, c)
+		}
+	}
+}
+
+// open is how many connections the table holds.
+func (t *connTable) open() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.conns)
+}
+
+// newHTTPServer returns the API's server with its timeouts, tracking the
+// connections of ln when it is listen's.
+func newHTTPServer(log *slog.Logger, ln net.Listener, h http.Handler) *http.Server {
+	srv := &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -60,4 +128,8 @@ func newHTTPServer(log *slog.Logger, h http.Handler) *http.Server {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	if t, ok := ln.(*connTable); ok {
+		srv.ConnState = t.track
+	}
+	return srv
 }

@@ -66,6 +66,19 @@ func jobsCmd(env Env) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
+			// The nodes' one policy on commands, as the operator's
+			// environment states it (SQLEASE_ALLOW_EXEC=false refuses them
+			// here too); a node that refuses commands does not run them
+			// whoever wrote the row.
+			policy := cliExecPolicy(env)
+			for i, j := range jobs {
+				if err := policy.CheckAction(j.Action); err != nil {
+					if len(jobs) > 1 {
+						err = fmt.Errorf("jobs[%d]: %w", i, err)
+					}
+					return err
+				}
+			}
 			if len(jobs) > 1 || bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) {
 				// Many jobs: one transaction, all or nothing.
 				return withSched(cmd, func(ctx context.Context, s *scheduler.Scheduler) (any, error) {
@@ -195,4 +208,11 @@ func withStore(env Env, cmd *cobra.Command, fn func(ctx context.Context, st *sql
 	enc := json.NewEncoder(env.Stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// cliExecPolicy is the exec policy of the CLI's writes: the operator's
+// SQLEASE_ALLOW_EXEC (the CLI listens nowhere: only an explicit false
+// refuses).
+func cliExecPolicy(env Env) action.ExecPolicy {
+	return action.NewExecPolicy(env.Getenv("SQLEASE_ALLOW_EXEC"), true, true)
 }

@@ -136,8 +136,12 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	if holder == "" {
 		holder = election.DefaultHolderID()
 	}
+	// One decision on commands for every surface: the API's job, batch and
+	// singleton routes, and what this node runs — a row another node or
+	// the CLI wrote does not run here when this node refuses commands.
+	execPolicy := cfg.execPolicy()
 	n.sched, err = scheduler.New(scheduler.Config{
-		Store: store, Holder: holder, Handler: action.Handle, ValidateAction: action.ValidateJSON,
+		Store: store, Holder: holder, Handler: execPolicy.Handler(action.Handle), ValidateAction: action.ValidateJSON,
 		PollInterval: cfg.PollInterval, RefreshInterval: cfg.RefreshInterval, Changes: changes, MaxConcurrent: cfg.MaxConcurrent,
 		ShutdownTimeout: cfg.ShutdownTimeout, RunRetention: cfg.RunRetention, OutputLimit: outputLimit(cfg.RunOutputLimit),
 		// Leading means dispatching: a leader whose schedule cannot be
@@ -224,6 +228,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	smetrics.node = snode
 	n.singletonChanges = singletonChanges
 	n.singletons = newSingletonHost(singletonAdmin{store: store, leases: store}, snode, "http://"+localAddr(ln.Addr()), cfg.LeaseDuration, log)
+	n.singletons.exec = execPolicy
 
 	dash, err := dashboard.New(dashboard.Config{Store: store, Scheduler: n.sched, Elector: n.elector, Singletons: n.singletons,
 		APIToken: cfg.APIToken, ListenAddr: cfg.HTTP, Logger: log})
@@ -232,17 +237,20 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		return nil, err
 	}
 	n.listener = ln
-	n.server = newHTTPServer(log, httpapi.New(httpapi.Config{
+	n.server = newHTTPServer(log, ln, httpapi.New(httpapi.Config{
 		Dashboard: dash,
 		Scheduler: n.sched, Leases: store, Elector: n.elector,
 		Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		APIToken: cfg.APIToken, Stopping: n.stopping.Load, Logger: log,
 		LeaderDispatch: cfg.Dispatch == "leader", Singletons: n.singletons,
-		ListenAddr: cfg.HTTP, AllowedHosts: cfg.allowedHosts(), AllowExec: cfg.allowExec(cfg.HTTP),
+		ListenAddr: cfg.HTTP, AllowedHosts: cfg.allowedHosts(), Exec: execPolicy,
 	}))
 	built = true
 	return n, nil
 }
+
+// Routes lists the node's HTTP routes with their policies.
+func (n *Node) Routes() []httpapi.RouteInfo { return httpapi.RoutePolicies(n.server.Handler) }
 
 // Addr is the address the HTTP API listens on.
 func (n *Node) Addr() string { return n.listener.Addr().String() }

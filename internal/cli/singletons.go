@@ -144,11 +144,15 @@ type singletonHost struct {
 	api   string        // this node's base URL, for SQLEASE_API
 	every time.Duration // re-read interval without a change feed (syncInterval)
 	log   *slog.Logger
+	// exec is the node's policy on commands: a singleton's process is
+	// one, so a node that refuses commands runs none (whoever wrote it).
+	exec action.ExecPolicy
 
 	kick chan struct{} // a write through this node: sync now
 
 	mu         sync.Mutex
 	registered map[string]string   // name -> spec hash it was registered with
+	refused    map[string]bool     // names refused by the exec policy, logged once
 	runs       map[string]*procRun // name -> the run on this node
 }
 
@@ -161,7 +165,7 @@ type procRun struct {
 
 func newSingletonHost(admin singletonAdmin, node *singleton.Node, api string, lease time.Duration, log *slog.Logger) *singletonHost {
 	return &singletonHost{singletonAdmin: admin, node: node, api: api, every: syncInterval(lease), log: log, kick: make(chan struct{}, 1),
-		registered: map[string]string{}, runs: map[string]*procRun{}}
+		registered: map[string]string{}, refused: map[string]bool{}, runs: map[string]*procRun{}}
 }
 
 // syncEvery bounds how often a node re-reads the singletons table: a change
@@ -265,6 +269,15 @@ func (h *singletonHost) sync(ctx context.Context) error {
 		_, done := h.registered[name]
 		h.mu.Unlock()
 		if done {
+			continue
+		}
+		if err := h.exec.Check("singleton " + name); err != nil {
+			// Not registered: this node never holds it, so it stays with
+			// (or moves to) a node that runs commands, or shows unplaced.
+			if !h.refused[name] {
+				h.refused[name] = true
+				h.log.Warn("singleton_refused", slog.String("singleton", name), slog.String("error", err.Error()))
+			}
 			continue
 		}
 		spec, err := action.ParseProcessSpec(row.Spec)

@@ -51,6 +51,9 @@ func singletonsCmd(env Env) *cobra.Command {
 			if err != nil {
 				return usagef("file: %v", err)
 			}
+			if err := cliExecPolicy(env).Check("command"); err != nil {
+				return err
+			}
 			return withAdmin(cmd, func(ctx context.Context, a singletonAdmin) (any, error) {
 				s, created, err := a.Create(ctx, raw)
 				if err == nil && !created {

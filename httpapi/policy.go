@@ -1,0 +1,281 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// Every route is registered with a Policy, declared in the one table below
+// (routePolicies) and enforced in one place (api.ServeHTTP) before its
+// handler runs: who may call it, whether it can lead to a command running,
+// how large a body it reads, and whether it is a probe that must be answered
+// even when the node is saturated. A route without a row in the table makes
+// New panic, so a new surface cannot skip the rules (issue 30: singletons,
+// the dashboard and the runs listing each re-implemented a rule, or not).
+
+// Auth says who may call a route.
+type Auth int
+
+const (
+	// AuthPublic: anyone who reaches the node (probes, metrics, the
+	// OpenAPI document).
+	AuthPublic Auth = iota
+	// AuthToken: the API token, when one is set — reads too (actions may
+	// hold secrets, and the fleet's layout is nobody else's business).
+	AuthToken
+	// AuthRunSecret: a running process, with its run's own secret
+	// (SQLEASE_SINGLETON_TOKEN). The handler checks it before it reads the
+	// body, and answers every failure alike.
+	AuthRunSecret
+	// AuthDashboard: the dashboard's own sign-in (a session cookie bound
+	// to the API token, CSRF-checked forms).
+	AuthDashboard
+)
+
+func (a Auth) String() string {
+	switch a {
+	case AuthPublic:
+		return "public"
+	case AuthToken:
+		return "token"
+	case AuthRunSecret:
+		return "run-secret"
+	case AuthDashboard:
+		return "dashboard"
+	}
+	return "unknown"
+}
+
+// Exec says whether a route can create something that runs a command.
+type Exec int
+
+const (
+	// ExecNever: nothing the route does runs a command.
+	ExecNever Exec = iota
+	// ExecAlways: everything the route creates runs a command (a
+	// singleton): refused before the body is read when Config.Exec
+	// refuses commands.
+	ExecAlways
+	// ExecByBody: the body decides (a job's action): the handler asks
+	// Config.Exec about each action before it writes anything.
+	ExecByBody
+)
+
+// Policy is a route's rules.
+type Policy struct {
+	Auth Auth
+	Exec Exec
+	// Body is the largest request body the route reads, in bytes; 0: none
+	// (a body is refused with 413).
+	Body int64
+	// BodyCost is how many bytes of memory a byte of body costs while the
+	// route decodes it (its share of Config.BodyMemory); 0 counts 1.
+	BodyCost int64
+	// Listing: the answer is a listing, cut at a byte budget with "next".
+	Listing bool
+	// Probe: answered even when every request slot is taken.
+	Probe bool
+}
+
+// Bounds of request handling (Config defaults).
+const (
+	// DefaultMaxInFlight is Config.MaxInFlight's default.
+	DefaultMaxInFlight = 64
+	// DefaultBodyMemory is Config.BodyMemory's default: one batch of
+	// MaxBatchBytes at its decoding cost fits, or many small writes.
+	DefaultBodyMemory = 256 << 20
+	// formBodyBytes bounds the dashboard's form posts.
+	formBodyBytes = 16 << 10
+	// bodyWait is how long a request waits for body memory before it is
+	// answered 503.
+	bodyWait = 2 * time.Second
+	// batchCost is what a byte of a batch body costs while it is decoded
+	// and validated (measured: a 31 MiB batch peaked at ~10× its size).
+	batchCost = 10
+)
+
+// routePolicies is the policy of every route New registers. A test over
+// the router (TestRoutePolicies) drives each with a hostile request.
+func routePolicies(maxBody int64) map[string]Policy {
+	read := Policy{Auth: AuthToken}
+	list := Policy{Auth: AuthToken, Listing: true}
+	change := Policy{Auth: AuthToken, Body: maxBody}
+	return map[string]Policy{
+		"GET /healthz":         {Auth: AuthPublic, Probe: true},
+		"GET /readyz":          {Auth: AuthPublic, Probe: true},
+		"GET /metrics":         {Auth: AuthPublic},
+		"GET /v1/openapi.json": {Auth: AuthPublic},
+
+		"POST /v1/jobs":                 {Auth: AuthToken, Exec: ExecByBody, Body: maxBody},
+		"POST /v1/jobs:batch":           {Auth: AuthToken, Exec: ExecByBody, Body: MaxBatchBytes, BodyCost: batchCost},
+		"GET /v1/jobs":                  list,
+		"GET /v1/jobs/{name}":           read,
+		"DELETE /v1/jobs/{name}":        change,
+		"POST /v1/jobs/{name}/pause":    change,
+		"POST /v1/jobs/{name}/resume":   change,
+		"POST /v1/jobs/{name}/trigger":  change,
+		"GET /v1/jobs/{name}/runs":      list,
+		"GET /v1/leases":                list,
+		"GET /v1/leases/{name}/history": list,
+
+		"POST /v1/singletons":                  {Auth: AuthToken, Exec: ExecAlways, Body: maxBody},
+		"GET /v1/singletons":                   list,
+		"GET /v1/singletons/{name}":            read,
+		"POST /v1/singletons/{name}/pause":     change,
+		"POST /v1/singletons/{name}/resume":    change,
+		"DELETE /v1/singletons/{name}":         change,
+		"PUT /v1/singletons/{name}/state":      {Auth: AuthRunSecret, Body: maxBody},
+		"POST /v1/singletons/{name}/heartbeat": {Auth: AuthRunSecret},
+
+		"GET /{$}": {Auth: AuthDashboard},
+		"/ui/":     {Auth: AuthDashboard, Body: formBodyBytes},
+	}
+}
+
+// RouteInfo is one route of a handler New returned: its pattern and its
+// policy.
+type RouteInfo struct {
+	Pattern string
+	Policy  Policy
+}
+
+// RoutePolicies returns every route of a handler New returned with its
+// policy, dashboard routes included, in registration order.
+func RoutePolicies(h http.Handler) []RouteInfo {
+	a, ok := h.(*api)
+	if !ok {
+		return nil
+	}
+	out := make([]RouteInfo, 0, len(a.all))
+	for _, p := range a.all {
+		out = append(out, RouteInfo{Pattern: p, Policy: a.policies[p]})
+	}
+	return out
+}
+
+// limits holds the node-wide bounds: request slots and body memory.
+type limits struct {
+	slots chan struct{}
+	body  *semaphore.Weighted
+	max   int64
+}
+
+func newLimits(inFlight int, bodyMemory int64) *limits {
+	return &limits{slots: make(chan struct{}, inFlight), body: semaphore.NewWeighted(bodyMemory), max: bodyMemory}
+}
+
+// enforce applies p to r before its handler runs; it answers the request
+// itself, and returns false, when a rule refuses it. release, when not nil,
+// must be called once the handler is done.
+func (a *api) enforce(w http.ResponseWriter, r *http.Request, p Policy) (release func(), ok bool) {
+	var done []func()
+	release = func() {
+		for _, f := range done {
+			f()
+		}
+	}
+
+	if !p.Probe {
+		select {
+		case a.limits.slots <- struct{}{}:
+			done = append(done, func() { <-a.limits.slots })
+		default:
+			unread(w, r)
+			w.Header().Set("Retry-After", "1")
+			writeProblem(w, http.StatusServiceUnavailable, "too many requests in flight; retry")
+			return nil, false
+		}
+	}
+	switch p.Auth {
+	case AuthToken:
+		if !a.authorized(r) {
+			release()
+			unread(w, r)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sqlease"`)
+			writeProblem(w, http.StatusUnauthorized, "Authorization: a valid bearer token is required for this request")
+			return nil, false
+		}
+	case AuthRunSecret:
+		// The handler compares the secret; one without any is refused
+		// here, before anything else is looked at.
+		if _, ok := bearerCredential(r); !ok {
+			release()
+			unread(w, r)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sqlease-run"`)
+			writeProblem(w, http.StatusUnauthorized, "Authorization: the run's bearer secret is required for this request")
+			return nil, false
+		}
+	}
+	if p.Exec == ExecAlways {
+		if err := a.cfg.Exec.Check("command"); err != nil {
+			release()
+			unread(w, r)
+			a.fail(w, r, err)
+			return nil, false
+		}
+	}
+	// The body: refused when the route takes none or it is declared too
+	// large, bounded while read, and counted against the node's memory for
+	// bodies before any of it is read.
+	if r.ContentLength > p.Body || p.Body == 0 && r.ContentLength < 0 && hasBody(r) {
+		release()
+		unread(w, r)
+		a.fail(w, r, &http.MaxBytesError{Limit: p.Body})
+		return nil, false
+	}
+	if p.Body > 0 {
+		n := r.ContentLength
+		if n < 0 {
+			n = p.Body
+		}
+		n *= max(p.BodyCost, 1)
+		n = min(n, a.limits.max)
+		if n > 0 {
+			ctx, cancel := context.WithTimeout(r.Context(), bodyWait)
+			err := a.limits.body.Acquire(ctx, n)
+			cancel()
+			if err != nil {
+				release()
+				unread(w, r)
+				w.Header().Set("Retry-After", "1")
+				writeProblem(w, http.StatusServiceUnavailable, "too many request bodies being read; retry")
+				return nil, false
+			}
+			done = append(done, func() { a.limits.body.Release(n) })
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, p.Body)
+	}
+	return release, true
+}
+
+// hasBody reports whether a request without a Content-Length has a body
+// (chunked).
+func hasBody(r *http.Request) bool {
+	return len(r.TransferEncoding) > 0 || strings.Contains(strings.ToLower(r.Header.Get("Transfer-Encoding")), "chunked")
+}
+
+// bearerCredential returns the credentials of an "Authorization: Bearer"
+// header.
+func bearerCredential(r *http.Request) (string, bool) {
+	const scheme = "bearer "
+	h := r.Header.Get("Authorization")
+	if len(h) < len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
+		return "", false
+	}
+	c := strings.TrimSpace(h[len(scheme):])
+	return c, c != ""
+}
+
+// unread marks the answer to a request refused before its body was read:
+// the connection closes after it, so that the server does not wait for a
+// body nobody will read (a slow client would hold the refusal, and its
+// connection, for as long as it trickles).
+func unread(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 || hasBody(r) {
+		w.Header().Set("Connection", "close")
+	}
+}
