@@ -740,4 +740,3 @@ func (d *Dashboard) refuse(w http.ResponseWriter, r *http.Request, status int, d
 			Detail string
 		}{status, detail}})
 }
-
