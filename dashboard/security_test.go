@@ -164,7 +164,7 @@ func TestSafeNext(t *testing.T) {
 
 // handler is a dashboard served directly, for requests from chosen
 // client addresses.
-func handler(t *testing.T, s *site, opts ...func(*dashboard.Config)) *dashboard.Dashboard {
+func handler(t testing.TB, s *site, opts ...func(*dashboard.Config)) *dashboard.Dashboard {
 	t.Helper()
 	el, err := election.New(election.Config{Store: s.store, LeaseName: "lead", HolderID: "node-b"})
 	if err != nil {
