@@ -11,28 +11,44 @@
 // Pause, resume, trigger and delete go through a confirmation page and a
 // POST form carrying a CSRF token bound to the session cookie (HMAC), from
 // the same origin (Origin and Sec-Fetch-Site are checked; the cookie is
-// HttpOnly, SameSite=Strict). With an API token set, every page needs a
-// sign-in with that token, as the API's reads do; the session is signed
-// with a key derived from the token, so every node of the fleet accepts
-// it. Without a token, actions are offered only while the node listens on
-// loopback; beyond it the dashboard is read-only.
+// HttpOnly, SameSite=Strict, and Secure over TLS or as Config.SecureCookies
+// and Config.TrustForwardedProto say). With an API token set, every page
+// needs a sign-in with that token, as the API's reads do; the session is
+// signed with a key derived from the token, so every node of the fleet
+// accepts it. Signing out revokes the session in the database
+// (sqlstore.Store.RevokeSession): every node refuses that cookie from then
+// on, a copy of it too. Failed sign-ins are limited per client address
+// (see login.go), before the form is read. Without a token, actions are
+// offered only while the node listens on loopback; beyond it the
+// dashboard is read-only.
+//
+// # Secrets
+//
+// Actions, runs and singletons are shown as the API shows them: a job's
+// action through httpapi.JobOut (action.Redact: the password of an HTTP
+// action's URL, credential headers), a run through httpapi.RunOut, the
+// singletons as Config.Singletons lists them (httpapi.Singleton values,
+// redacted by the daemon's singleton host). The dashboard reads no raw
+// definition of its own.
 //
 // # Cost
 //
 // Every query is one index range: jobs page by name (keyset, a filter
 // reads at most maxScan rows per page), runs by (job, scheduled_for,
 // attempt), history by id; nothing counts or scans a whole table, so a
-// page costs the same with 100,000 jobs and a million runs.
+// page costs the same with 100,000 jobs and a million runs. Every page
+// also stops at Config.PageBudget bytes of rendered data (names, actions,
+// schedules, outputs, errors, states, reasons, counted as escaped for
+// HTML): a listing then offers its next page, a singleton's state is cut
+// for display with its size shown, and a run's output that alone exceeds
+// the budget is shown cut to its end.
 package dashboard
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
@@ -43,7 +59,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sqlease/sqlease"
@@ -59,6 +74,8 @@ var assets embed.FS
 // Defaults of Config.
 const (
 	DefaultRefreshInterval = 2 * time.Second
+	// DefaultPageBudget is the default of Config.PageBudget: 1 MiB.
+	DefaultPageBudget = 1 << 20
 	// SessionLifetime is how long a sign-in lasts.
 	SessionLifetime = 12 * time.Hour
 )
@@ -76,7 +93,9 @@ type Config struct {
 	Scheduler *scheduler.Scheduler
 	// Elector is this node's elector (required).
 	Elector *election.Elector
-	// Singletons, when set, adds the singletons to the overview.
+	// Singletons, when set, adds the singletons to the overview and the
+	// page /ui/singletons. Its values are shown as they are: it must
+	// redact them as the API does.
 	Singletons Singletons
 	// APIToken, when set, is what signs a user in.
 	APIToken string
@@ -85,6 +104,19 @@ type Config struct {
 	ListenAddr string
 	// RefreshInterval is how often a page re-fetches its main part.
 	RefreshInterval time.Duration
+	// PageBudget bounds the data one page renders, in bytes (default
+	// DefaultPageBudget): a page that reaches it stops and links to the
+	// next one.
+	PageBudget int
+	// SecureCookies marks the session cookie Secure on every response,
+	// for a dashboard served over https behind a proxy that terminates
+	// TLS. Without it the cookie is Secure when the request came over TLS
+	// (or, with TrustForwardedProto, says it did).
+	SecureCookies bool
+	// TrustForwardedProto marks the session cookie Secure when the
+	// request carries X-Forwarded-Proto: https. Set it only behind a proxy
+	// that sets (or strips) that header.
+	TrustForwardedProto bool
 	// Logger receives action logs and errors. Nil discards.
 	Logger *slog.Logger
 }
@@ -99,9 +131,8 @@ type Dashboard struct {
 	mux   *http.ServeMux
 	pages map[string]*template.Template
 
-	failMu    sync.Mutex
-	failSince time.Time // start of the current second of failed sign-ins
-	failures  int
+	limits  *limiter
+	revoked revocations
 }
 
 // New returns the dashboard.
@@ -112,10 +143,14 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.RefreshInterval <= 0 {
 		cfg.RefreshInterval = DefaultRefreshInterval
 	}
+	if cfg.PageBudget <= 0 {
+		cfg.PageBudget = DefaultPageBudget
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Dashboard{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	d := &Dashboard{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), pages: map[string]*template.Template{}, limits: newLimiter()}
+	d.revoked.lookup = cfg.Store.SessionRevoked
 	if cfg.APIToken != "" {
 		// One key for the fleet: a session signed by one node is good on
 		// every node that has the token.
@@ -128,7 +163,7 @@ func New(cfg Config) (*Dashboard, error) {
 			return nil, fmt.Errorf("dashboard: session key: %w", err)
 		}
 	}
-	for _, p := range []string{"overview", "history", "jobs", "job", "confirm", "login", "error"} {
+	for _, p := range []string{"overview", "history", "jobs", "job", "confirm", "login", "error", "singletons"} {
 		t, err := template.New(p).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", p, err)
@@ -142,6 +177,7 @@ func New(cfg Config) (*Dashboard, error) {
 	d.mux.HandleFunc("GET /ui/jobs", d.read(d.jobs))
 	d.mux.HandleFunc("GET /ui/jobs/{name}", d.read(d.job))
 	d.mux.HandleFunc("GET /ui/jobs/{name}/confirm", d.read(d.confirm))
+	d.mux.HandleFunc("GET /ui/singletons", d.read(d.singletons))
 	d.mux.HandleFunc("POST /ui/jobs/{name}/{action}", d.act)
 	d.mux.HandleFunc("GET /ui/login", d.loginPage)
 	d.mux.HandleFunc("POST /ui/login", d.login)
@@ -163,61 +199,6 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	d.mux.ServeHTTP(w, r)
-}
-
-// session is what a request's cookie says.
-type session struct {
-	value    string // the cookie's value, "" when none valid
-	signedIn bool   // signed in with the API token
-}
-
-const cookieName = "sqlease_dashboard"
-
-// sessionOf reads and verifies the session cookie.
-func (d *Dashboard) sessionOf(r *http.Request) session {
-	c, err := r.Cookie(cookieName)
-	if err != nil {
-		return session{}
-	}
-	parts := strings.Split(c.Value, ".")
-	if len(parts) != 4 || (parts[0] != "a" && parts[0] != "t") {
-		return session{}
-	}
-	issued, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || time.Since(time.Unix(issued, 0)) > SessionLifetime || time.Until(time.Unix(issued, 0)) > time.Minute {
-		return session{}
-	}
-	want := d.mac("session", strings.Join(parts[:3], "."))
-	if subtle.ConstantTimeCompare([]byte(want), []byte(parts[3])) != 1 {
-		return session{}
-	}
-	return session{value: c.Value, signedIn: parts[0] == "t" && d.cfg.APIToken != ""}
-}
-
-// newSession sets a fresh session cookie: kind "t" after a sign-in, "a"
-// (anonymous) to bind CSRF tokens where no token is set.
-func (d *Dashboard) newSession(w http.ResponseWriter, r *http.Request, kind string) session {
-	nonce := make([]byte, 16)
-	_, _ = rand.Read(nonce)
-	body := kind + "." + strconv.FormatInt(time.Now().Unix(), 10) + "." + hex.EncodeToString(nonce)
-	v := body + "." + d.mac("session", body)
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: v, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(SessionLifetime.Seconds())})
-	return session{value: v, signedIn: kind == "t"}
-}
-
-func (d *Dashboard) mac(purpose, s string) string {
-	m := hmac.New(sha256.New, d.key)
-	m.Write([]byte(purpose + "\x00" + s))
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-// csrf is the form token of a session.
-func (d *Dashboard) csrf(s session) string {
-	if s.value == "" {
-		return ""
-	}
-	return d.mac("csrf", s.value)[:40]
 }
 
 // canRead: with a token, only after a sign-in (the API's reads need it
@@ -284,7 +265,11 @@ type nodeInfo struct {
 // mode of the live refresh (?fragment=1 renders only the main part).
 func (d *Dashboard) read(page func(r *http.Request, v *view) (string, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s := d.sessionOf(r)
+		s, err := d.sessionOf(r)
+		if err != nil {
+			d.fail(w, r, err)
+			return
+		}
 		if !d.canRead(s) {
 			http.Redirect(w, r, "/ui/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
@@ -344,7 +329,7 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", "1")
 	}
 	if status >= 500 {
-		d.log.Warn("dashboard_failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		d.log.Warn("dashboard_failed", slog.String("path", r.URL.Path), errAttr(err))
 	}
 	d.render(w, status, "error", "layout", &view{Title: http.StatusText(status), Node: d.node(),
 		Data: struct {
@@ -354,6 +339,8 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 var errBadParam = errors.New("bad parameter")
+
+func errAttr(err error) slog.Attr { return slog.String("error", err.Error()) }
 
 func flash(done string) string {
 	switch done {

@@ -25,7 +25,7 @@ import (
 )
 
 type site struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *httptest.Server
 	store  *sqlstore.Store
 	sched  *scheduler.Scheduler
@@ -34,7 +34,7 @@ type site struct {
 
 // newSite serves the dashboard through the API handler, as the daemon
 // does, on a real SQLite database.
-func newSite(t *testing.T, token, listen string, opts ...func(*dashboard.Config)) *site {
+func newSite(t testing.TB, token, listen string, opts ...func(*dashboard.Config)) *site {
 	t.Helper()
 	ctx := context.Background()
 	store, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "d.db"), "sqlease")

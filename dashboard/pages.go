@@ -1,9 +1,8 @@
 package dashboard
 
 import (
+	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,6 +58,7 @@ var funcs = template.FuncMap{
 	"ago":  ago,
 	"dur":  human,
 	"path": url.PathEscape,
+	"size": size,
 }
 
 // human writes a duration for people: 1.8 s, 4 min 12 s, 3 h 5 min.
@@ -116,11 +116,47 @@ type overviewData struct {
 	History    []sqlstore.LeaseEvent
 	Singletons []singletonRow
 	Others     []sqlease.Lease
+	// The rows left out at the page's byte budget.
+	MoreNodes, MoreSingletons, MoreOthers int
 }
 
+// singletonRow is a singleton as a page shows it: its state cut to
+// stateShown bytes (StateSize is the whole), its definition (command,
+// env) only on the singletons page.
 type singletonRow struct {
 	httpapi.Singleton
 	HeartbeatAge string
+	StateText    string
+	StateSize    int
+	StateCut     bool
+}
+
+// singletonRowOf makes the row of s; full keeps its command and env.
+func singletonRowOf(s httpapi.Singleton, now time.Time, full bool) singletonRow {
+	row := singletonRow{Singleton: s, StateSize: len(s.State)}
+	row.StateText = cutHead(string(s.State), stateShown)
+	row.StateCut = len(row.StateText) < len(s.State)
+	row.State = nil
+	if !full {
+		row.Command, row.Env = nil, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s.HeartbeatAt); err == nil {
+		row.HeartbeatAge = human(now.Sub(t))
+	}
+	return row
+}
+
+// cost is what the row renders, in bytes.
+func (r singletonRow) cost() int {
+	n := rowMarkup + escapedAll(r.Name, r.Status, r.Holder, r.HeartbeatAge, r.StateText, r.Heartbeat, r.StopTimeout,
+		r.StateSavedAt, r.StartedAt, r.HeartbeatAt) + 2*escaped(r.Name)
+	for _, c := range r.Command {
+		n += escaped(c) + 8
+	}
+	for k, v := range r.Env {
+		n += escapedAll(k, v) + 16
+	}
+	return n
 }
 
 func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
@@ -194,6 +230,9 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 	if data.History, err = d.cfg.Store.LeaseHistory(ctx, name, 0, overviewHist); err != nil {
 		return "", err
 	}
+	b := &budget{left: d.cfg.PageBudget}
+	b.take(4 * rowMarkup) // the leader's card
+	data.History = eventsWithin(b, data.History)
 	// Recent leaders that hold nothing now (killed, stopped, cut off):
 	// the on-call engineer wants to see them gone.
 	for _, e := range data.History {
@@ -217,17 +256,35 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 		}
 		return a.Holder < b.Holder
 	})
+	// Within the budget: the nodes, then the singletons (the rest on their
+	// own pages), then the other leases.
+	for i, n := range data.Nodes {
+		c := rowMarkup + escapedAll(n.Holder) + escapedAll(n.Roles...) + 2*len(n.Roles)
+		if !b.take(c) {
+			data.MoreNodes = len(data.Nodes) - i
+			data.Nodes = data.Nodes[:i]
+			break
+		}
+	}
 	if d.cfg.Singletons != nil {
 		ss, err := d.cfg.Singletons.List(ctx)
 		if err != nil {
 			return "", err
 		}
-		for _, s := range ss {
-			row := singletonRow{Singleton: s}
-			if t, err := time.Parse(time.RFC3339Nano, s.HeartbeatAt); err == nil {
-				row.HeartbeatAge = human(data.Now.Sub(t))
+		for i, s := range ss {
+			row := singletonRowOf(s, data.Now, false)
+			if !b.take(row.cost()) {
+				data.MoreSingletons = len(ss) - i
+				break
 			}
 			data.Singletons = append(data.Singletons, row)
+		}
+	}
+	for i, l := range data.Others {
+		if !b.take(rowMarkup + escapedAll(l.Name, l.Holder)) {
+			data.MoreOthers = len(data.Others) - i
+			data.Others = data.Others[:i]
+			break
 		}
 	}
 	v.Title, v.Nav, v.Data = "Overview", "overview", data
@@ -259,16 +316,29 @@ func (d *Dashboard) history(r *http.Request, v *view) (string, error) {
 		return "", err
 	}
 	data := historyData{LeaseName: name, First: before == 0}
-	if len(events) > historyPage {
-		events = events[:historyPage]
-		data.Next = strconv.FormatInt(events[historyPage-1].ID, 10)
+	b := &budget{left: d.cfg.PageBudget}
+	b.take(escaped(name) * 3)
+	shown := eventsWithin(b, events[:min(len(events), historyPage)])
+	if len(shown) < len(events) && len(shown) > 0 {
+		data.Next = strconv.FormatInt(shown[len(shown)-1].ID, 10)
 	}
-	data.Events = events
+	data.Events = shown
 	if !data.First {
 		v.Refresh = 0 // an older page does not change
 	}
 	v.Title, v.Nav, v.Data = "Leadership history", "history", data
 	return "history", nil
+}
+
+// eventsWithin returns the first events that fit in b (at least one: a
+// reason is at most 500 bytes).
+func eventsWithin(b *budget, events []sqlstore.LeaseEvent) []sqlstore.LeaseEvent {
+	for i, e := range events {
+		if !b.take(rowMarkup+escapedAll(e.Holder, e.Reason, e.Event)) && i > 0 {
+			return events[:i]
+		}
+	}
+	return events
 }
 
 type jobRow struct {
@@ -320,6 +390,11 @@ func (d *Dashboard) jobs(r *http.Request, v *view) (string, error) {
 	if data.State != "" {
 		chunk = 200
 	}
+	b := &budget{left: d.cfg.PageBudget}
+	b.take(3 * escapedAll(data.Prefix, data.State, data.After))
+	for _, row := range data.Jobs {
+		b.take(row.cost())
+	}
 	more := false
 scan:
 	for {
@@ -328,7 +403,9 @@ scan:
 			return "", err
 		}
 		for _, s := range skipped {
-			data.Skipped = append(data.Skipped, s.Name)
+			if b.take(escaped(s.Name) + 2) {
+				data.Skipped = append(data.Skipped, s.Name)
+			}
 		}
 		for _, j := range js {
 			if data.Prefix != "" && !strings.HasPrefix(j.Name, data.Prefix) {
@@ -338,8 +415,13 @@ scan:
 				more = true
 				break scan
 			}
+			row, ok := d.jobRow(ctx, j, data.State)
+			if ok && !b.take(row.cost()) && len(data.Jobs) > 0 {
+				more = true
+				break scan
+			}
 			data.Scanned++
-			if row, ok := d.jobRow(ctx, j, data.State); ok {
+			if ok {
 				data.Jobs = append(data.Jobs, row)
 			}
 			after = j.Name
@@ -358,9 +440,17 @@ scan:
 	return "jobs", nil
 }
 
+// cost is what the row renders on the jobs page, in bytes: its name is
+// written three times (text, link, and its escaping), its schedule once.
+func (r jobRow) cost() int {
+	return rowMarkup + 3*escaped(r.Name) + escapedAll(r.Schedule, r.State, r.LockedBy)
+}
+
 // jobRow builds a row and reports whether it passes the state filter. The
-// last run is one index lookup.
+// last run is one index lookup. The row holds no action: a page that
+// shows one takes it redacted from httpapi.JobOut.
 func (d *Dashboard) jobRow(ctx context.Context, j sqlease.Job, state string) (jobRow, bool) {
+	j.Action = nil
 	row := jobRow{Job: j, State: "active", Schedule: scheduleText(j.Schedule)}
 	switch {
 	case j.Paused:
@@ -374,7 +464,9 @@ func (d *Dashboard) jobRow(ctx context.Context, j sqlease.Job, state string) (jo
 		return row, false
 	}
 	if runs, err := d.cfg.Scheduler.Runs(ctx, j.Name, 1); err == nil && len(runs) == 1 {
-		row.Last = &runs[0]
+		last := runView(runs[0])
+		last.Output, last.Error = "", "" // the jobs page shows the outcome only
+		row.Last = &last
 	}
 	if state == "failing" {
 		return row, row.Last != nil && row.Last.Outcome != sqlease.OutcomeSucceeded && row.Last.Outcome != sqlease.OutcomeRunning
@@ -401,9 +493,32 @@ type jobData struct {
 	Now    time.Time
 	Job    jobRow
 	Action string
-	Runs   []sqlease.Run
-	Next   string
-	First  bool
+	// ActionSize is the whole redacted action's size when Action is cut.
+	ActionSize int
+	Runs       []runRow
+	Next       string
+	First      bool
+	// Budget: the page stopped at its byte budget before its last run.
+	Budget bool
+}
+
+// runRow is a run as the job page shows it: its error and output as the
+// API shows them (httpapi.RunOut), the output cut to its end when it alone
+// exceeds the page's budget (OutputSize is then the whole).
+type runRow struct {
+	sqlease.Run
+	OutputSize int
+	OutputCut  bool
+}
+
+// runView is r with its error and output as the API shows them.
+func runView(r sqlease.Run) sqlease.Run {
+	out := httpapi.RunOut(r)
+	r.Error, r.Output = out.Error, ""
+	if out.Output != nil {
+		r.Output = *out.Output
+	}
+	return r
 }
 
 func (d *Dashboard) job(r *http.Request, v *view) (string, error) {
@@ -419,17 +534,22 @@ func (d *Dashboard) job(r *http.Request, v *view) (string, error) {
 	}
 	row, _ := d.jobRow(ctx, j, "")
 	data := jobData{Now: now, Job: row, First: true}
-	var pretty strings.Builder
-	if len(j.Action) > 0 {
-		var x any
-		if json.Unmarshal(j.Action, &x) == nil {
-			b, _ := json.MarshalIndent(x, "", "  ")
-			pretty.Write(b)
-		} else {
-			pretty.Write(j.Action)
+	// The action as the API shows it: redacted by httpapi.JobOut.
+	var pretty bytes.Buffer
+	if redacted := httpapi.JobOut(j).Action; len(j.Action) > 0 && string(redacted) != "null" {
+		if err := json.Indent(&pretty, redacted, "", "  "); err != nil {
+			pretty.Reset()
+			pretty.Write(redacted)
 		}
 	}
 	data.Action = pretty.String()
+	b := &budget{left: d.cfg.PageBudget}
+	b.take(4*rowMarkup + 4*escaped(name) + escapedAll(row.Schedule, row.LockedBy))
+	if escaped(data.Action) > actionShown {
+		data.ActionSize = len(data.Action)
+		data.Action = cutHead(data.Action, actionShown)
+	}
+	b.take(escaped(data.Action))
 	var runs []sqlease.Run
 	if after := r.URL.Query().Get("after"); after != "" {
 		at, attempt, ok := httpapi.ParseRunCursor(after)
@@ -444,12 +564,29 @@ func (d *Dashboard) job(r *http.Request, v *view) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if len(runs) > runsPage {
-		runs = runs[:runsPage]
-		last := runs[runsPage-1]
+	more := len(runs) > runsPage
+	for i, r := range runs[:min(len(runs), runsPage)] {
+		rr := runRow{Run: runView(r)}
+		c := rowMarkup + escapedAll(rr.Holder, rr.Error, rr.Output, string(rr.Outcome))
+		if !b.take(c) {
+			if i > 0 {
+				more, data.Budget = true, true
+				break
+			}
+			// One run over the whole budget: its error's start and its
+			// output's end, within it.
+			rr.Error = cutHead(rr.Error, b.left/4)
+			b.take(rowMarkup + escapedAll(rr.Holder, rr.Error, string(rr.Outcome)))
+			rr.OutputSize, rr.OutputCut = len(rr.Output), true
+			rr.Output = cutTail(rr.Output, b.left)
+			b.take(escaped(rr.Output))
+		}
+		data.Runs = append(data.Runs, rr)
+	}
+	if more && len(data.Runs) > 0 {
+		last := data.Runs[len(data.Runs)-1]
 		data.Next = last.ScheduledFor.UTC().Format(time.RFC3339Nano) + "/" + strconv.Itoa(last.Attempt)
 	}
-	data.Runs = runs
 	if !data.First {
 		v.Refresh = 0
 	}
@@ -488,6 +625,55 @@ func (d *Dashboard) confirm(r *http.Request, v *view) (string, error) {
 
 var errForbidden = errors.New("forbidden")
 
+// singletonsPage is a page of the singletons, by name.
+const singletonsPage = 50
+
+type singletonsData struct {
+	Now        time.Time
+	Singletons []singletonRow
+	After      string
+	Next       string
+}
+
+// singletons lists the singletons by name after ?after=, with their
+// definitions (as Config.Singletons gives them: redacted), within the
+// page's budget.
+func (d *Dashboard) singletons(r *http.Request, v *view) (string, error) {
+	ctx := r.Context()
+	data := singletonsData{After: r.URL.Query().Get("after")}
+	var ss []httpapi.Singleton
+	if d.cfg.Singletons != nil {
+		var err error
+		if ss, err = d.cfg.Singletons.List(ctx); err != nil {
+			return "", err
+		}
+	}
+	now, err := d.cfg.Store.Now(ctx)
+	if err != nil {
+		return "", err
+	}
+	data.Now = now
+	sort.Slice(ss, func(i, j int) bool { return ss[i].Name < ss[j].Name })
+	b := &budget{left: d.cfg.PageBudget}
+	b.take(3 * escaped(data.After))
+	for _, s := range ss {
+		if s.Name <= data.After {
+			continue
+		}
+		row := singletonRowOf(s, now, true)
+		if len(data.Singletons) == singletonsPage || (!b.take(row.cost()) && len(data.Singletons) > 0) {
+			data.Next = data.Singletons[len(data.Singletons)-1].Name
+			break
+		}
+		data.Singletons = append(data.Singletons, row)
+	}
+	if data.After != "" {
+		v.Refresh = 0
+	}
+	v.Title, v.Nav, v.Data = "Singletons", "singletons", data
+	return "singletons", nil
+}
+
 func (d *Dashboard) readOnlyWhy() string {
 	if d.cfg.APIToken != "" {
 		return "sign in with the API token to act"
@@ -499,27 +685,28 @@ func (d *Dashboard) readOnlyWhy() string {
 // its CSRF token.
 func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 	name, action := r.PathValue("name"), r.PathValue("action")
-	s := d.sessionOf(r)
 	if why := crossSite(r); why != "" {
 		d.refuse(w, r, http.StatusForbidden, why+": cross-site requests may not change anything")
+		return
+	}
+	s, err := d.sessionOf(r)
+	if err != nil {
+		d.fail(w, r, err)
 		return
 	}
 	if !d.canAct(s) {
 		d.refuse(w, r, http.StatusForbidden, "read-only: "+d.readOnlyWhy())
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 4096)
-	if err := r.ParseForm(); err != nil {
-		d.refuse(w, r, http.StatusBadRequest, "form: "+err.Error())
+	if err := readForm(w, r, 4096); err != nil {
+		d.refuse(w, r, formStatus(err), "form: "+err.Error())
 		return
 	}
-	want := d.csrf(s)
-	if want == "" || subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(want)) != 1 {
+	if !d.csrfOK(s, r) {
 		d.refuse(w, r, http.StatusForbidden, "the form's CSRF token is missing or stale: reload the page and try again")
 		return
 	}
 	ctx := r.Context()
-	var err error
 	switch action {
 	case "pause":
 		_, err = d.cfg.Scheduler.Pause(ctx, name)
@@ -552,84 +739,4 @@ func (d *Dashboard) refuse(w http.ResponseWriter, r *http.Request, status int, d
 			Status int
 			Detail string
 		}{status, detail}})
-}
-
-type loginData struct {
-	Next, Error string
-}
-
-func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
-	v := &view{Title: "Sign in", Node: d.node(), TokenSet: d.cfg.APIToken != "", Data: loginData{Next: safeNext(r.URL.Query().Get("next"))}}
-	d.render(w, http.StatusOK, "login", "layout", v)
-}
-
-func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
-	if why := crossSite(r); why != "" {
-		d.refuse(w, r, http.StatusForbidden, why+": cross-site requests may not sign in")
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 4096)
-	if err := r.ParseForm(); err != nil {
-		d.refuse(w, r, http.StatusBadRequest, "form: "+err.Error())
-		return
-	}
-	next := safeNext(r.PostForm.Get("next"))
-	got := sha256.Sum256([]byte(strings.TrimSpace(r.PostForm.Get("token"))))
-	if !d.signInAllowed() {
-		w.Header().Set("Retry-After", "1")
-		d.refuse(w, r, http.StatusTooManyRequests, "too many failed sign-ins: wait a second")
-		return
-	}
-	if d.cfg.APIToken == "" || subtle.ConstantTimeCompare(got[:], d.token[:]) != 1 {
-		d.signInFailed()
-		d.log.Warn("dashboard_sign_in_failed", slog.String("remote", r.RemoteAddr))
-		v := &view{Title: "Sign in", Node: d.node(), TokenSet: d.cfg.APIToken != "", Data: loginData{Next: next, Error: "That is not the API token."}}
-		d.render(w, http.StatusUnauthorized, "login", "layout", v)
-		return
-	}
-	d.newSession(w, r, "t")
-	sep := "?"
-	if strings.Contains(next, "?") {
-		sep = "&"
-	}
-	http.Redirect(w, r, next+sep+"done=login", http.StatusSeeOther)
-}
-
-func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
-	if why := crossSite(r); why != "" {
-		d.refuse(w, r, http.StatusForbidden, why)
-		return
-	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
-	http.Redirect(w, r, "/ui/login?done=logout", http.StatusSeeOther)
-}
-
-// safeNext keeps a redirect target on this site.
-func safeNext(s string) string {
-	if s == "" || !strings.HasPrefix(s, "/") || strings.HasPrefix(s, "//") || strings.HasPrefix(s, "/\\") {
-		return "/"
-	}
-	return s
-}
-
-// maxFailedSignIns bounds failed sign-ins per second, node-wide: guessing
-// stays slow without holding a request slot per guess.
-const maxFailedSignIns = 5
-
-func (d *Dashboard) signInAllowed() bool {
-	d.failMu.Lock()
-	defer d.failMu.Unlock()
-	if time.Since(d.failSince) >= time.Second {
-		d.failSince, d.failures = time.Now(), 0
-	}
-	return d.failures < maxFailedSignIns
-}
-
-func (d *Dashboard) signInFailed() {
-	d.failMu.Lock()
-	defer d.failMu.Unlock()
-	if time.Since(d.failSince) >= time.Second {
-		d.failSince, d.failures = time.Now(), 0
-	}
-	d.failures++
 }

@@ -30,6 +30,7 @@ const (
 	runs       = prefix + "_runs"
 	singletons = prefix + "_singletons"
 	output     = prefix + "_run_output"
+	revoked    = prefix + "_revoked_sessions"
 )
 
 // stmt is what sqlstore documents for one statement: its argument count and
@@ -91,6 +92,10 @@ var documented = map[string]stmt{
 	"Output.Between":   {3, []string{output}}, // (job_id, oldest, newest scheduled_for)
 	"Output.DeleteJob": {1, []string{output}}, // (job_id)
 	"Output.Prune":     {1, []string{output}}, // (older_than_ms)
+
+	"Revoked.Insert": {2, []string{revoked}}, // (id, ttl_ms)
+	"Revoked.Check":  {1, []string{revoked}}, // (id)
+	"Revoked.Prune":  {0, []string{revoked}}, // ()
 }
 
 // empty lists the statement fields SQL Server must leave empty, and why:
@@ -134,7 +139,7 @@ func statements(t *testing.T, d sqlstore.Dialect) (map[string]string, []string) 
 		name string
 		v    reflect.Value
 	}{{"Queries", reflect.ValueOf(d.Queries)}, {"Jobs", reflect.ValueOf(d.Jobs)}, {"Singletons", reflect.ValueOf(d.Singletons)},
-		{"Output", reflect.ValueOf(d.Jobs.Output)}} {
+		{"Output", reflect.ValueOf(d.Jobs.Output)}, {"Revoked", reflect.ValueOf(d.Revoked)}} {
 		for i := range group.v.NumField() {
 			f := group.v.Type().Field(i)
 			key := group.name + "." + f.Name
@@ -245,7 +250,7 @@ func TestPlaceholders(t *testing.T) {
 func TestTables(t *testing.T) {
 	d := dialect(t, prefix)
 	got, migrations := statements(t, d)
-	tables := []string{leases, jobs, runs, singletons, output}
+	tables := []string{leases, jobs, runs, singletons, output, revoked}
 	for key, text := range got {
 		var names []string
 		for _, m := range bracketedRE.FindAllStringSubmatch(text, -1) {
@@ -378,7 +383,7 @@ func TestOneClock(t *testing.T) {
 		"Jobs.AbandonRunning", "Jobs.AbandonDeleted", "Jobs.StartJob", "Jobs.InsertRun", "Jobs.Heartbeat", "Jobs.FinishRun", "Jobs.ReleaseJob",
 		"Jobs.Stats", "Jobs.PruneRuns", "Jobs.DueWindow",
 		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat",
-		"Singletons.Create", "Output.Insert", "Output.Prune"}
+		"Singletons.Create", "Output.Insert", "Output.Prune", "Revoked.Insert", "Revoked.Check", "Revoked.Prune"}
 	for key, text := range got {
 		n := strings.Count(text, "SYSUTCDATETIME()")
 		want := 0

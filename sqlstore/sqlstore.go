@@ -107,6 +107,8 @@ type Dialect struct {
 	Singletons SingletonQueries
 	// History are the statements of the leadership history.
 	History HistoryQueries
+	// Revoked are the statements of the dashboard's revoked sessions.
+	Revoked RevokedQueries
 	// Time converts a time parameter for the driver; nil passes time.Time
 	// in UTC. SQLite needs its text form so that comparisons stay textual.
 	Time func(time.Time) any
@@ -123,12 +125,14 @@ type Dialect struct {
 }
 
 // Migrations are the dialect's schema statements in the order Migrate
-// applies them: lease, scheduler, singleton, then history tables.
+// applies them: lease, scheduler, singleton, history, then revoked
+// session tables.
 func (d Dialect) Migrations() []string {
 	out := append([]string{}, d.Queries.Migrations...)
 	out = append(out, d.Jobs.Migrations...)
 	out = append(out, d.Singletons.Migrations...)
-	return append(out, d.History.Migrations...)
+	out = append(out, d.History.Migrations...)
+	return append(out, d.Revoked.Migrations...)
 }
 
 // Store implements sqlease.LeaseStore on a *sql.DB.
