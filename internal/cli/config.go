@@ -47,6 +47,10 @@ type Config struct {
 	AllowedHosts    string // comma-separated
 	AllowExec       string // "", "true" or "false"; "" means: only when HTTP listens on loopback
 	ExecUser        string
+	// SecureCookies marks the dashboard's session cookie Secure always;
+	// TrustForwardedProto when a proxy says X-Forwarded-Proto: https.
+	SecureCookies       bool
+	TrustForwardedProto bool
 }
 
 // DefaultDB is the embedded SQLite file a node uses when no --db is given.
@@ -125,6 +129,22 @@ const minInterval = 10 * time.Millisecond
 // settings. A device named by mistake (/dev/zero) must not be read forever.
 const maxConfigBytes = 1 << 20
 
+func boolean(name, usage string, f func(*Config) *bool) setting {
+	return setting{name: name, usage: usage + " (true|false)", serve: true,
+		get: func(c *Config) string { return fmt.Sprint(*f(c)) },
+		set: func(c *Config, v string) error {
+			switch strings.ToLower(v) {
+			case "true", "1", "yes":
+				*f(c) = true
+			case "false", "0", "no":
+				*f(c) = false
+			default:
+				return fmt.Errorf("must be true or false, got %q", v)
+			}
+			return nil
+		}}
+}
+
 func dur(name, usage string, f func(*Config) *time.Duration) setting {
 	return setting{name: name, usage: usage, serve: true,
 		get: func(c *Config) string { return f(c).String() },
@@ -161,19 +181,9 @@ var settings = []setting{
 	oneOf("allow-exec", "allow exec actions (default: only when --http listens on loopback)", func(c *Config) *string { return &c.AllowExec }, "true", "false"),
 	oneOf("log-format", "log format", func(c *Config) *string { return &c.LogFormat }, "text", "json"),
 	oneOf("log-level", "log level", func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error"),
-	{name: "migrate", usage: "apply schema migrations at start (true|false)", serve: true,
-		get: func(c *Config) string { return fmt.Sprint(c.Migrate) },
-		set: func(c *Config, v string) error {
-			switch strings.ToLower(v) {
-			case "true", "1", "yes":
-				c.Migrate = true
-			case "false", "0", "no":
-				c.Migrate = false
-			default:
-				return fmt.Errorf("must be true or false, got %q", v)
-			}
-			return nil
-		}},
+	boolean("migrate", "apply schema migrations at start", func(c *Config) *bool { return &c.Migrate }),
+	boolean("secure-cookies", "mark the dashboard's session cookie Secure (the node is reached over HTTPS through a proxy)", func(c *Config) *bool { return &c.SecureCookies }),
+	boolean("trust-forwarded-proto", "mark the session cookie Secure when a proxy sends X-Forwarded-Proto: https", func(c *Config) *bool { return &c.TrustForwardedProto }),
 	dur("poll-interval", "claim dispatch: how often each node looks for due jobs", func(c *Config) *time.Duration { return &c.PollInterval }),
 	dur("schedule-refresh-interval", "leader dispatch: how often the leader refreshes its schedule", func(c *Config) *time.Duration { return &c.RefreshInterval }),
 	dur("shutdown-timeout", "how long in-flight runs may finish on shutdown", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),

@@ -231,7 +231,8 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	n.singletons.exec = execPolicy
 
 	dash, err := dashboard.New(dashboard.Config{Store: store, Scheduler: n.sched, Elector: n.elector, Singletons: n.singletons,
-		APIToken: cfg.APIToken, ListenAddr: cfg.HTTP, Logger: log})
+		APIToken: cfg.APIToken, ListenAddr: cfg.HTTP, Logger: log,
+		SecureCookies: cfg.SecureCookies, TrustForwardedProto: cfg.TrustForwardedProto})
 	if err != nil {
 		n.close()
 		return nil, err
