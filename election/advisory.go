@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ import (
 // while its Lock keeps waiting; the frozen leader is fenced out by the
 // epoch, and its gate had closed at its local deadline.
 func (e *Elector) runAdvisory(ctx context.Context, callbacks *sync.WaitGroup) {
+	handOver := time.Duration(0) // the pause after handing the lock over, grown while it repeats
 	for ctx.Err() == nil {
 		lock, err := e.cfg.SessionLocker(ctx, e.cfg.LeaseName)
 		if err != nil {
@@ -44,11 +46,23 @@ func (e *Elector) runAdvisory(ctx context.Context, callbacks *sync.WaitGroup) {
 			continue
 		case lease.Epoch == 0: // the lock is ours
 			resigned, err = e.leadLocked(ctx, lock, callbacks)
+			if errors.Is(err, errHandOver) {
+				// Free the lock for the live term's holder, whose own
+				// Lock waits ahead of ours, and queue again after a
+				// pause: once that term holds the lock, its holder's
+				// death frees it at once and failover is fast again.
+				p.stop()
+				e.closeLock(ctx, lock)
+				handOver = min(max(2*handOver, e.cfg.RenewInterval), e.cfg.LeaseDuration)
+				e.sleep(ctx, handOver)
+				continue
+			}
 			if err != nil {
 				e.closeLock(ctx, lock)
 				e.advisoryFailed(ctx, "takeover", err)
 				continue
 			}
+			handOver, e.sessionLosses = 0, 0
 		default: // the lease expired while another session kept the lock
 			resigned = e.leadUnlocked(ctx, lock, p, lease, sentAt, callbacks)
 		}
@@ -103,55 +117,43 @@ func (e *Elector) leadLocked(ctx context.Context, lock sqlease.SessionLock, call
 	}), nil
 }
 
+// errHandOver is takeover's answer when the lock is ours but a live term
+// acquired without it holds the lease: the lock is handed to that term.
+var errHandOver = errors.New("sqlease: the lock is handed to a live term acquired without it")
+
 // takeover takes the lease over through the locked session, with the time
 // it sent the takeover and how long the term it deposed may still run. A
 // live term acquired without the lock is not deposed (the lock's previous
 // holder has gone, that term's holder has not: finding F1,
-// model/README.md): the follower keeps the lock and tries again when that
-// lease is due to expire, or at once when woken by its release.
+// model/README.md): the follower hands the lock over (errHandOver) — frees
+// it, so that the term's holder, whose Lock has been waiting since it
+// acquired the lease, takes it and leads through it. Keeping the lock
+// instead left that term lock-less for as long as it lasted, and every
+// failover from it waited for its lease to expire (issue 31 item 7).
 func (e *Elector) takeover(ctx context.Context, lock sqlease.SessionLock) (sqlease.Lease, time.Time, time.Duration, error) {
-	deferred := false
-	for {
-		prior := e.priorTTL()
-		sentAt := e.cfg.Clock.Now()
-		lease, err := lock.Takeover(ctx, e.cfg.LeaseName, e.cfg.HolderID, e.cfg.LeaseDuration)
-		e.obs.AcquireAttempted(e.cfg.LeaseName, e.cfg.Clock.Now().Sub(sentAt), err == nil, err)
-		if err == nil {
-			e.setErr(nil)
-			e.wrote(nil)
-			return lease, sentAt, prior, nil
-		}
-		if !errors.Is(err, sqlease.ErrLeaseHeld) {
-			if !errors.Is(err, sqlease.ErrSessionLost) {
-				e.wrote(err)
-			}
-			return sqlease.Lease{}, time.Time{}, 0, err
-		}
+	prior := e.priorTTL()
+	sentAt := e.cfg.Clock.Now()
+	lease, err := lock.Takeover(ctx, e.cfg.LeaseName, e.cfg.HolderID, e.cfg.LeaseDuration)
+	e.obs.AcquireAttempted(e.cfg.LeaseName, e.cfg.Clock.Now().Sub(sentAt), err == nil, err)
+	switch {
+	case err == nil:
 		e.setErr(nil)
 		e.wrote(nil)
-		if !deferred {
-			deferred = true
-			e.log.Info("leader_takeover_deferred",
-				slog.String("reason", "the lock is ours, but the lease was acquired without it and is live: it is left to expire"))
+		return lease, sentAt, prior, nil
+	case !errors.Is(err, sqlease.ErrLeaseHeld):
+		if !errors.Is(err, sqlease.ErrSessionLost) {
+			e.wrote(err)
 		}
-		wait := e.cfg.AcquireInterval
-		if cur, err := e.cfg.Store.Lease(ctx, e.cfg.LeaseName); err == nil {
-			e.observe(cur)
-			// At most a lease duration, so that the locked session is
-			// used often enough for servers that end idle sessions
-			// (MySQL's wait_timeout, set from the lease at the takeover).
-			wait = min(max(cur.Remaining()+time.Millisecond, time.Millisecond), e.cfg.LeaseDuration)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return sqlease.Lease{}, time.Time{}, 0, ctx.Err()
-		case <-e.wake:
-			t.Stop()
-		case <-t.C:
-		}
+		return sqlease.Lease{}, time.Time{}, 0, err
 	}
+	e.setErr(nil)
+	e.wrote(nil)
+	if cur, err := e.cfg.Store.Lease(ctx, e.cfg.LeaseName); err == nil {
+		e.observe(cur)
+	}
+	e.log.Info("leader_takeover_deferred",
+		slog.String("reason", "the lock is ours, but the lease was acquired without it and is live: the lock is handed to its holder"))
+	return sqlease.Lease{}, time.Time{}, 0, errHandOver
 }
 
 // leadUnlocked leads on a lease acquired after it expired, renewing through
@@ -295,7 +297,15 @@ func (e *Elector) advisoryFailed(ctx context.Context, step string, err error) {
 	e.setErr(err)
 	attrs := []any{slog.String("step", step), slog.String("sql_error", err.Error())}
 	if errors.Is(err, sqlease.ErrSessionLost) {
-		attrs = append(attrs, slog.String("hint", "the session did not keep its lock: is a connection pooler in transaction mode between sqlease and the database?"))
+		// Name what was seen: one lost session is most often the database
+		// ending it (a restart was the usual case, and the pooler hint
+		// misled); only sessions lost again and again point at a pooler.
+		e.sessionLosses++
+		hint := "the database ended this session (a restart or failover, a terminated backend, an idle-session timeout); a new one is opened"
+		if e.sessionLosses >= 3 {
+			hint = fmt.Sprintf("%d sessions in a row lost their lock: is a connection pooler in transaction mode between sqlease and the database? Connect directly or through a session-mode pool", e.sessionLosses)
+		}
+		attrs = append(attrs, slog.String("hint", hint))
 	}
 	e.log.Warn("leader_acquire_failed", attrs...)
 	e.sleep(ctx, e.followWait(sqlease.Lease{}, err))

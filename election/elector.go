@@ -20,6 +20,9 @@ type Elector struct {
 	cfg Config
 	log *slog.Logger
 	obs sqlease.Observer
+	// sessionLosses counts advisory sessions lost in a row (runAdvisory's
+	// goroutine only), for the hint that names what was seen.
+	sessionLosses int
 
 	running      atomic.Bool
 	missingSince time.Time          // Run's goroutine: when the lease row was first seen missing (Willing)

@@ -1,0 +1,12 @@
+package postgres_test
+
+import (
+	"testing"
+
+	"github.com/sqlease/sqlease/storetest"
+)
+
+func TestAdvisoryLocklessTermTakesLock(t *testing.T) {
+	s, prefix := newStoreWithPrefix(t)
+	storetest.AdvisoryLocklessTermTakesLock(t, s, newLocker(t, prefix))
+}
