@@ -84,6 +84,12 @@ const (
 	faultTerminate fault = "terminate_backends"
 	faultRebuild   fault = "fault_during_rebuild"
 	faultCut       fault = "cut_leader_from_db"
+	// faultStopKill freezes the leader past its lease, wakes it once
+	// another node leads (without the lock, in advisory mode), and kills
+	// that node with kill -9 once the lock has reached its term: the
+	// failover must be by the lock again, not by lease expiry (issue 31
+	// item 7). Advisory leader dispatch only.
+	faultStopKill fault = "sigstop_then_sigkill_leader"
 )
 
 // in is f's name in mode: in claim dispatch the fault hits the worker
@@ -178,6 +184,9 @@ func trials(t *testing.T) int {
 func runSuite(t *testing.T, b backend) {
 	for _, mode := range b.modes {
 		for _, f := range b.faults {
+			if f == faultStopKill && mode != "advisory" {
+				continue // the lock's path after a freeze: advisory leader mode
+			}
 			for i := range trials(t) {
 				t.Run(fmt.Sprintf("%s/%s/%d", mode, f.in(mode), i+1), func(t *testing.T) {
 					trial(t, b, mode, f)
@@ -192,7 +201,7 @@ func runSuite(t *testing.T, b backend) {
 			continue
 		}
 		for _, f := range b.faults {
-			if f == faultRebuild {
+			if f == faultRebuild || f == faultStopKill {
 				continue
 			}
 			for i := range trials(t) {
@@ -211,7 +220,7 @@ func TestPostgres(t *testing.T) {
 	runSuite(t, backend{
 		dialect: "postgres",
 		modes:   []string{"advisory", "lease", "advisory+claim", "lease+claim"},
-		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut},
+		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut, faultStopKill},
 		fresh: func(t *testing.T) (string, *sql.DB) {
 			url := pgtest.CreateDatabase(t, srv.URL())
 			db, err := postgres.Open(url)
@@ -240,7 +249,7 @@ func TestMariaDB(t *testing.T) {
 	runSuite(t, backend{
 		dialect: "mysql",
 		modes:   []string{"advisory", "lease", "advisory+claim", "lease+claim"},
-		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut},
+		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut, faultStopKill},
 		fresh: func(t *testing.T) (string, *sql.DB) {
 			u := mysqltest.CreateDatabase(t, srv.URL())
 			db, err := mysql.Open(u)
@@ -540,6 +549,38 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 		}
 		victim.Cont()
 		sub.setAvoid(victim, false)
+	case faultStopKill:
+		sub.setAvoid(victim, true)
+		frozenAt := b.freeze(t, victim)
+		measure(frozenAt, victim, stopFor)
+		if !failedOver {
+			t.Fatalf("FAILOVER: no node led within %v of freezing %s", stopFor, victim.Holder)
+		}
+		t.Logf("frozen %s replaced after %v by %s", victim.Holder, failover.Round(time.Millisecond), newLeader)
+		second := d.Node(strings.Split(newLeader, "@")[0])
+		from := second.Mark()
+		victim.Cont()
+		sub.setAvoid(victim, false)
+		// Once the woken node lets go of the lock, the term without it takes it.
+		if _, ok := second.TryWaitLogFrom(from, leaseFailover+5*time.Second, func(l fleettest.LogLine) bool { return l.Msg == "leader_lock_won" }); !ok {
+			t.Errorf("LOCKLESS: the term of %s never took the lock after %s woke (from log line %d)", newLeader, victim.Holder, from)
+		}
+		// Its next renewal, through the lock, marks the row as a locked
+		// term (lease_locked): until then a lock winner would still leave
+		// it to expire (finding F1).
+		time.Sleep(2 * renewInterval)
+		for _, n := range nodes {
+			marks[n] = n.Mark()
+		}
+		ep := second.Readyz().Epoch
+		epoch0 = max(epoch0, ep)
+		victim = second
+		sub.setAvoid(victim, true)
+		t0 = time.Now()
+		victim.Kill()
+		failedOver = false
+		bound = crashBound
+		measure(t0, victim, bound+5*time.Second)
 	case faultCut:
 		// The victim lives on, cut off from the database (its sessions end:
 		// the proxy closes both sides) for 2.5 × lease.
