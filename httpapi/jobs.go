@@ -257,7 +257,9 @@ func DecodeJob(body io.Reader) (sqlease.Job, error) {
 		}
 		if present(s.At) {
 			var at string
-			if err := json.Unmarshal(s.At, &at); err != nil {
+			if len(s.At) > maxScalarBytes {
+				errs = append(errs, badRequest("schedule.at: must be an RFC 3339 time of at most %d bytes, got %d", maxScalarBytes, len(s.At)))
+			} else if err := json.Unmarshal(s.At, &at); err != nil {
 				errs = append(errs, badRequest("schedule.at: must be an RFC 3339 time string, got %s", s.At))
 			} else if t, err := time.Parse(time.RFC3339Nano, at); err != nil {
 				errs = append(errs, badRequest("schedule.at: must be an RFC 3339 time such as \"2030-01-02T15:04:05Z\", got %q", at))
@@ -336,6 +338,9 @@ func parseDuration(field string, raw json.RawMessage, d *time.Duration) error {
 	if !present(raw) {
 		return nil
 	}
+	if len(raw) > maxScalarBytes {
+		return badRequest("%s: must be a Go duration string such as \"1m30s\" of at most %d bytes, got %d", field, maxScalarBytes, len(raw))
+	}
 	var ad action.Duration
 	if err := ad.UnmarshalJSON(bytes.TrimSpace(raw)); err != nil {
 		return badRequest("%s: %v", field, err)
@@ -344,9 +349,14 @@ func parseDuration(field string, raw json.RawMessage, d *time.Duration) error {
 	return nil
 }
 
-// MaxActionBytes bounds a stored action (its compact JSON): every list
-// page holds up to its limit of them.
-const MaxActionBytes = 64 << 10
+// MaxActionBytes bounds a stored action (its compact JSON):
+// scheduler.MaxActionBytes, which Prepare enforces.
+const MaxActionBytes = scheduler.MaxActionBytes
+
+// maxScalarBytes bounds a duration or time string of a job body before it
+// is parsed or quoted back in an error ("8760h", an RFC 3339 time with
+// nanoseconds and an offset: under 40 bytes).
+const maxScalarBytes = 64
 
 // loopbackListen reports whether the node listens on loopback only.
 func loopbackListen(addr string) bool {
