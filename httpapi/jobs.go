@@ -435,7 +435,7 @@ func listLimit(q url.Values) (int, error) {
 	return n, nil
 }
 
-// listJobs is GET /v1/jobs.
+// listJobs is GET /v1/jobs: by name, limit rows or MaxPageBytes.
 func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit, err := listLimit(q)
@@ -443,36 +443,49 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	jobs, skipped, last, err := a.cfg.Scheduler.JobsChecked(r.Context(), q.Get("after"), limit+1)
+	// A row is a job or a row that cannot be decoded, in name order.
+	type row struct {
+		job *sqlease.Job
+		bad *sqlstore.CorruptRow
+	}
+	read := q.Get("after")
+	out := JobList{Jobs: []Job{}}
+	p := newPage(limit)
+	more, err := fill(p, func(n int) ([]row, error) {
+		jobs, skipped, last, err := a.cfg.Scheduler.JobsChecked(r.Context(), read, n)
+		rows := make([]row, 0, len(jobs)+len(skipped))
+		for len(jobs) > 0 || len(skipped) > 0 {
+			if len(skipped) == 0 || len(jobs) > 0 && jobs[0].Name < skipped[0].Name {
+				rows, jobs = append(rows, row{job: &jobs[0]}), jobs[1:]
+			} else {
+				rows, skipped = append(rows, row{bad: &skipped[0]}), skipped[1:]
+			}
+		}
+		read = last
+		return rows, err
+	}, func(rw row) bool {
+		if rw.bad != nil {
+			sk := SkippedJob{Name: rw.bad.Name, Error: rw.bad.Err.Error()}
+			if !p.fit(sk) {
+				return false
+			}
+			a.log.Warn("job_row_corrupt", slog.String("job", sk.Name), slog.String("error", sk.Error))
+			out.Skipped, out.Next = append(out.Skipped, sk), sk.Name
+			return true
+		}
+		jo := JobOut(*rw.job)
+		if !p.fit(jo) {
+			return false
+		}
+		out.Jobs, out.Next = append(out.Jobs, jo), jo.Name
+		return true
+	})
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	out := JobList{Jobs: make([]Job, 0, min(len(jobs), limit))}
-	if len(jobs)+len(skipped) > limit {
-		// One row past the page was read: the page ends before it.
-		if len(jobs) > 0 && jobs[len(jobs)-1].Name == last {
-			jobs = jobs[:len(jobs)-1]
-		} else {
-			skipped = skipped[:len(skipped)-1]
-		}
-		out.Next = pageEnd(jobs, skipped)
-	}
-	budget := maxPageBytes
-	for i, j := range jobs {
-		jo := JobOut(j)
-		if budget -= len(jo.Action) + 512; budget < 0 && i > 0 {
-			// A page of large actions stops early: memory per request
-			// stays bounded whatever the limit.
-			out.Next = out.Jobs[len(out.Jobs)-1].Name
-			skipped = skippedBefore(skipped, out.Next)
-			break
-		}
-		out.Jobs = append(out.Jobs, jo)
-	}
-	for _, c := range skipped {
-		a.log.Warn("job_row_corrupt", slog.String("job", c.Name), slog.String("error", c.Err.Error()))
-		out.Skipped = append(out.Skipped, SkippedJob{Name: c.Name, Error: c.Err.Error()})
+	if !more {
+		out.Next = ""
 	}
 	a.writeJSON(w, r, http.StatusOK, out)
 }
@@ -487,32 +500,6 @@ func ParseRunCursor(s string) (time.Time, int, bool) {
 	t, err := time.Parse(time.RFC3339Nano, s[:i])
 	n, err2 := strconv.Atoi(s[i+1:])
 	return t, n, err == nil && err2 == nil && n >= 0
-}
-
-// maxPageBytes bounds the actions of one list page.
-const maxPageBytes = 1 << 20
-
-// pageEnd is the greatest name of a page's rows.
-func pageEnd(jobs []sqlease.Job, skipped []sqlstore.CorruptRow) string {
-	end := ""
-	if len(jobs) > 0 {
-		end = jobs[len(jobs)-1].Name
-	}
-	if len(skipped) > 0 && skipped[len(skipped)-1].Name > end {
-		end = skipped[len(skipped)-1].Name
-	}
-	return end
-}
-
-// skippedBefore keeps the skipped rows up to name.
-func skippedBefore(skipped []sqlstore.CorruptRow, name string) []sqlstore.CorruptRow {
-	var out []sqlstore.CorruptRow
-	for _, c := range skipped {
-		if c.Name <= name {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // getJob is GET /v1/jobs/{name}.
@@ -547,7 +534,9 @@ func (a *api) jobChange(change func(ctx context.Context, name string) (sqlease.J
 }
 
 // listRuns is GET /v1/jobs/{name}/runs: the runs of the job that has the
-// name now (404 if none does).
+// name now (404 if none does), newest first, limit rows or MaxPageBytes.
+// Runs are read a few at a time (page.want), so a page of runs with large
+// outputs does not read a thousand of them to send a handful.
 func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	limit, err := listLimit(r.URL.Query())
@@ -555,38 +544,52 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	var runs []sqlease.Run
+	var at time.Time
+	attempt := -1 // no cursor: the newest runs
 	if after := r.URL.Query().Get("after"); after != "" {
 		// The cursor is the last run of the previous page: its occurrence
 		// and attempt.
-		at, attempt, ok := ParseRunCursor(after)
-		if !ok {
+		var ok bool
+		if at, attempt, ok = ParseRunCursor(after); !ok {
 			a.fail(w, r, badRequest("after: must be the next value of a previous page (RFC 3339 time/attempt), got %q", after))
 			return
 		}
-		runs, err = a.cfg.Scheduler.RunsBefore(r.Context(), name, at, attempt, limit+1)
-	} else {
-		runs, err = a.cfg.Scheduler.Runs(r.Context(), name, limit+1)
 	}
+	out := RunList{Runs: []Run{}}
+	p := newPage(limit)
+	more, err := fill(p, func(n int) ([]sqlease.Run, error) {
+		var runs []sqlease.Run
+		var err error
+		if attempt < 0 {
+			runs, err = a.cfg.Scheduler.Runs(r.Context(), name, n)
+		} else {
+			runs, err = a.cfg.Scheduler.RunsBefore(r.Context(), name, at, attempt, n)
+		}
+		if len(runs) > 0 {
+			at, attempt = runs[len(runs)-1].ScheduledFor, runs[len(runs)-1].Attempt
+		}
+		return runs, err
+	}, func(run sqlease.Run) bool {
+		ro := RunOut(run)
+		if !p.fit(ro) {
+			return false
+		}
+		out.Runs = append(out.Runs, ro)
+		out.Next = run.ScheduledFor.UTC().Format(time.RFC3339Nano) + "/" + strconv.Itoa(run.Attempt)
+		return true
+	})
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	next := ""
-	if len(runs) > limit {
-		runs = runs[:limit]
-		last := runs[limit-1]
-		next = last.ScheduledFor.UTC().Format(time.RFC3339Nano) + "/" + strconv.Itoa(last.Attempt)
+	if !more {
+		out.Next = ""
 	}
-	if len(runs) == 0 {
+	if len(out.Runs) == 0 {
 		if _, err := a.cfg.Scheduler.Job(r.Context(), name); err != nil {
 			a.fail(w, r, err)
 			return
 		}
-	}
-	out := RunList{Runs: make([]Run, 0, len(runs)), Next: next}
-	for _, run := range runs {
-		out.Runs = append(out.Runs, RunOut(run))
 	}
 	a.writeJSON(w, r, http.StatusOK, out)
 }
