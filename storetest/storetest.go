@@ -100,6 +100,7 @@ func Run(t *testing.T, h Harness) {
 		{"DeleteRacingStart", testDeleteRacingStart},
 		{"RunOutput", testRunOutput},
 		{"SingletonState", testSingletonState},
+		{"SingletonPages", testSingletonPages},
 		{"WorkerLeaseClaims", testWorkerLeaseClaims},
 		{"ClaimKeepsModified", testClaimKeepsModified},
 		{"Linearizable", testLinearizable},
