@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -397,6 +398,17 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stored, created, err := a.cfg.Scheduler.Create(r.Context(), j)
+	// ErrNoJob out of a create: the name (or key) was taken, and the row
+	// that held it was deleted before it could be compared. The name is
+	// free again, so try again, a few times: a create racing a delete of
+	// the same name once answered 404 `no job named ""` (issue 30, item 26).
+	for try := 0; try < 3 && errors.Is(err, sqlease.ErrNoJob); try++ {
+		stored, created, err = a.cfg.Scheduler.Create(r.Context(), j)
+	}
+	if errors.Is(err, sqlease.ErrNoJob) {
+		err = &requestError{status: http.StatusConflict,
+			detail: fmt.Sprintf("name: job %q is being created and deleted concurrently; retry", j.Name)}
+	}
 	if errors.Is(err, sqlease.ErrConflict) {
 		err = a.conflict(r.Context(), j, err)
 	}
