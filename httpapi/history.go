@@ -35,7 +35,8 @@ func LeaseEventOut(e sqlstore.LeaseEvent) LeaseEvent {
 }
 
 // leaseHistory is GET /v1/leases/{name}/history?limit=&after=: the cursor
-// is the last event's row id, so a page is one index range scan.
+// is the last event's row id, so a read is one index range scan; a page is
+// limit events or MaxPageBytes.
 func (a *api) leaseHistory(w http.ResponseWriter, r *http.Request) {
 	hr, ok := a.cfg.Leases.(HistoryReader)
 	if !ok {
@@ -55,18 +56,28 @@ func (a *api) leaseHistory(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	events, err := hr.LeaseHistory(r.Context(), r.PathValue("name"), before, limit+1)
+	out := LeaseHistory{Events: []LeaseEvent{}}
+	p := newPage(limit)
+	more, err := fill(p, func(n int) ([]sqlstore.LeaseEvent, error) {
+		events, err := hr.LeaseHistory(r.Context(), r.PathValue("name"), before, n)
+		if len(events) > 0 {
+			before = events[len(events)-1].ID
+		}
+		return events, err
+	}, func(e sqlstore.LeaseEvent) bool {
+		eo := LeaseEventOut(e)
+		if !p.fit(eo) {
+			return false
+		}
+		out.Events, out.Next = append(out.Events, eo), strconv.FormatInt(e.ID, 10)
+		return true
+	})
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	out := LeaseHistory{Events: make([]LeaseEvent, 0, min(len(events), limit))}
-	if len(events) > limit {
-		events = events[:limit]
-		out.Next = strconv.FormatInt(events[limit-1].ID, 10)
-	}
-	for _, e := range events {
-		out.Events = append(out.Events, LeaseEventOut(e))
+	if !more {
+		out.Next = ""
 	}
 	a.writeJSON(w, r, http.StatusOK, out)
 }

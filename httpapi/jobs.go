@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -257,7 +258,9 @@ func DecodeJob(body io.Reader) (sqlease.Job, error) {
 		}
 		if present(s.At) {
 			var at string
-			if err := json.Unmarshal(s.At, &at); err != nil {
+			if len(s.At) > maxScalarBytes {
+				errs = append(errs, badRequest("schedule.at: must be an RFC 3339 time of at most %d bytes, got %d", maxScalarBytes, len(s.At)))
+			} else if err := json.Unmarshal(s.At, &at); err != nil {
 				errs = append(errs, badRequest("schedule.at: must be an RFC 3339 time string, got %s", s.At))
 			} else if t, err := time.Parse(time.RFC3339Nano, at); err != nil {
 				errs = append(errs, badRequest("schedule.at: must be an RFC 3339 time such as \"2030-01-02T15:04:05Z\", got %q", at))
@@ -336,6 +339,9 @@ func parseDuration(field string, raw json.RawMessage, d *time.Duration) error {
 	if !present(raw) {
 		return nil
 	}
+	if len(raw) > maxScalarBytes {
+		return badRequest("%s: must be a Go duration string such as \"1m30s\" of at most %d bytes, got %d", field, maxScalarBytes, len(raw))
+	}
 	var ad action.Duration
 	if err := ad.UnmarshalJSON(bytes.TrimSpace(raw)); err != nil {
 		return badRequest("%s: %v", field, err)
@@ -344,9 +350,14 @@ func parseDuration(field string, raw json.RawMessage, d *time.Duration) error {
 	return nil
 }
 
-// MaxActionBytes bounds a stored action (its compact JSON): every list
-// page holds up to its limit of them.
-const MaxActionBytes = 64 << 10
+// MaxActionBytes bounds a stored action (its compact JSON):
+// scheduler.MaxActionBytes, which Prepare enforces.
+const MaxActionBytes = scheduler.MaxActionBytes
+
+// maxScalarBytes bounds a duration or time string of a job body before it
+// is parsed or quoted back in an error ("8760h", an RFC 3339 time with
+// nanoseconds and an offset: under 40 bytes).
+const maxScalarBytes = 64
 
 // loopbackListen reports whether the node listens on loopback only.
 func loopbackListen(addr string) bool {
@@ -387,6 +398,17 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stored, created, err := a.cfg.Scheduler.Create(r.Context(), j)
+	// ErrNoJob out of a create: the name (or key) was taken, and the row
+	// that held it was deleted before it could be compared. The name is
+	// free again, so try again, a few times: a create racing a delete of
+	// the same name once answered 404 `no job named ""` (issue 30, item 26).
+	for try := 0; try < 3 && errors.Is(err, sqlease.ErrNoJob); try++ {
+		stored, created, err = a.cfg.Scheduler.Create(r.Context(), j)
+	}
+	if errors.Is(err, sqlease.ErrNoJob) {
+		err = &requestError{status: http.StatusConflict,
+			detail: fmt.Sprintf("name: job %q is being created and deleted concurrently; retry", j.Name)}
+	}
 	if errors.Is(err, sqlease.ErrConflict) {
 		err = a.conflict(r.Context(), j, err)
 	}
@@ -425,7 +447,7 @@ func listLimit(q url.Values) (int, error) {
 	return n, nil
 }
 
-// listJobs is GET /v1/jobs.
+// listJobs is GET /v1/jobs: by name, limit rows or MaxPageBytes.
 func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit, err := listLimit(q)
@@ -433,36 +455,49 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	jobs, skipped, last, err := a.cfg.Scheduler.JobsChecked(r.Context(), q.Get("after"), limit+1)
+	// A row is a job or a row that cannot be decoded, in name order.
+	type row struct {
+		job *sqlease.Job
+		bad *sqlstore.CorruptRow
+	}
+	read := q.Get("after")
+	out := JobList{Jobs: []Job{}}
+	p := newPage(limit)
+	more, err := fill(p, func(n int) ([]row, error) {
+		jobs, skipped, last, err := a.cfg.Scheduler.JobsChecked(r.Context(), read, n)
+		rows := make([]row, 0, len(jobs)+len(skipped))
+		for len(jobs) > 0 || len(skipped) > 0 {
+			if len(skipped) == 0 || len(jobs) > 0 && jobs[0].Name < skipped[0].Name {
+				rows, jobs = append(rows, row{job: &jobs[0]}), jobs[1:]
+			} else {
+				rows, skipped = append(rows, row{bad: &skipped[0]}), skipped[1:]
+			}
+		}
+		read = last
+		return rows, err
+	}, func(rw row) bool {
+		if rw.bad != nil {
+			sk := SkippedJob{Name: rw.bad.Name, Error: rw.bad.Err.Error()}
+			if !p.fit(sk) {
+				return false
+			}
+			a.log.Warn("job_row_corrupt", slog.String("job", sk.Name), slog.String("error", sk.Error))
+			out.Skipped, out.Next = append(out.Skipped, sk), sk.Name
+			return true
+		}
+		jo := JobOut(*rw.job)
+		if !p.fit(jo) {
+			return false
+		}
+		out.Jobs, out.Next = append(out.Jobs, jo), jo.Name
+		return true
+	})
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	out := JobList{Jobs: make([]Job, 0, min(len(jobs), limit))}
-	if len(jobs)+len(skipped) > limit {
-		// One row past the page was read: the page ends before it.
-		if len(jobs) > 0 && jobs[len(jobs)-1].Name == last {
-			jobs = jobs[:len(jobs)-1]
-		} else {
-			skipped = skipped[:len(skipped)-1]
-		}
-		out.Next = pageEnd(jobs, skipped)
-	}
-	budget := maxPageBytes
-	for i, j := range jobs {
-		jo := JobOut(j)
-		if budget -= len(jo.Action) + 512; budget < 0 && i > 0 {
-			// A page of large actions stops early: memory per request
-			// stays bounded whatever the limit.
-			out.Next = out.Jobs[len(out.Jobs)-1].Name
-			skipped = skippedBefore(skipped, out.Next)
-			break
-		}
-		out.Jobs = append(out.Jobs, jo)
-	}
-	for _, c := range skipped {
-		a.log.Warn("job_row_corrupt", slog.String("job", c.Name), slog.String("error", c.Err.Error()))
-		out.Skipped = append(out.Skipped, SkippedJob{Name: c.Name, Error: c.Err.Error()})
+	if !more {
+		out.Next = ""
 	}
 	a.writeJSON(w, r, http.StatusOK, out)
 }
@@ -477,32 +512,6 @@ func ParseRunCursor(s string) (time.Time, int, bool) {
 	t, err := time.Parse(time.RFC3339Nano, s[:i])
 	n, err2 := strconv.Atoi(s[i+1:])
 	return t, n, err == nil && err2 == nil && n >= 0
-}
-
-// maxPageBytes bounds the actions of one list page.
-const maxPageBytes = 1 << 20
-
-// pageEnd is the greatest name of a page's rows.
-func pageEnd(jobs []sqlease.Job, skipped []sqlstore.CorruptRow) string {
-	end := ""
-	if len(jobs) > 0 {
-		end = jobs[len(jobs)-1].Name
-	}
-	if len(skipped) > 0 && skipped[len(skipped)-1].Name > end {
-		end = skipped[len(skipped)-1].Name
-	}
-	return end
-}
-
-// skippedBefore keeps the skipped rows up to name.
-func skippedBefore(skipped []sqlstore.CorruptRow, name string) []sqlstore.CorruptRow {
-	var out []sqlstore.CorruptRow
-	for _, c := range skipped {
-		if c.Name <= name {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // getJob is GET /v1/jobs/{name}.
@@ -537,7 +546,9 @@ func (a *api) jobChange(change func(ctx context.Context, name string) (sqlease.J
 }
 
 // listRuns is GET /v1/jobs/{name}/runs: the runs of the job that has the
-// name now (404 if none does).
+// name now (404 if none does), newest first, limit rows or MaxPageBytes.
+// Runs are read a few at a time (page.want), so a page of runs with large
+// outputs does not read a thousand of them to send a handful.
 func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	limit, err := listLimit(r.URL.Query())
@@ -545,38 +556,52 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	var runs []sqlease.Run
+	var at time.Time
+	attempt := -1 // no cursor: the newest runs
 	if after := r.URL.Query().Get("after"); after != "" {
 		// The cursor is the last run of the previous page: its occurrence
 		// and attempt.
-		at, attempt, ok := ParseRunCursor(after)
-		if !ok {
+		var ok bool
+		if at, attempt, ok = ParseRunCursor(after); !ok {
 			a.fail(w, r, badRequest("after: must be the next value of a previous page (RFC 3339 time/attempt), got %q", after))
 			return
 		}
-		runs, err = a.cfg.Scheduler.RunsBefore(r.Context(), name, at, attempt, limit+1)
-	} else {
-		runs, err = a.cfg.Scheduler.Runs(r.Context(), name, limit+1)
 	}
+	out := RunList{Runs: []Run{}}
+	p := newPage(limit)
+	more, err := fill(p, func(n int) ([]sqlease.Run, error) {
+		var runs []sqlease.Run
+		var err error
+		if attempt < 0 {
+			runs, err = a.cfg.Scheduler.Runs(r.Context(), name, n)
+		} else {
+			runs, err = a.cfg.Scheduler.RunsBefore(r.Context(), name, at, attempt, n)
+		}
+		if len(runs) > 0 {
+			at, attempt = runs[len(runs)-1].ScheduledFor, runs[len(runs)-1].Attempt
+		}
+		return runs, err
+	}, func(run sqlease.Run) bool {
+		ro := RunOut(run)
+		if !p.fit(ro) {
+			return false
+		}
+		out.Runs = append(out.Runs, ro)
+		out.Next = run.ScheduledFor.UTC().Format(time.RFC3339Nano) + "/" + strconv.Itoa(run.Attempt)
+		return true
+	})
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	next := ""
-	if len(runs) > limit {
-		runs = runs[:limit]
-		last := runs[limit-1]
-		next = last.ScheduledFor.UTC().Format(time.RFC3339Nano) + "/" + strconv.Itoa(last.Attempt)
+	if !more {
+		out.Next = ""
 	}
-	if len(runs) == 0 {
+	if len(out.Runs) == 0 {
 		if _, err := a.cfg.Scheduler.Job(r.Context(), name); err != nil {
 			a.fail(w, r, err)
 			return
 		}
-	}
-	out := RunList{Runs: make([]Run, 0, len(runs)), Next: next}
-	for _, run := range runs {
-		out.Runs = append(out.Runs, RunOut(run))
 	}
 	a.writeJSON(w, r, http.StatusOK, out)
 }

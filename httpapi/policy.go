@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/sqlease/sqlease/action"
 )
 
 // Every route is registered with a Policy, declared in the one table below
@@ -122,13 +124,13 @@ func routePolicies(maxBody int64) map[string]Policy {
 		"GET /v1/leases":                list,
 		"GET /v1/leases/{name}/history": list,
 
-		"POST /v1/singletons":                  {Auth: AuthToken, Exec: ExecAlways, Body: maxBody},
+		"POST /v1/singletons":                  {Auth: AuthToken, Exec: ExecAlways, Body: MaxSingletonBytes},
 		"GET /v1/singletons":                   list,
 		"GET /v1/singletons/{name}":            read,
 		"POST /v1/singletons/{name}/pause":     change,
 		"POST /v1/singletons/{name}/resume":    change,
 		"DELETE /v1/singletons/{name}":         change,
-		"PUT /v1/singletons/{name}/state":      {Auth: AuthRunSecret, Body: maxBody},
+		"PUT /v1/singletons/{name}/state":      {Auth: AuthRunSecret, Body: action.MaxStateBytes},
 		"POST /v1/singletons/{name}/heartbeat": {Auth: AuthRunSecret},
 
 		"GET /{$}": {Auth: AuthDashboard},
@@ -204,9 +206,7 @@ func (a *api) enforce(w http.ResponseWriter, r *http.Request, p Policy) (release
 		// here, before anything else is looked at.
 		if _, ok := bearerCredential(r); !ok {
 			release()
-			unread(w, r)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sqlease-run"`)
-			writeProblem(w, http.StatusUnauthorized, "Authorization: the run's bearer secret is required for this request")
+			refuseRunSecret(w, r)
 			return nil, false
 		}
 	}
@@ -278,4 +278,13 @@ func unread(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 || hasBody(r) {
 		w.Header().Set("Connection", "close")
 	}
+}
+
+// refuseRunSecret is the one answer to a running process's call without
+// its run's secret — whatever else is wrong (no such singleton, not running
+// here, a stale epoch), so that nobody learns which singletons run where.
+func refuseRunSecret(w http.ResponseWriter, r *http.Request) {
+	unread(w, r)
+	w.Header().Set("WWW-Authenticate", `Bearer realm="sqlease-singleton"`)
+	writeProblem(w, http.StatusUnauthorized, "Authorization: Bearer $SQLEASE_SINGLETON_TOKEN of the process's own run is required")
 }

@@ -1,15 +1,17 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
+	"unicode/utf8"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/action"
 )
 
 // Singleton is a daemon singleton as the API shows it (API.md
@@ -30,9 +32,11 @@ type Singleton struct {
 	Restarts     int64             `json:"restarts"`
 }
 
-// SingletonList is the body of GET /v1/singletons, ordered by name.
+// SingletonList is the body of GET /v1/singletons?limit=&after=, ordered
+// by name. Next, when not empty, is the after parameter of the next page.
 type SingletonList struct {
 	Singletons []Singleton `json:"singletons"`
+	Next       string      `json:"next,omitempty"`
 }
 
 // Singletons is the daemon's singleton service behind /v1/singletons.
@@ -42,10 +46,18 @@ type Singletons interface {
 	// Create stores a definition (the API's JSON); created is false when an
 	// identical one exists (a clash with a different one is ErrConflict).
 	Create(ctx context.Context, raw []byte) (s Singleton, created bool, err error)
-	List(ctx context.Context) ([]Singleton, error)
+	// Page returns up to limit singletons whose names sort after
+	// `after`, by name (a keyset page: GET /v1/singletons reads through
+	// it in pieces within MaxPageBytes).
+	Page(ctx context.Context, after string, limit int) ([]Singleton, error)
 	Get(ctx context.Context, name string) (Singleton, error)
 	SetPaused(ctx context.Context, name string, paused bool) (Singleton, error)
 	Delete(ctx context.Context, name string) error
+	// Authenticate checks a process call's secret (in constant time)
+	// before anything else of the call is looked at, its body included:
+	// ErrUnauthorized unless secret is that of the run of name on this
+	// node — one error, whether name exists, runs here or not.
+	Authenticate(name, secret string) error
 	// SaveState and Heartbeat are called by the running process, with the
 	// epoch it runs under and its per-run secret; a stale epoch is
 	// ErrConflict and changes nothing.
@@ -66,7 +78,7 @@ func (a *api) routeSingletons() {
 	a.handleFunc("POST /v1/singletons", a.write(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			a.fail(w, r, badRequest("body: %v", err))
+			a.fail(w, r, bodyError(err))
 			return
 		}
 		out, created, err := s.Create(r.Context(), body)
@@ -80,17 +92,7 @@ func (a *api) routeSingletons() {
 		}
 		a.writeJSON(w, r, status, out)
 	}))
-	a.handleFunc("GET /v1/singletons", func(w http.ResponseWriter, r *http.Request) {
-		list, err := s.List(r.Context())
-		if err != nil {
-			a.failSingleton(w, r, err)
-			return
-		}
-		if list == nil {
-			list = []Singleton{}
-		}
-		a.writeJSON(w, r, http.StatusOK, SingletonList{Singletons: list})
-	})
+	a.handleFunc("GET /v1/singletons", a.listSingletons)
 	a.handleFunc("GET /v1/singletons/{name}", func(w http.ResponseWriter, r *http.Request) {
 		out, err := s.Get(r.Context(), r.PathValue("name"))
 		if err != nil {
@@ -119,9 +121,15 @@ func (a *api) routeSingletons() {
 	// The running process's calls carry its run's secret, not the API
 	// token, and the epoch it runs under.
 	a.handleFunc("PUT /v1/singletons/{name}/state", a.processCall(func(r *http.Request, epoch int64, secret string) error {
+		r.Body = http.MaxBytesReader(nil, r.Body, action.MaxStateBytes)
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			return badRequest("body: %v", err)
+			return bodyError(err)
+		}
+		// Refused here, not by the database (PostgreSQL: SQLSTATE 22021,
+		// a 503): JSON decoding would let invalid UTF-8 through.
+		if !utf8.Valid(body) || bytes.IndexByte(body, 0) >= 0 {
+			return badRequest("state: must be a JSON value in UTF-8 without NUL characters")
 		}
 		return s.SaveState(r.Context(), r.PathValue("name"), epoch, secret, body)
 	}))
@@ -130,27 +138,79 @@ func (a *api) routeSingletons() {
 	}))
 }
 
-// processCall reads Sqlease-Epoch and the bearer secret of a singleton
-// process's call; success is 204.
+// listSingletons is GET /v1/singletons?limit=&after=: by name, limit
+// singletons or MaxPageBytes (env and state count: 40 singletons of about
+// 1 MB once made a 38.8 MB list).
+func (a *api) listSingletons(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := listLimit(q)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	read := q.Get("after")
+	out := SingletonList{Singletons: []Singleton{}}
+	p := newPage(limit)
+	more, err := fill(p, func(n int) ([]Singleton, error) {
+		list, err := a.cfg.Singletons.Page(r.Context(), read, n)
+		if len(list) > 0 {
+			read = list[len(list)-1].Name
+		}
+		return list, err
+	}, func(s Singleton) bool {
+		if !p.fit(s) {
+			return false
+		}
+		out.Singletons, out.Next = append(out.Singletons, s), s.Name
+		return true
+	})
+	if err != nil {
+		a.failSingleton(w, r, err)
+		return
+	}
+	if !more {
+		out.Next = ""
+	}
+	a.writeJSON(w, r, http.StatusOK, out)
+}
+
+// MaxSingletonBytes bounds the body of POST /v1/singletons (a larger one
+// is 413): a definition's initial_state may have action.MaxStateBytes, and
+// command and env the rest. Every listing page holds definitions; 40 of
+// about 1 MB once made a 38.8 MB list.
+const MaxSingletonBytes = 256 << 10
+
+// bodyError is the error of a request body that could not be read: 413
+// for one over its bound, else 400.
+func bodyError(err error) error {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return err // fail: 413 "body: must be at most N bytes"
+	}
+	return badRequest("body: %v", err)
+}
+
+// processCall serves a singleton process's call: its bearer secret is
+// checked first, before the epoch and before the body is read (a slow body
+// must not hold a request slot for a caller without credentials). Every
+// failure of a caller without the run's secret is the same 401, so that
+// nobody learns which singletons exist or run where; only the holder of
+// the secret learns of a stale epoch (409). Success is 204.
 func (a *api) processCall(fn func(r *http.Request, epoch int64, secret string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes)
+		secret, ok := bearerCredential(r)
+		if !ok || a.cfg.Singletons.Authenticate(r.PathValue("name"), secret) != nil {
+			refuseRunSecret(w, r)
+			return
+		}
 		epoch, err := strconv.ParseInt(r.Header.Get("Sqlease-Epoch"), 10, 64)
 		if err != nil || epoch < 1 {
 			a.fail(w, r, badRequest("Sqlease-Epoch: the epoch the process runs under (SQLEASE_EPOCH) is required"))
 			return
 		}
-		const scheme = "bearer "
-		h := r.Header.Get("Authorization")
-		if len(h) < len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sqlease-singleton"`)
-			writeProblem(w, http.StatusUnauthorized, "Authorization: Bearer $SQLEASE_SINGLETON_TOKEN is required")
-			return
-		}
-		err = fn(r, epoch, strings.TrimSpace(h[len(scheme):]))
-		if errors.Is(err, ErrUnauthorized) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sqlease-singleton"`)
-			writeProblem(w, http.StatusUnauthorized, "Authorization: not this run's SQLEASE_SINGLETON_TOKEN")
+		err = fn(r, epoch, secret)
+		if errors.Is(err, ErrUnauthorized) { // the run ended since Authenticate
+			refuseRunSecret(w, r)
 			return
 		}
 		if err != nil {

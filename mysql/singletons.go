@@ -30,6 +30,7 @@ func singletonQueries(prefix string) sqlstore.SingletonQueries {
 		Ensure:    r.Replace(`INSERT IGNORE INTO {t} (name, created_at) VALUES (?, {now})`),
 		Get:       r.Replace(`SELECT ` + cols + ` FROM {t} WHERE name = ?`),
 		List:      r.Replace(`SELECT name, ` + cols + ` FROM {t} ORDER BY name`),
+		Page:      r.Replace(`SELECT name, ` + cols + ` FROM {t} WHERE spec IS NOT NULL AND name > ? ORDER BY name LIMIT ?`),
 		Start:     r.Replace(`UPDATE {t} SET holder_id = ?, lease_epoch = ?, started_at = {now}, heartbeat_at = {now}, restarts = restarts + 1 WHERE name = ?`),
 		Save:      r.Replace(`UPDATE {t} SET state = ?, state_saved_at = {now}, heartbeat_at = {now} WHERE name = ? AND holder_id = ? AND lease_epoch = ?`),
 		Create:    r.Replace(`INSERT INTO {t} (name, spec, spec_hash, created_at) VALUES (?, ?, ?, {now})`),

@@ -39,6 +39,7 @@ FOR EACH STATEMENT EXECUTE FUNCTION {t}_notify()`),
 		Ensure: r.Replace(`INSERT INTO {t} (name, created_at) VALUES ($1, {now}) ON CONFLICT (name) DO NOTHING`),
 		Get:    r.Replace(`SELECT ` + cols + ` FROM {t} WHERE name = $1`),
 		List:   r.Replace(`SELECT name, ` + cols + ` FROM {t} ORDER BY name`),
+		Page:   r.Replace(`SELECT name, ` + cols + ` FROM {t} WHERE spec IS NOT NULL AND name > $1 ORDER BY name LIMIT $2`),
 		// One clock reading per statement: clock_timestamp() changes
 		// within one.
 		Start: r.Replace(`UPDATE {t} SET holder_id = $1, lease_epoch = $2, started_at = n.now, heartbeat_at = n.now, restarts = restarts + 1

@@ -550,6 +550,28 @@ func prepareMany(jobs []sqlease.Job, validateAction func(json.RawMessage) error)
 	return prepared, index, nil
 }
 
+// Bounds of a job's fields, checked by Prepare (and so by Create,
+// CreateMany, the HTTP API and the CLI): each job a listing returns is
+// bounded in bytes, so a page of them is too. A longer field is
+// ErrInvalidConfig naming it.
+const (
+	// MaxNameBytes is the longest job name (sqlease.ValidateJobName).
+	MaxNameBytes = 128
+	// MaxKeyBytes bounds a job's idempotency key.
+	MaxKeyBytes = 256
+	// MaxCronBytes bounds schedule.cron: every field spelled out as a
+	// list ("0,1,2,…,59 0,1,…,23 1,…,31 JAN,…,DEC SUN,…,SAT") is about
+	// 390 bytes.
+	MaxCronBytes = 512
+	// MaxTimezoneBytes bounds schedule.timezone; the longest IANA name
+	// has 32 bytes.
+	MaxTimezoneBytes = 64
+	// MaxActionBytes bounds a job's action (its JSON as stored).
+	MaxActionBytes = 64 << 10
+	// maxMissedRunsBytes is longer than any missed-runs policy.
+	maxMissedRunsBytes = 32
+)
+
 // Prepare validates a job for creation, applies the defaults and returns it
 // with the hash that identifies its content (for idempotent creation).
 // validateAction, if not nil, checks the action. Errors wrap
@@ -569,18 +591,36 @@ func Prepare(j sqlease.Job, validateAction func(json.RawMessage) error) (sqlease
 // normalize validates j and applies defaults.
 func normalize(j sqlease.Job, validateAction func(json.RawMessage) error) (sqlease.Job, error) {
 	var errs []error
-	if err := sqlease.ValidateJobName(j.Name); err != nil {
+	// Every string field is bounded before it is parsed or quoted in an
+	// error: a listing page holds many jobs, and a 3.9 MiB cron string
+	// once passed (issue 30, item 6).
+	tooLong := func(field, value string, max int) bool {
+		if len(value) <= max {
+			return false
+		}
+		errs = append(errs, fmt.Errorf("%w: %s must be at most %d bytes, got %d", sqlease.ErrInvalidConfig, field, max, len(value)))
+		return true
+	}
+	if len(j.Name) > MaxNameBytes {
+		errs = append(errs, fmt.Errorf("%w: name must be 1-%d characters of a-z 0-9 . _ - starting with a letter or digit, got %d bytes",
+			sqlease.ErrInvalidName, MaxNameBytes, len(j.Name)))
+	} else if err := sqlease.ValidateJobName(j.Name); err != nil {
 		errs = append(errs, fmt.Errorf("name: %w", err))
 	}
-	if len(j.Key) > 256 {
-		errs = append(errs, fmt.Errorf("%w: key must be at most 256 characters", sqlease.ErrInvalidConfig))
+	tooLong("key", j.Key, MaxKeyBytes)
+	cron := tooLong("schedule.cron", j.Schedule.Cron, MaxCronBytes)
+	tz := tooLong("schedule.timezone", j.Schedule.Timezone, MaxTimezoneBytes)
+	if !cron && !tz {
+		if err := ValidateSchedule(j.Schedule); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if err := ValidateSchedule(j.Schedule); err != nil {
-		errs = append(errs, err)
+	if !tooLong("missed_runs", string(j.MissedRuns), maxMissedRunsBytes) {
+		if err := ValidateMissedRuns(j.MissedRuns, j.SkipIfOlderThan); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if err := ValidateMissedRuns(j.MissedRuns, j.SkipIfOlderThan); err != nil {
-		errs = append(errs, err)
-	}
+	tooLong("action", string(j.Action), MaxActionBytes)
 	if j.MissedRuns == "" {
 		j.MissedRuns = sqlease.RunOnce
 	}
@@ -599,7 +639,7 @@ func normalize(j sqlease.Job, validateAction func(json.RawMessage) error) (sqlea
 	if len(j.Action) == 0 {
 		j.Action = json.RawMessage("{}")
 	}
-	if validateAction != nil {
+	if validateAction != nil && len(j.Action) <= MaxActionBytes {
 		if err := validateAction(j.Action); err != nil {
 			errs = append(errs, err)
 		}

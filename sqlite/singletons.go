@@ -28,6 +28,7 @@ func singletonQueries(prefix string) sqlstore.SingletonQueries {
 		Ensure:    r.Replace(`INSERT INTO {t} (name, created_at) VALUES (?1, {now}) ON CONFLICT (name) DO NOTHING`),
 		Get:       r.Replace(`SELECT ` + cols + ` FROM {t} WHERE name = ?1`),
 		List:      r.Replace(`SELECT name, ` + cols + ` FROM {t} ORDER BY name`),
+		Page:      r.Replace(`SELECT name, ` + cols + ` FROM {t} WHERE spec IS NOT NULL AND name > ?1 ORDER BY name LIMIT ?2`),
 		Start:     r.Replace(`UPDATE {t} SET holder_id = ?1, lease_epoch = ?2, started_at = {now}, heartbeat_at = {now}, restarts = restarts + 1 WHERE name = ?3`),
 		Save:      r.Replace(`UPDATE {t} SET state = ?1, state_saved_at = {now}, heartbeat_at = {now} WHERE name = ?2 AND holder_id = ?3 AND lease_epoch = ?4`),
 		Create:    r.Replace(`INSERT INTO {t} (name, spec, spec_hash, created_at) VALUES (?1, ?2, ?3, {now})`),

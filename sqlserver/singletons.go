@@ -33,6 +33,7 @@ CREATE TABLE {t} (
 		Ensure: r.Replace(`IF NOT EXISTS (SELECT 1 FROM {t} WITH (UPDLOCK, HOLDLOCK) WHERE name = @p1) INSERT INTO {t} (name, created_at) VALUES (@p1, {now})`),
 		Get:    r.Replace(`SELECT ` + cols + ` FROM {t} WHERE name = @p1`),
 		List:   r.Replace(`SELECT name, ` + cols + ` FROM {t} ORDER BY name`),
+		Page:   r.Replace(`SELECT TOP (@p2) name, ` + cols + ` FROM {t} WHERE spec IS NOT NULL AND name > @p1 ORDER BY name`),
 		// One clock reading per statement.
 		Start: r.Replace(`UPDATE s SET holder_id = @p1, lease_epoch = @p2, started_at = n.now, heartbeat_at = n.now, restarts = restarts + 1
 FROM {t} AS s CROSS JOIN {n} AS n WHERE s.name = @p3`),

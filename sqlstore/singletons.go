@@ -26,6 +26,10 @@ type SingletonQueries struct {
 	Get string
 	// List: (). (name, then Get's columns) ordered by name.
 	List string
+	// Page: (after, limit). List's columns for the daemon singletons (spec
+	// not NULL) whose names sort after `after`, ordered by name, at most
+	// limit rows: a keyset page of GET /v1/singletons.
+	Page string
 	// Start: (holder, epoch, name). Records a start under (holder, epoch):
 	// started_at = heartbeat_at = now, restarts + 1. Rows affected.
 	Start string
@@ -127,6 +131,25 @@ func (s *Store) Singletons(ctx context.Context) ([]SingletonRow, error) {
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("list singletons: %w", s.classify(err))
+	}
+	return out, nil
+}
+
+// DaemonSingletons reads up to limit daemon singletons (those with a
+// definition) whose names sort after `after`, ordered by name: a page of
+// the listing, whose next page starts after the last name returned.
+func (s *Store) DaemonSingletons(ctx context.Context, after string, limit int) ([]SingletonRow, error) {
+	rows, err := s.db.QueryContext(ctx, s.sq().Page, after, limit)
+	var out []SingletonRow
+	if _, err := scanRows(rows, err, func(sc scanner) error {
+		var r SingletonRow
+		if err := scanSingleton(sc, &r, true); err != nil {
+			return err
+		}
+		out = append(out, r)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("list singletons after %q: %w", after, s.classify(err))
 	}
 	return out, nil
 }

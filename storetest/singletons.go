@@ -92,3 +92,55 @@ func testSingletonState(t *testing.T, s *sqlstore.Store) {
 		t.Fatalf("list: %+v %v", all, err)
 	}
 }
+
+// testSingletonPages: DaemonSingletons pages the daemon singletons by name
+// (keyset: each page starts after the last name of the one before), skips
+// library singletons, and returns every daemon singleton exactly once.
+func testSingletonPages(t *testing.T, s *sqlstore.Store) {
+	ctx := context.Background()
+	daemon := []string{"a-b", "a.b", "a_b", "ab", "b", "b0", "z"}
+	for _, name := range daemon {
+		if _, _, err := s.CreateSingleton(ctx, name, []byte(`{"name":"`+name+`"}`), "h-"+name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"a", "a0", "y"} { // library singletons
+		if err := s.EnsureSingleton(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := s.DaemonSingletons(ctx, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != len(daemon) {
+		t.Fatalf("one read: %d singletons, want %d", len(all), len(daemon))
+	}
+	var seen []string
+	after := ""
+	for pages := 0; ; pages++ {
+		if pages > len(daemon) {
+			t.Fatalf("too many pages: %v", seen)
+		}
+		page, err := s.DaemonSingletons(ctx, after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > 2 {
+			t.Fatalf("page of %d rows with limit 2", len(page))
+		}
+		for i, r := range page {
+			if r.Spec == nil || r.SpecHash != "h-"+r.Name || r.Name != all[len(seen)].Name {
+				t.Fatalf("page %d row %d: %+v, want %s", pages, i, r, all[len(seen)].Name)
+			}
+			seen = append(seen, r.Name)
+		}
+		if len(page) < 2 {
+			break
+		}
+		after = page[len(page)-1].Name
+	}
+	if len(seen) != len(daemon) {
+		t.Fatalf("paged through %v, want %v", seen, daemon)
+	}
+}

@@ -101,6 +101,7 @@ func Run(t *testing.T, h Harness) {
 		{"RunOutput", testRunOutput},
 		{"SingletonState", testSingletonState},
 		{"RevokedSessions", testRevokedSessions},
+		{"SingletonPages", testSingletonPages},
 		{"WorkerLeaseClaims", testWorkerLeaseClaims},
 		{"ClaimKeepsModified", testClaimKeepsModified},
 		{"Linearizable", testLinearizable},

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/action"
@@ -76,6 +77,9 @@ func (s singletonAdmin) daemonRow(ctx context.Context, name string) (sqlstore.Si
 }
 
 func (s singletonAdmin) Create(ctx context.Context, raw []byte) (httpapi.Singleton, bool, error) {
+	if len(raw) > httpapi.MaxSingletonBytes {
+		return httpapi.Singleton{}, false, fmt.Errorf("%w: body: must be at most %d bytes, got %d", sqlease.ErrInvalidConfig, httpapi.MaxSingletonBytes, len(raw))
+	}
 	spec, err := action.ParseProcessSpec(raw)
 	if err != nil {
 		return httpapi.Singleton{}, false, err
@@ -97,16 +101,35 @@ func (s singletonAdmin) Create(ctx context.Context, raw []byte) (httpapi.Singlet
 	return out, created, err
 }
 
+// List returns every daemon singleton, read a page at a time (the
+// dashboard's overview and `sqlease status`; the HTTP API pages with Page).
 func (s singletonAdmin) List(ctx context.Context) ([]httpapi.Singleton, error) {
-	rows, err := s.store.Singletons(ctx)
+	var out []httpapi.Singleton
+	for after := ""; ; {
+		page, err := s.Page(ctx, after, listPage)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < listPage {
+			return out, nil
+		}
+		after = page[len(page)-1].Name
+	}
+}
+
+// listPage is how many singletons List reads at a time.
+const listPage = 100
+
+// Page returns up to limit daemon singletons whose names sort after
+// `after`, by name.
+func (s singletonAdmin) Page(ctx context.Context, after string, limit int) ([]httpapi.Singleton, error) {
+	rows, err := s.store.DaemonSingletons(ctx, after, limit)
 	if err != nil {
 		return nil, err
 	}
-	var out []httpapi.Singleton
+	out := make([]httpapi.Singleton, 0, len(rows))
 	for _, row := range rows {
-		if row.Spec == nil {
-			continue
-		}
 		v, err := s.view(ctx, row)
 		if err != nil {
 			return nil, err
@@ -329,18 +352,48 @@ func (h *singletonHost) body(spec action.ProcessSpec) func(ctx context.Context, 
 	}
 }
 
-// current returns the run of name on this node for a process's call: its
-// epoch must be current here and the secret the run's.
-func (h *singletonHost) current(name string, epoch int64, secret string) (*procRun, error) {
+// Authenticate checks a process call's secret against the run of name on
+// this node, in constant time whether or not a run of that name is here
+// (a missing run is compared with a secret nobody holds): one answer,
+// httpapi.ErrUnauthorized, for every caller without the run's secret, so
+// that no caller learns which singletons run where (issue 30, item 17).
+func (h *singletonHost) Authenticate(name, secret string) error {
+	got := sha256.Sum256([]byte(secret))
 	h.mu.Lock()
 	r := h.runs[name]
 	h.mu.Unlock()
-	if r == nil || r.epoch != epoch {
-		return nil, fmt.Errorf("%w: singleton %q does not run under epoch %d on this node: the process must exit", sqlease.ErrConflict, name, epoch)
+	want := noSecret
+	if r != nil {
+		want = r.secret
 	}
+	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || r == nil {
+		return httpapi.ErrUnauthorized
+	}
+	return nil
+}
+
+// noSecret stands for the secret of a run that is not here.
+var noSecret = func() (s [32]byte) {
+	_, _ = rand.Read(s[:])
+	return s
+}()
+
+// current returns the run of name on this node for a process's call: the
+// secret must be the run's (checked first: Authenticate), and only then
+// does a stale epoch tell the process to exit (ErrConflict).
+func (h *singletonHost) current(name string, epoch int64, secret string) (*procRun, error) {
+	if err := h.Authenticate(name, secret); err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	r := h.runs[name]
+	h.mu.Unlock()
 	got := sha256.Sum256([]byte(secret))
-	if subtle.ConstantTimeCompare(got[:], r.secret[:]) != 1 {
-		return nil, httpapi.ErrUnauthorized
+	if r == nil || subtle.ConstantTimeCompare(got[:], r.secret[:]) != 1 {
+		return nil, httpapi.ErrUnauthorized // the run ended (and maybe another began) meanwhile
+	}
+	if r.epoch != epoch {
+		return nil, fmt.Errorf("%w: singleton %q does not run under epoch %d on this node: the process must exit", sqlease.ErrConflict, name, epoch)
 	}
 	return r, nil
 }
@@ -350,8 +403,8 @@ func (h *singletonHost) SaveState(ctx context.Context, name string, epoch int64,
 	if err != nil {
 		return err
 	}
-	if len(state) > action.MaxStateBytes || !json.Valid(state) {
-		return fmt.Errorf("%w: state: must be a JSON value of at most %d bytes", sqlease.ErrInvalidConfig, action.MaxStateBytes)
+	if len(state) > action.MaxStateBytes || !json.Valid(state) || !utf8.Valid(state) {
+		return fmt.Errorf("%w: state: must be a JSON value in UTF-8 of at most %d bytes", sqlease.ErrInvalidConfig, action.MaxStateBytes)
 	}
 	if err := r.in.Save(ctx, json.RawMessage(state)); err != nil {
 		if errors.Is(err, sqlease.ErrLeaseLost) {

@@ -47,7 +47,7 @@ func singletonsCmd(env Env) *cobra.Command {
 				defer f.Close()
 				r = f
 			}
-			raw, err := io.ReadAll(io.LimitReader(r, 1<<20))
+			raw, err := io.ReadAll(io.LimitReader(r, httpapi.MaxSingletonBytes+1)) // more is refused, not cut
 			if err != nil {
 				return usagef("file: %v", err)
 			}
@@ -64,20 +64,42 @@ func singletonsCmd(env Env) *cobra.Command {
 		},
 	}
 	add.Flags().StringVarP(&file, "file", "f", "", "the singleton's JSON, or - for standard input")
+	var limit int
+	var after string
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List singletons with their status, holder and epoch",
+		Short: "List singletons with their status, holder and epoch (all of them, read a page at a time; --limit for one page)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 || limit > httpapi.MaxListLimit {
+				return usagef("limit: must be between 1 and %d (or 0 for all), got %d", httpapi.MaxListLimit, limit)
+			}
 			return withAdmin(cmd, func(ctx context.Context, a singletonAdmin) (any, error) {
-				l, err := a.List(ctx)
-				if l == nil {
-					l = []httpapi.Singleton{}
+				out := httpapi.SingletonList{Singletons: []httpapi.Singleton{}}
+				for from := after; ; {
+					n := listPage
+					if limit > 0 {
+						n = limit - len(out.Singletons)
+					}
+					page, err := a.Page(ctx, from, n)
+					if err != nil {
+						return nil, err
+					}
+					out.Singletons = append(out.Singletons, page...)
+					switch {
+					case limit > 0 && len(page) == n:
+						out.Next = page[len(page)-1].Name
+						return out, nil
+					case len(page) < n:
+						return out, nil
+					}
+					from = page[len(page)-1].Name
 				}
-				return httpapi.SingletonList{Singletons: l}, err
 			})
 		},
 	}
+	list.Flags().IntVar(&limit, "limit", 0, "page size (1-1000); 0 lists them all")
+	list.Flags().StringVar(&after, "after", "", "list names after this one (the previous page's next)")
 	one := func(use, short string, fn func(ctx context.Context, a singletonAdmin, name string) (any, error)) *cobra.Command {
 		c := &cobra.Command{Use: use + " NAME", Short: short, Args: oneArg("NAME")}
 		c.RunE = func(cmd *cobra.Command, args []string) error {

@@ -47,3 +47,39 @@ func TestSingletonsCommand(t *testing.T) {
 		t.Fatalf("get after delete: %s", g)
 	}
 }
+
+// sqlease singletons list pages like jobs list: --limit gives one page with
+// next, --after continues, and without --limit every singleton is listed
+// (read a page at a time).
+func TestSingletonsListPages(t *testing.T) {
+	db, _ := sqliteURL(t)
+	run(t, nil, "", "migrate", "--db", db).ok(t)
+	for _, name := range []string{"c", "a", "b"} {
+		run(t, nil, `{"name":"`+name+`","command":["sleep","60"]}`, "singletons", "add", "-f", "-", "--db", db).ok(t)
+	}
+	list := func(args ...string) (names []string, next string) {
+		t.Helper()
+		out := run(t, nil, "", append([]string{"singletons", "list", "--db", db}, args...)...).ok(t)
+		var l struct {
+			Singletons []struct{ Name string }
+			Next       string
+		}
+		if err := json.Unmarshal([]byte(out.stdout), &l); err != nil {
+			t.Fatalf("list %v: %v\n%s", args, err, out)
+		}
+		for _, s := range l.Singletons {
+			names = append(names, s.Name)
+		}
+		return names, l.Next
+	}
+	if names, next := list("--limit", "2"); strings.Join(names, ",") != "a,b" || next != "b" {
+		t.Fatalf("--limit 2: %v next %q", names, next)
+	}
+	if names, next := list("--limit", "2", "--after", "b"); strings.Join(names, ",") != "c" || next != "" {
+		t.Fatalf("--after b: %v next %q", names, next)
+	}
+	if names, next := list(); strings.Join(names, ",") != "a,b,c" || next != "" {
+		t.Fatalf("all: %v next %q", names, next)
+	}
+	run(t, nil, "", "singletons", "list", "--limit", "1001", "--db", db).usage(t, "limit")
+}

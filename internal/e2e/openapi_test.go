@@ -50,12 +50,13 @@ func TestOpenAPISingletons(t *testing.T) {
 	}
 	want(check("GET /v1/singletons", "GET", "/v1/singletons", nil), 200, "list")
 	want(check("GET /v1/singletons/{name}", "GET", "/v1/singletons/none", nil), 404, "missing")
-	// Without its run's Sqlease-Epoch header (the helper sends none): 400.
+	// Without its run's token (and Sqlease-Epoch, which the helper does not
+	// send): 401, the credentials are checked first.
 	resp, b := n.do(t, "PUT", "/v1/singletons/tick/state", "not-the-run-token", []byte(`{"n":1}`))
 	if err := c.Check("PUT /v1/singletons/{name}/state", resp.StatusCode, resp.Header.Get("Content-Type"), b); err != nil {
 		t.Error(err)
 	}
-	want(resp.StatusCode, 400, "a save without Sqlease-Epoch")
+	want(resp.StatusCode, 401, "a save without the run's token")
 	resp, b = n.do(t, "POST", "/v1/singletons/tick/heartbeat", "", nil)
 	if err := c.Check("POST /v1/singletons/{name}/heartbeat", resp.StatusCode, resp.Header.Get("Content-Type"), b); err != nil {
 		t.Error(err)
