@@ -219,6 +219,21 @@ func TestRoutePolicies(t *testing.T) {
 		}
 	}
 
+	// Listings past their byte budget: 40 jobs of 60 KiB actions, 8
+	// singletons of 200 KiB definitions.
+	for i := range 40 {
+		body := fmt.Sprintf(`{"name":"big-%02d","schedule":{"every":"1h"},"action":{"http":{"url":"http://127.0.0.1:9/","body":%q}}}`, i, strings.Repeat("x", 60<<10))
+		if r := tok.call(t, "POST", "/v1/jobs", body, bearer(testToken)...); r.status != 201 {
+			t.Fatalf("create: %d %s", r.status, clip(r.body))
+		}
+	}
+	for i := range 8 {
+		body := fmt.Sprintf(`{"name":"big-%d","command":["sleep","60"],"env":{"PAD":%q},"initial_state":{"pad":%q}}`, i, strings.Repeat("e", 100<<10), strings.Repeat("s", 60<<10))
+		if r := tok.call(t, "POST", "/v1/singletons", body, bearer(testToken)...); r.status != 201 {
+			t.Fatalf("create singleton: %d %s", r.status, clip(r.body))
+		}
+	}
+
 	for _, r := range routes {
 		row := routeTable[r.Pattern]
 		if row.path == "" {
@@ -264,6 +279,18 @@ func TestRoutePolicies(t *testing.T) {
 			}
 			if got := tok.declared(t, method, row.path, size); got != http.StatusRequestEntityTooLarge {
 				t.Errorf("%s %s declaring a %d-byte body: %d, want 413", method, row.path, size, got)
+			}
+			// A listing asked for its most rows stays within its budget,
+			// and says where to go on when it stopped short.
+			if row.listing {
+				got := tok.call(t, method, row.path+"?limit=1000", "", bearer(testToken)...)
+				if got.status != 200 || len(got.body) > httpapi.MaxPageBytes+4<<10 {
+					t.Errorf("%s %s?limit=1000: %d, %d bytes (budget %d)", method, row.path, got.status, len(got.body), httpapi.MaxPageBytes)
+				}
+				if (strings.HasPrefix(row.path, "/v1/jobs") && !strings.Contains(row.path, "/runs") || row.path == "/v1/singletons") &&
+					!strings.Contains(got.body, `"next"`) {
+					t.Errorf("%s %s: cut at the budget without next", method, row.path)
+				}
 			}
 		})
 	}
