@@ -40,7 +40,8 @@ func Open(dsn string) (*sql.DB, error) {
 		return nil, fmt.Errorf("%w: postgres connection string: %v", sqlease.ErrInvalidConfig, err)
 	}
 	durableCommits(cfg)
-	db := stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(shouldPing))
+	db := stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(shouldPing),
+		stdlib.OptionAfterConnect(stampConn), stdlib.OptionResetSession(resetConn))
 	return sqlstore.TunePool(db, sqlstore.DefaultMaxIdleConns), nil
 }
 
@@ -179,11 +180,16 @@ WHERE lease_name = $1 AND holder_id = $2 AND lease_epoch = $3 AND expires_at > c
 
 // Classify wraps sqlease.ErrTransient around errors worth retrying: lost or
 // refused connections (SQLSTATE class 08, EOF, resets, network errors),
-// serialization failures and deadlocks, shutdowns and too many connections.
+// serialization failures and deadlocks, shutdowns and too many connections,
+// and a write refused by a read-only server (25006: after a failover; the
+// pool then replaces its connections, readonly.go).
 func Classify(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
+		case pe.Code == "25006":
+			readOnlyRefused()
+			return fmt.Errorf("%w: %w", sqlease.ErrTransient, err)
 		case strings.HasPrefix(pe.Code, "08"),
 			pe.Code == "40001", pe.Code == "40P01",
 			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03",
