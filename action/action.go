@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/strictjson"
 )
 
 // Defaults and bounds.
@@ -370,6 +370,13 @@ func decodeStrict(field string, raw json.RawMessage, v any) error {
 	if !present(raw) {
 		return invalid(field, "is required")
 	}
+	// encoding/json matches member names to fields in any case and keeps
+	// the last of two members of one name; what reads the text another
+	// way (Redact, IsExec, a person) would see another action than the one
+	// that runs.
+	if err := checkCanonical(field, raw, v); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -396,6 +403,20 @@ func decodeStrict(field string, raw json.RawMessage, v any) error {
 	return nil
 }
 
+// checkCanonical refuses, naming the member under field, what
+// strictjson.Check refuses.
+func checkCanonical(field string, raw []byte, v any) error {
+	err := strictjson.Check(raw, v, strictjson.Options{})
+	var e *strictjson.Error
+	if !errors.As(err, &e) {
+		return nil
+	}
+	if e.Path != "" {
+		field += "." + e.Path
+	}
+	return invalid(field, "%s", e.Problem)
+}
+
 func jsonKind(goKind string) string {
 	switch goKind {
 	case "slice", "array":
@@ -416,78 +437,24 @@ func decodeDuration(field string, raw json.RawMessage, d *Duration) error {
 	return nil
 }
 
-// IsExec reports whether an action's JSON is an exec action.
+// IsExec reports whether an action's JSON is an exec action: what Parse
+// reads, or, for an action Parse refuses, whether any top-level member's
+// name is "exec" in any case (encoding/json's reading) — so that a gate on
+// exec actions is never passed by a spelling.
 func IsExec(raw json.RawMessage) bool {
-	var w struct {
-		Exec json.RawMessage `json:"exec"`
+	if s, err := Parse(raw); err == nil {
+		return s.Exec != nil
 	}
-	return json.Unmarshal(raw, &w) == nil && len(w.Exec) > 0 && string(w.Exec) != "null"
-}
-
-// Redacted replaces a secret in what the API shows of an action.
-const Redacted = "***"
-
-// Redact returns an action's JSON as reads may show it: the password of
-// an HTTP action's URL and the values of headers that carry credentials
-// (Authorization, Proxy-Authorization, Cookie, and names ending in -Token,
-// -Key, -Secret, -Signature or containing "password") replaced by ***.
-// Anything it cannot parse is returned unchanged (it was validated when
-// stored).
-func Redact(raw json.RawMessage) json.RawMessage {
 	var w map[string]json.RawMessage
-	if json.Unmarshal(raw, &w) != nil || len(w["http"]) == 0 {
-		return raw
+	if json.Unmarshal(raw, &w) != nil {
+		return false
 	}
-	var h map[string]any
-	if json.Unmarshal(w["http"], &h) != nil {
-		return raw
-	}
-	changed := false
-	if s, ok := h["url"].(string); ok {
-		if u, err := url.Parse(s); err == nil && u.User != nil {
-			if _, has := u.User.Password(); has {
-				u.User = url.UserPassword(u.User.Username(), Redacted)
-				h["url"] = strings.Replace(u.String(), url.QueryEscape(Redacted), Redacted, 1)
-				changed = true
-			}
-		}
-	}
-	if hdrs, ok := h["headers"].(map[string]any); ok {
-		for k, v := range hdrs {
-			// A {"env"|"file"} reference names a secret; it holds none.
-			if _, literal := v.(string); literal && SecretHeader(k) {
-				hdrs[k], changed = Redacted, true
-			}
-		}
-	}
-	if !changed {
-		return raw
-	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return raw
-	}
-	w["http"] = b
-	out, err := json.Marshal(w)
-	if err != nil {
-		return raw
-	}
-	return out
-}
-
-// SecretHeader reports whether a header's value is a credential.
-func SecretHeader(name string) bool {
-	n := strings.ToLower(name)
-	switch n {
-	case "authorization", "proxy-authorization", "cookie", "set-cookie":
-		return true
-	}
-	for _, suffix := range []string{"-token", "-key", "-secret", "-signature", "_token", "_key", "_secret"} {
-		if strings.HasSuffix(n, suffix) {
+	for k, v := range w {
+		if strings.EqualFold(k, "exec") && present(v) {
 			return true
 		}
 	}
-	return strings.Contains(n, "password") || strings.Contains(n, "apikey")
+	return false
 }
 
 // SecretRef names a secret the node reads when it needs it: an

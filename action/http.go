@@ -84,7 +84,8 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 	}
 	// What the run's output and error must not show: credentials in the
 	// URL and in headers, the secrets the node resolved.
-	secrets := append(nodeSecrets(), urlSecret(h.URL)...)
+	// (net/http derives "Authorization: Basic …" from the URL's password.)
+	secrets := append(nodeSecrets(), urlPasswords(h.URL)...)
 	for name, value := range h.Headers {
 		if SecretHeader(name) {
 			secrets = append(secrets, credentialParts(value)...)
