@@ -209,11 +209,22 @@ func Parse(raw json.RawMessage) (Spec, error) {
 	return s, nil
 }
 
-// ValidateJSON reports whether raw is a valid action: Parse's error, or nil.
-// It fits scheduler.Config.ValidateAction.
+// ValidateJSON reports whether raw is a valid action: Parse's error, or
+// nil. It fits scheduler.Config.ValidateAction. An HTTP action whose URL's
+// host is an address (or localhost) the process's destination policy
+// refuses (SetDestinationPolicy) is refused too, naming action.http.url:
+// it could never be sent from here.
 func ValidateJSON(raw json.RawMessage) error {
-	_, err := Parse(raw)
-	return err
+	s, err := Parse(raw)
+	if err != nil {
+		return err
+	}
+	if s.HTTP != nil {
+		if err := checkURL(s.HTTP.URL); err != nil {
+			return invalid("action.http.url", "%v", err)
+		}
+	}
+	return nil
 }
 
 // Handle runs the action stored with the run (run.Action): Parse, then

@@ -125,9 +125,15 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 	if err := scheduler.Ensure(ctx); err != nil {
 		return fmt.Errorf("http action not sent: %w", err)
 	}
+	if err := checkURL(h.URL); err != nil {
+		return fmt.Errorf("http action not sent: %w", err)
+	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
+		var destErr *DestinationError
 		switch {
+		case errors.As(err, &destErr):
+			return fmt.Errorf("http action not sent: %w", destErr)
 		case errors.Is(err, errGateClosed):
 			var uerr *url.Error
 			if errors.As(err, &uerr) {
