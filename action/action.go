@@ -6,6 +6,35 @@
 // handing the action the run's identity: the Idempotency-Key and Sqlease-*
 // headers of an HTTP request, or the SQLEASE_* environment of a command.
 // Handle plugs both into a scheduler.
+//
+// # Redaction: which function each surface calls
+//
+// Secrets reach an action (credential headers, URL passwords, references
+// to SQLEASE_SECRET_* variables and secret files), a singleton definition
+// (its variables) and the node itself (its API token, its database
+// password, registered once with AddNodeSecrets). One function per shape
+// decides what may be shown; every surface calls it and nothing else:
+//
+//   - an action's JSON (job views of the API, the dashboard, the CLI):
+//     Redact. It redacts what Parse reads, and Parse refuses the JSON that
+//     encoding/json would read otherwise than a map lookup (member names in
+//     another case, members given twice), so the action shown is the one
+//     that runs.
+//   - a singleton definition (its views): RedactProcess.
+//   - text an action or a process produced (a run's output and error, a
+//     singleton's log lines and last_error): RedactOutput; Spec.Run and
+//     RunProcess apply it themselves, with the secrets of the action or
+//     process in every form an echo may take (escaped, encoded, the Basic
+//     header net/http derives from a URL's password).
+//
+// SecretHeader and SecretName are the one rule for which header and
+// variable names hold secrets.
+//
+// # Where HTTP actions may connect
+//
+// A node reachable beyond loopback refuses HTTP actions to its own
+// loopback and link-local addresses (the cloud's metadata service), checked
+// on every address it dials: see DestinationPolicy.
 package action
 
 import (
@@ -308,8 +337,12 @@ func (s Spec) Validate() error {
 // response's status line and body. Secrets are replaced by Redaction in the
 // output and the error: the values of an HTTP action's credential headers
 // (SecretHeader) and of the secrets its headers reference, the credentials
-// of an "Authorization: Scheme credentials" value, the password of its URL,
-// and the values of the node's SQLEASE_SECRET_* variables.
+// of an "Authorization: Scheme credentials" value, the password of its URL
+// and the Basic credentials net/http derives from it, the values of the
+// node's SQLEASE_SECRET_* variables and those registered by
+// AddNodeSecrets — each also JSON-escaped, URL-escaped and in base64. An
+// HTTP action to a destination the node's policy refuses is not sent
+// (DestinationPolicy).
 func (s Spec) Run(ctx context.Context, run sqlease.Run) error {
 	if err := s.Validate(); err != nil {
 		return err

@@ -91,6 +91,7 @@ type DestinationError struct {
 	Addr string
 }
 
+// Error names the address and the setting that would allow it.
 func (e *DestinationError) Error() string {
 	return fmt.Sprintf("destination %s is refused by this node's destination policy (%s)", e.Addr, DestinationFlag)
 }

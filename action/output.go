@@ -102,7 +102,19 @@ func (c *capture) tail() (string, int64) {
 // and not overlapping: at each position the longest secret that matches.
 func findSecrets(b []byte, secrets []string) [][2]int {
 	var spans [][2]int
+	if len(secrets) == 0 {
+		return nil
+	}
+	// A secret's forms multiply the list: test them only where one starts.
+	var first [256]bool
+	for _, s := range secrets {
+		first[s[0]] = true
+	}
 	for i := 0; i < len(b); {
+		if !first[b[i]] {
+			i++
+			continue
+		}
 		matched := false
 		for _, s := range secrets { // longest first
 			if bytes.HasPrefix(b[i:], []byte(s)) {
