@@ -486,7 +486,7 @@ func decodeDuration(field string, raw json.RawMessage, d *Duration) error {
 // name is "exec" in any case (encoding/json's reading) — so that a gate on
 // exec actions is never passed by a spelling.
 func IsExec(raw json.RawMessage) bool {
-	if s, err := Parse(raw); err == nil {
+	if s, err := parseCached(raw); err == nil {
 		return s.Exec != nil
 	}
 	var w map[string]json.RawMessage

@@ -32,7 +32,7 @@ const Redacted = "***"
 // at all is shown as "***".
 func Redact(raw json.RawMessage) json.RawMessage {
 	var secrets []string
-	s, err := Parse(raw)
+	s, err := parseCached(raw) // Parse, shared with Handle: listings redact every job
 	if err == nil {
 		if s.HTTP == nil {
 			return raw

@@ -80,12 +80,12 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	action.AddNodeSecrets(append(dsnSecrets(cfg.DB), cfg.APIToken)...)
 	// HTTP actions of a node reachable beyond loopback do not reach its
 	// loopback and link-local services (the cloud's metadata address).
-	// The --http-action-allow list of exceptions goes in place of nil.
+	// The --http-action-allow list of exceptions goes in place of nil. Set
+	// once the node is built (below): the policy is the process's.
 	destinations, err := action.NewDestinationPolicy(cfg.HTTP, nil)
 	if err != nil {
 		return nil, usageError{err}
 	}
-	action.SetDestinationPolicy(destinations)
 	log := newLogger(logOut, cfg.LogFormat, cfg.LogLevel)
 	if trimmed {
 		log.Warn("api_token_trimmed", slog.String("hint", "the API token had surrounding whitespace (a newline at the end of a secret file?); it was removed"))
@@ -251,6 +251,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		LeaderDispatch: cfg.Dispatch == "leader", Singletons: n.singletons,
 		ListenAddr: cfg.HTTP, AllowedHosts: cfg.allowedHosts(), AllowExec: cfg.allowExec(cfg.HTTP),
 	}))
+	action.SetDestinationPolicy(destinations)
 	built = true
 	return n, nil
 }
