@@ -6,6 +6,35 @@
 // handing the action the run's identity: the Idempotency-Key and Sqlease-*
 // headers of an HTTP request, or the SQLEASE_* environment of a command.
 // Handle plugs both into a scheduler.
+//
+// # Redaction: which function each surface calls
+//
+// Secrets reach an action (credential headers, URL passwords, references
+// to SQLEASE_SECRET_* variables and secret files), a singleton definition
+// (its variables) and the node itself (its API token, its database
+// password, registered once with AddNodeSecrets). One function per shape
+// decides what may be shown; every surface calls it and nothing else:
+//
+//   - an action's JSON (job views of the API, the dashboard, the CLI):
+//     Redact. It redacts what Parse reads, and Parse refuses the JSON that
+//     encoding/json would read otherwise than a map lookup (member names in
+//     another case, members given twice), so the action shown is the one
+//     that runs.
+//   - a singleton definition (its views): RedactProcess.
+//   - text an action or a process produced (a run's output and error, a
+//     singleton's log lines and last_error): RedactOutput; Spec.Run and
+//     RunProcess apply it themselves, with the secrets of the action or
+//     process in every form an echo may take (escaped, encoded, the Basic
+//     header net/http derives from a URL's password).
+//
+// SecretHeader and SecretName are the one rule for which header and
+// variable names hold secrets.
+//
+// # Where HTTP actions may connect
+//
+// A node reachable beyond loopback refuses HTTP actions to its own
+// loopback and link-local addresses (the cloud's metadata service), checked
+// on every address it dials: see DestinationPolicy.
 package action
 
 import (
@@ -15,7 +44,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,6 +53,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/strictjson"
 )
 
 // Defaults and bounds.
@@ -209,11 +238,22 @@ func Parse(raw json.RawMessage) (Spec, error) {
 	return s, nil
 }
 
-// ValidateJSON reports whether raw is a valid action: Parse's error, or nil.
-// It fits scheduler.Config.ValidateAction.
+// ValidateJSON reports whether raw is a valid action: Parse's error, or
+// nil. It fits scheduler.Config.ValidateAction. An HTTP action whose URL's
+// host is an address (or localhost) the process's destination policy
+// refuses (SetDestinationPolicy) is refused too, naming action.http.url:
+// it could never be sent from here.
 func ValidateJSON(raw json.RawMessage) error {
-	_, err := Parse(raw)
-	return err
+	s, err := Parse(raw)
+	if err != nil {
+		return err
+	}
+	if s.HTTP != nil {
+		if err := checkURL(s.HTTP.URL); err != nil {
+			return invalid("action.http.url", "%v", err)
+		}
+	}
+	return nil
 }
 
 // Handle runs the action stored with the run (run.Action): Parse, then
@@ -297,8 +337,12 @@ func (s Spec) Validate() error {
 // response's status line and body. Secrets are replaced by Redaction in the
 // output and the error: the values of an HTTP action's credential headers
 // (SecretHeader) and of the secrets its headers reference, the credentials
-// of an "Authorization: Scheme credentials" value, the password of its URL,
-// and the values of the node's SQLEASE_SECRET_* variables.
+// of an "Authorization: Scheme credentials" value, the password of its URL
+// and the Basic credentials net/http derives from it, the values of the
+// node's SQLEASE_SECRET_* variables and those registered by
+// AddNodeSecrets — each also JSON-escaped, URL-escaped and in base64. An
+// HTTP action to a destination the node's policy refuses is not sent
+// (DestinationPolicy).
 func (s Spec) Run(ctx context.Context, run sqlease.Run) error {
 	if err := s.Validate(); err != nil {
 		return err
@@ -370,6 +414,13 @@ func decodeStrict(field string, raw json.RawMessage, v any) error {
 	if !present(raw) {
 		return invalid(field, "is required")
 	}
+	// encoding/json matches member names to fields in any case and keeps
+	// the last of two members of one name; what reads the text another
+	// way (Redact, IsExec, a person) would see another action than the one
+	// that runs.
+	if err := checkCanonical(field, raw, v); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -396,6 +447,20 @@ func decodeStrict(field string, raw json.RawMessage, v any) error {
 	return nil
 }
 
+// checkCanonical refuses, naming the member under field, what
+// strictjson.Check refuses.
+func checkCanonical(field string, raw []byte, v any) error {
+	err := strictjson.Check(raw, v, strictjson.Options{})
+	var e *strictjson.Error
+	if !errors.As(err, &e) {
+		return nil
+	}
+	if e.Path != "" {
+		field += "." + e.Path
+	}
+	return invalid(field, "%s", e.Problem)
+}
+
 func jsonKind(goKind string) string {
 	switch goKind {
 	case "slice", "array":
@@ -416,78 +481,24 @@ func decodeDuration(field string, raw json.RawMessage, d *Duration) error {
 	return nil
 }
 
-// IsExec reports whether an action's JSON is an exec action.
+// IsExec reports whether an action's JSON is an exec action: what Parse
+// reads, or, for an action Parse refuses, whether any top-level member's
+// name is "exec" in any case (encoding/json's reading) — so that a gate on
+// exec actions is never passed by a spelling.
 func IsExec(raw json.RawMessage) bool {
-	var w struct {
-		Exec json.RawMessage `json:"exec"`
+	if s, err := parseCached(raw); err == nil {
+		return s.Exec != nil
 	}
-	return json.Unmarshal(raw, &w) == nil && len(w.Exec) > 0 && string(w.Exec) != "null"
-}
-
-// Redacted replaces a secret in what the API shows of an action.
-const Redacted = "***"
-
-// Redact returns an action's JSON as reads may show it: the password of
-// an HTTP action's URL and the values of headers that carry credentials
-// (Authorization, Proxy-Authorization, Cookie, and names ending in -Token,
-// -Key, -Secret, -Signature or containing "password") replaced by ***.
-// Anything it cannot parse is returned unchanged (it was validated when
-// stored).
-func Redact(raw json.RawMessage) json.RawMessage {
 	var w map[string]json.RawMessage
-	if json.Unmarshal(raw, &w) != nil || len(w["http"]) == 0 {
-		return raw
+	if json.Unmarshal(raw, &w) != nil {
+		return false
 	}
-	var h map[string]any
-	if json.Unmarshal(w["http"], &h) != nil {
-		return raw
-	}
-	changed := false
-	if s, ok := h["url"].(string); ok {
-		if u, err := url.Parse(s); err == nil && u.User != nil {
-			if _, has := u.User.Password(); has {
-				u.User = url.UserPassword(u.User.Username(), Redacted)
-				h["url"] = strings.Replace(u.String(), url.QueryEscape(Redacted), Redacted, 1)
-				changed = true
-			}
-		}
-	}
-	if hdrs, ok := h["headers"].(map[string]any); ok {
-		for k, v := range hdrs {
-			// A {"env"|"file"} reference names a secret; it holds none.
-			if _, literal := v.(string); literal && SecretHeader(k) {
-				hdrs[k], changed = Redacted, true
-			}
-		}
-	}
-	if !changed {
-		return raw
-	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return raw
-	}
-	w["http"] = b
-	out, err := json.Marshal(w)
-	if err != nil {
-		return raw
-	}
-	return out
-}
-
-// SecretHeader reports whether a header's value is a credential.
-func SecretHeader(name string) bool {
-	n := strings.ToLower(name)
-	switch n {
-	case "authorization", "proxy-authorization", "cookie", "set-cookie":
-		return true
-	}
-	for _, suffix := range []string{"-token", "-key", "-secret", "-signature", "_token", "_key", "_secret"} {
-		if strings.HasSuffix(n, suffix) {
+	for k, v := range w {
+		if strings.EqualFold(k, "exec") && present(v) {
 			return true
 		}
 	}
-	return strings.Contains(n, "password") || strings.Contains(n, "apikey")
+	return false
 }
 
 // SecretRef names a secret the node reads when it needs it: an

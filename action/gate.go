@@ -50,7 +50,9 @@ func gatedTransport() *http.Transport {
 	// every delivery past the second opens (and a TIME_WAIT closes) one.
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 512
-	dial := (&net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive}).DialContext
+	// Where actions may connect: DestinationPolicy, checked per address.
+	t.Proxy = policedProxy
+	dial := policedDial(&net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive})
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {

@@ -84,7 +84,8 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 	}
 	// What the run's output and error must not show: credentials in the
 	// URL and in headers, the secrets the node resolved.
-	secrets := append(nodeSecrets(), urlSecret(h.URL)...)
+	// (net/http derives "Authorization: Basic …" from the URL's password.)
+	secrets := append(nodeSecrets(), urlPasswords(h.URL)...)
 	for name, value := range h.Headers {
 		if SecretHeader(name) {
 			secrets = append(secrets, credentialParts(value)...)
@@ -124,9 +125,15 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 	if err := scheduler.Ensure(ctx); err != nil {
 		return fmt.Errorf("http action not sent: %w", err)
 	}
+	if err := checkURL(h.URL); err != nil {
+		return fmt.Errorf("http action not sent: %w", err)
+	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
+		var destErr *DestinationError
 		switch {
+		case errors.As(err, &destErr):
+			return fmt.Errorf("http action not sent: %w", destErr)
 		case errors.Is(err, errGateClosed):
 			var uerr *url.Error
 			if errors.As(err, &uerr) {

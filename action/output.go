@@ -3,9 +3,6 @@ package action
 import (
 	"bytes"
 	"context"
-	"net/url"
-	"os"
-	"sort"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -105,7 +102,19 @@ func (c *capture) tail() (string, int64) {
 // and not overlapping: at each position the longest secret that matches.
 func findSecrets(b []byte, secrets []string) [][2]int {
 	var spans [][2]int
+	if len(secrets) == 0 {
+		return nil
+	}
+	// A secret's forms multiply the list: test them only where one starts.
+	var first [256]bool
+	for _, s := range secrets {
+		first[s[0]] = true
+	}
 	for i := 0; i < len(b); {
+		if !first[b[i]] {
+			i++
+			continue
+		}
 		matched := false
 		for _, s := range secrets { // longest first
 			if bytes.HasPrefix(b[i:], []byte(s)) {
@@ -191,55 +200,4 @@ func firstLine(s string, max int) string {
 		line += "…"
 	}
 	return line
-}
-
-// nodeSecrets are the values of the node's SQLEASE_SECRET_* variables: the
-// secrets actions may reference, redacted from every action's output even
-// where no action names them (a command that found its way to one).
-func nodeSecrets() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if name, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(name, SecretEnvPrefix) && v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
-// secretList orders secrets for redaction: distinct, non-empty, longest
-// first (so that a secret containing another is replaced whole).
-func secretList(secrets ...string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, s := range secrets {
-		if s != "" && !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out
-}
-
-// credentialParts returns a header value and, for "Scheme credentials"
-// (Bearer, Basic, Token …), the credentials alone, also decoded where they
-// are a URL's user information.
-func credentialParts(v string) []string {
-	out := []string{v}
-	if _, cred, ok := strings.Cut(strings.TrimSpace(v), " "); ok {
-		out = append(out, strings.TrimSpace(cred))
-	}
-	return out
-}
-
-// urlSecret returns the password of a URL's user information, if any.
-func urlSecret(raw string) []string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return nil
-	}
-	if p, ok := u.User.Password(); ok {
-		return []string{p, url.QueryEscape(p), url.PathEscape(p)}
-	}
-	return nil
 }

@@ -154,7 +154,7 @@ func (r singletonRow) cost() int {
 		n += escaped(c) + 8
 	}
 	for k, v := range r.Env {
-		n += escapedAll(k, v) + 16
+		n += escapedAll(k, v.String()) + 16
 	}
 	return n
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/dashboard"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/httpapi"
@@ -47,7 +48,7 @@ func (s *site) signIn(token string) {
 // fragments. A new page that skips redaction fails here.
 func TestNoSecretOnAnyPage(t *testing.T) {
 	listed := singletonList{{Name: "ingest", Command: []string{"/bin/ingest", "--db", "postgres://u:***@db/x"}, Status: "running",
-		Env: map[string]string{"DB_PASSWORD": "***", "REGION": "eu"}, State: []byte(`{"cursor":41}`)}}
+		Env: map[string]action.EnvValue{"DB_PASSWORD": {Value: "***"}, "REGION": {Value: "eu"}}, State: []byte(`{"cursor":41}`)}}
 	s := newSite(t, testToken, "127.0.0.1:0", func(c *dashboard.Config) { c.Singletons = listed })
 	ctx := context.Background()
 	act := `{"http":{"url":"https://svc:` + urlSecret + `@host.example/hook","method":"POST","headers":{"Authorization":"Bearer ` + headerSecret + `","X-Api-Key":"` + headerSecret + `"}}}`
@@ -414,7 +415,7 @@ func TestPageBudget(t *testing.T) {
 	var ss singletonList
 	for i := range 40 {
 		ss = append(ss, httpapi.Singleton{Name: fmt.Sprintf("s%02d", i), Status: "running", Command: []string{"/bin/run", strings.Repeat("a", 1000)},
-			Env: map[string]string{"BLOB": strings.Repeat("e", 500<<10)}, State: json.RawMessage(`"` + strings.Repeat("s", 500<<10) + `"`)})
+			Env: map[string]action.EnvValue{"BLOB": {Value: strings.Repeat("e", 500<<10)}}, State: json.RawMessage(`"` + strings.Repeat("s", 500<<10) + `"`)})
 	}
 	s := newSite(t, "", "127.0.0.1:0", func(c *dashboard.Config) { c.Singletons = ss })
 	s.job("echo", false)

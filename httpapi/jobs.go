@@ -18,6 +18,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/action"
+	"github.com/sqlease/sqlease/internal/strictjson"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlstore"
 )
@@ -227,6 +228,11 @@ func DecodeJob(body io.Reader) (sqlease.Job, error) {
 	}
 	if bytes.IndexByte(raw, 0) >= 0 || bytes.Contains(bytes.ToLower(raw), []byte(`\u0000`)) {
 		return sqlease.Job{}, badRequest("body: a string contains a NUL character (\\u0000)")
+	}
+	// Member names exactly as documented, none twice (encoding/json
+	// would read "Name" as name and keep the last of two).
+	if err := strictjson.Check(raw, &wireJob{}, strictjson.Options{NoNUL: true}); err != nil {
+		return sqlease.Job{}, badRequest("%v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

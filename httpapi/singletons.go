@@ -17,19 +17,19 @@ import (
 // Singleton is a daemon singleton as the API shows it (API.md
 // "Singletons"). Times are RFC 3339 UTC, database time.
 type Singleton struct {
-	Name         string            `json:"name"`
-	Command      []string          `json:"command"`
-	Env          map[string]string `json:"env,omitempty"`
-	Heartbeat    string            `json:"heartbeat"`
-	StopTimeout  string            `json:"stop_timeout"`
-	Status       string            `json:"status"`
-	Holder       string            `json:"holder,omitempty"`
-	Epoch        int64             `json:"epoch"`
-	State        json.RawMessage   `json:"state"`
-	StateSavedAt string            `json:"state_saved_at,omitempty"`
-	HeartbeatAt  string            `json:"heartbeat_at,omitempty"`
-	StartedAt    string            `json:"started_at,omitempty"`
-	Restarts     int64             `json:"restarts"`
+	Name         string                     `json:"name"`
+	Command      []string                   `json:"command"`
+	Env          map[string]action.EnvValue `json:"env,omitempty"`
+	Heartbeat    string                     `json:"heartbeat"`
+	StopTimeout  string                     `json:"stop_timeout"`
+	Status       string                     `json:"status"`
+	Holder       string                     `json:"holder,omitempty"`
+	Epoch        int64                      `json:"epoch"`
+	State        json.RawMessage            `json:"state"`
+	StateSavedAt string                     `json:"state_saved_at,omitempty"`
+	HeartbeatAt  string                     `json:"heartbeat_at,omitempty"`
+	StartedAt    string                     `json:"started_at,omitempty"`
+	Restarts     int64                      `json:"restarts"`
 }
 
 // SingletonList is the body of GET /v1/singletons?limit=&after=, ordered

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/httpapi"
 )
 
@@ -103,7 +104,7 @@ func TestSingletonsPaged(t *testing.T) {
 	for i := range 40 {
 		name := fmt.Sprintf("s%02d", i)
 		f.all[name] = httpapi.Singleton{Name: name, Command: []string{"true"}, Status: "unplaced",
-			Env:   map[string]string{"BIG": strings.Repeat("e", 900<<10)},
+			Env:   map[string]action.EnvValue{"BIG": {Value: strings.Repeat("e", 900<<10)}},
 			State: json.RawMessage(`"` + strings.Repeat("s", 64<<10) + `"`)}
 	}
 	n, _ := singletonNode(t, f, "")
@@ -149,7 +150,7 @@ func TestSingletonsPaged(t *testing.T) {
 func TestSingletonNamedStateNeedsToken(t *testing.T) {
 	f := &fakeSingletons{all: map[string]httpapi.Singleton{}}
 	for _, name := range []string{"state", "heartbeat"} {
-		f.all[name] = httpapi.Singleton{Name: name, Command: []string{"true"}, Env: map[string]string{"SECRET": "x"}}
+		f.all[name] = httpapi.Singleton{Name: name, Command: []string{"true"}, Env: map[string]action.EnvValue{"SECRET": {Value: "x"}}}
 	}
 	n, _ := singletonNode(t, f, "tok")
 	for _, path := range []string{"/v1/singletons/state", "/v1/singletons/heartbeat"} {

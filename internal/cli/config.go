@@ -51,6 +51,10 @@ type Config struct {
 	// TrustForwardedProto when a proxy says X-Forwarded-Proto: https.
 	SecureCookies       bool
 	TrustForwardedProto bool
+	// HTTPActionAllow lists, comma-separated, the networks (CIDR), addresses
+	// and host names HTTP actions may reach although the destination policy
+	// refuses them (loopback and link-local, beyond loopback).
+	HTTPActionAllow string
 }
 
 // DefaultDB is the embedded SQLite file a node uses when no --db is given.
@@ -178,7 +182,8 @@ var settings = []setting{
 	str("api-token-file", "file holding the API token (surrounding whitespace ignored)", func(c *Config) *string { return &c.APITokenFile }, false, true),
 	str("allowed-hosts", "comma-separated host names the API is reached by besides loopback (e.g. behind a proxy); * for any", func(c *Config) *string { return &c.AllowedHosts }, false, true),
 	str("exec-user", "run exec actions and singleton processes as this OS user (the daemon must run as root)", func(c *Config) *string { return &c.ExecUser }, false, true),
-	oneOf("allow-exec", "allow exec actions (default: only when --http listens on loopback)", func(c *Config) *string { return &c.AllowExec }, "true", "false"),
+	oneOf("allow-exec", "allow exec actions and singletons (default: only when --http listens on loopback)", func(c *Config) *string { return &c.AllowExec }, "true", "false"),
+	str("http-action-allow", "comma-separated networks (CIDR), addresses or host names HTTP actions may reach although they are loopback or link-local (refused by default when --http listens beyond loopback)", func(c *Config) *string { return &c.HTTPActionAllow }, false, true),
 	oneOf("log-format", "log format", func(c *Config) *string { return &c.LogFormat }, "text", "json"),
 	oneOf("log-level", "log level", func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error"),
 	boolean("migrate", "apply schema migrations at start", func(c *Config) *bool { return &c.Migrate }),
@@ -436,9 +441,12 @@ func (c Config) execPolicy() action.ExecPolicy {
 }
 
 // allowedHosts splits --allowed-hosts.
-func (c Config) allowedHosts() []string {
+func (c Config) allowedHosts() []string { return splitList(c.AllowedHosts) }
+
+// splitList splits a comma-separated setting, dropping empty items.
+func splitList(s string) []string {
 	var out []string
-	for _, h := range strings.Split(c.AllowedHosts, ",") {
+	for _, h := range strings.Split(s, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			out = append(out, h)
 		}

@@ -75,6 +75,17 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	if err := action.SetExecUser(cfg.ExecUser); err != nil {
 		return nil, usageError{err}
 	}
+	// A command can read its parent's environment and files: the node's
+	// own secrets never show in a run's output nor a singleton's log lines.
+	action.AddNodeSecrets(append(dsnSecrets(cfg.DB), cfg.APIToken)...)
+	// HTTP actions of a node reachable beyond loopback do not reach its
+	// loopback and link-local services (the cloud's metadata address).
+	// The --http-action-allow list of exceptions goes in place of nil. Set
+	// once the node is built (below): the policy is the process's.
+	destinations, err := action.NewDestinationPolicy(cfg.HTTP, splitList(cfg.HTTPActionAllow))
+	if err != nil {
+		return nil, usageError{err}
+	}
 	log := newLogger(logOut, cfg.LogFormat, cfg.LogLevel)
 	if trimmed {
 		log.Warn("api_token_trimmed", slog.String("hint", "the API token had surrounding whitespace (a newline at the end of a secret file?); it was removed"))
@@ -246,6 +257,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		LeaderDispatch: cfg.Dispatch == "leader", Singletons: n.singletons,
 		ListenAddr: cfg.HTTP, AllowedHosts: cfg.allowedHosts(), Exec: execPolicy,
 	}))
+	action.SetDestinationPolicy(destinations)
 	built = true
 	return n, nil
 }

@@ -45,7 +45,8 @@ func (s singletonAdmin) view(ctx context.Context, row sqlstore.SingletonRow) (ht
 	if state == nil {
 		state = spec.InitialState
 	}
-	out := httpapi.Singleton{Name: row.Name, Command: spec.Command, Env: spec.Env,
+	shown := action.RedactProcess(spec)
+	out := httpapi.Singleton{Name: row.Name, Command: shown.Command, Env: shown.Env,
 		Heartbeat: spec.Heartbeat.String(), StopTimeout: spec.StopTimeout.String(),
 		Status: singleton.FleetStatus(row, lease, time.Duration(spec.Heartbeat)), State: state,
 		StateSavedAt: stamp(row.StateSavedAt), HeartbeatAt: stamp(row.HeartbeatAt), StartedAt: stamp(row.StartedAt),
@@ -345,7 +346,7 @@ func (h *singletonHost) body(spec action.ProcessSpec) func(ctx context.Context, 
 			"SQLEASE_HOLDER=" + tok.Holder, "SQLEASE_STATE=" + string(state), "SQLEASE_API=" + h.api,
 			"SQLEASE_SINGLETON_TOKEN=" + token}
 		h.log.Info("singleton_process_started", slog.String("singleton", spec.Name), slog.Int64("lease_epoch", tok.Epoch))
-		err := action.RunProcess(ctx, spec, env, in.ActDeadline)
+		err := action.RunProcess(ctx, spec, action.ProcessOptions{Env: env, Until: in.ActDeadline, Logger: h.log})
 		h.log.Info("singleton_process_exited", slog.String("singleton", spec.Name), slog.Int64("lease_epoch", tok.Epoch),
 			slog.Any("error", err))
 		return err
