@@ -13,7 +13,9 @@
 //	    the first epoch after the failover must be above every epoch told
 //	    before it (also the ones the replica never received), and no two
 //	    terms may have acted at once, a lost term counting until its local
-//	    deadline (Elector.ActUntil).
+//	    deadline (Elector.ActUntil). Run in lease mode and in advisory
+//	    mode (leadership through the session lock and the takeover), about
+//	    6 s each.
 //
 // The fault is the database's, so the electors are goroutines of the test
 // process, each with its own connection pool, against the real servers.

@@ -82,15 +82,21 @@ func (l *ledger) snapshot() []term {
 	return append([]term(nil), l.terms...)
 }
 
-// TestAsyncFailover: see the package documentation.
+// TestAsyncFailover: see the package documentation. In advisory mode
+// leadership passes through the session lock (a takeover), which honours
+// the hold-off as an acquire does.
 func TestAsyncFailover(t *testing.T) {
+	t.Run("lease", func(t *testing.T) { testAsyncFailover(t, false) })
+	t.Run("advisory", func(t *testing.T) { testAsyncFailover(t, true) })
+}
+
+func testAsyncFailover(t *testing.T, advisory bool) {
 	begin := time.Now()
 	primary := pgtest.Start(t)
 	replica := primary.StartReplica(t)
 	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
 		primary.Port(), replica.Port())
 	ctx := t.Context()
-	replica.WaitReplayed(t, primary)
 
 	var l ledger
 	l.began = make(chan struct{}, 1)
@@ -105,6 +111,7 @@ func TestAsyncFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	migrated.DB().Close()
+	t.Logf("migrated at +%v", time.Since(begin).Round(time.Millisecond))
 	for i := range nodes {
 		db, err := postgres.Open(dsn)
 		if err != nil {
@@ -115,9 +122,15 @@ func TestAsyncFailover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		var locker sqlease.SessionLocker
+		if advisory {
+			if locker, err = postgres.NewLocker(postgres.AdvisoryConfig{DSN: dsn, Prefix: "sqlease"}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		var e *election.Elector
 		e, err = election.New(election.Config{
-			Store: s, HolderID: fmt.Sprintf("node-%d", i),
+			Store: s, SessionLocker: locker, HolderID: fmt.Sprintf("node-%d", i),
 			LeaseDuration: leaseDuration, RenewInterval: renewInterval,
 			AcquireInterval: acquireEvery, AcquireJitter: -1, ResignHoldoff: 100 * time.Millisecond,
 			OnStartedLeading: func(ctx context.Context, tok sqlease.Token) {
