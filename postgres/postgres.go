@@ -9,6 +9,13 @@
 // transaction's idle_in_transaction_session_timeout and statement_timeout to
 // the lease's remaining time (+100 ms), so a holder frozen inside a fenced
 // transaction cannot keep followers out after its lease has expired.
+//
+// Every epoch it hands out (leases, advisory takeovers, job claims) folds in
+// the server's timeline, and a new timeline — a promoted replica that may
+// lack the old primary's last writes — holds off new terms for a lease
+// duration, so that epochs never repeat or go back across a failover and no
+// term of the old timeline acts beside one of the new (timeline.go, which
+// also states what holds on each deployment).
 package postgres
 
 import (
