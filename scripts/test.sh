@@ -423,7 +423,8 @@ if ((status == 0)) && ((fuzz)); then
 	# deadline exceeded" with no failing input; CI on ad6779f). The counts
 	# take about 10 s each here.
 	fuzzcache=$(mktemp -d)
-	for target in "FuzzDecodeJob ./httpapi 30000x" "FuzzConfigFile ./internal/cli 3000x"; do
+	for target in "FuzzDecodeJob ./httpapi 30000x" "FuzzConfigFile ./internal/cli 3000x" "FuzzRedact ./action 5000x" \
+		"FuzzParseProcessSpec ./action 5000x" "FuzzForms ./dashboard 500x" "FuzzSingletonCreate ./internal/cli 500x"; do
 		set -- $target
 		budget=${SQLEASE_FUZZTIME:-$3}
 		say "go test -run '^\$' -fuzz $1 -fuzztime $budget -fuzzminimizetime 2s -parallel 1 $2 -args -test.fuzzcachedir=$fuzzcache"
