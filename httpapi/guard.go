@@ -93,6 +93,7 @@ func jsonBody(r *http.Request) bool {
 // guard answers a request the guard refuses and reports whether it did.
 func (a *api) guard(w http.ResponseWriter, r *http.Request) bool {
 	if !a.hostAllowed(r) {
+		unread(w, r)
 		writeProblem(w, http.StatusMisdirectedRequest,
 			"Host: "+r.Host+" is not a name this node answers to (add it with --allowed-hosts when a proxy or DNS name reaches the node)")
 		return true
@@ -101,10 +102,12 @@ func (a *api) guard(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	if why := crossSite(r); why != "" {
+		unread(w, r)
 		writeProblem(w, http.StatusForbidden, why+": cross-site requests may not change anything")
 		return true
 	}
 	if !jsonBody(r) {
+		unread(w, r)
 		writeProblem(w, http.StatusUnsupportedMediaType, "Content-Type: must be application/json, got "+r.Header.Get("Content-Type"))
 		return true
 	}

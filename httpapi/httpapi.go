@@ -264,7 +264,7 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// sniff them into something else.
 	sw.Header().Set("X-Content-Type-Options", "nosniff")
 	if a.guard(sw, r) {
-		unread(sw, r)
+		dropBody(sw, r)
 		return
 	}
 	_, pattern := a.mux.Handler(r)

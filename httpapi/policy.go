@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -180,42 +181,45 @@ func (a *api) enforce(w http.ResponseWriter, r *http.Request, p Policy) (release
 			f()
 		}
 	}
+	// refuse answers a refused request: the slot (and any memory) is given
+	// back first, the answer sent, then the unread body dropped.
+	refuse := func(answer func()) (func(), bool) {
+		release()
+		unread(w, r)
+		answer()
+		dropBody(w, r)
+		return nil, false
+	}
 
 	if !p.Probe {
 		select {
 		case a.limits.slots <- struct{}{}:
 			done = append(done, func() { <-a.limits.slots })
 		default:
-			unread(w, r)
-			w.Header().Set("Retry-After", "1")
-			writeProblem(w, http.StatusServiceUnavailable, "too many requests in flight; retry")
-			return nil, false
+			return refuse(func() {
+				w.Header().Set("Retry-After", "1")
+				writeProblem(w, http.StatusServiceUnavailable, "too many requests in flight; retry")
+			})
 		}
 	}
 	switch p.Auth {
 	case AuthToken:
 		if !a.authorized(r) {
-			release()
-			unread(w, r)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sqlease"`)
-			writeProblem(w, http.StatusUnauthorized, "Authorization: a valid bearer token is required for this request")
-			return nil, false
+			return refuse(func() {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="sqlease"`)
+				writeProblem(w, http.StatusUnauthorized, "Authorization: a valid bearer token is required for this request")
+			})
 		}
 	case AuthRunSecret:
 		// The handler compares the secret; one without any is refused
 		// here, before anything else is looked at.
 		if _, ok := bearerCredential(r); !ok {
-			release()
-			refuseRunSecret(w, r)
-			return nil, false
+			return refuse(func() { refuseRunSecret(w, r) })
 		}
 	}
 	if p.Exec == ExecAlways {
 		if err := a.cfg.Exec.Check("command"); err != nil {
-			release()
-			unread(w, r)
-			a.fail(w, r, err)
-			return nil, false
+			return refuse(func() { a.fail(w, r, err) })
 		}
 	}
 	// The body: refused when the route takes none or it is declared too
@@ -223,8 +227,16 @@ func (a *api) enforce(w http.ResponseWriter, r *http.Request, p Policy) (release
 	// bodies before any of it is read.
 	if r.ContentLength > p.Body || p.Body == 0 && r.ContentLength < 0 && hasBody(r) {
 		release()
-		unread(w, r)
+		if r.ContentLength > 0 && r.ContentLength <= p.Body+drainOversize {
+			// A little too large, most likely an honest client: read it
+			// to its end, so that the client, still writing, hears the
+			// 413 rather than a reset connection.
+			_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, r.ContentLength))
+		} else {
+			unread(w, r)
+		}
 		a.fail(w, r, &http.MaxBytesError{Limit: p.Body})
+		dropBody(w, r)
 		return nil, false
 	}
 	if p.Body > 0 {
@@ -239,11 +251,10 @@ func (a *api) enforce(w http.ResponseWriter, r *http.Request, p Policy) (release
 			err := a.limits.body.Acquire(ctx, n)
 			cancel()
 			if err != nil {
-				release()
-				unread(w, r)
-				w.Header().Set("Retry-After", "1")
-				writeProblem(w, http.StatusServiceUnavailable, "too many request bodies being read; retry")
-				return nil, false
+				return refuse(func() {
+					w.Header().Set("Retry-After", "1")
+					writeProblem(w, http.StatusServiceUnavailable, "too many request bodies being read; retry")
+				})
 			}
 			done = append(done, func() { a.limits.body.Release(n) })
 		}
@@ -270,14 +281,32 @@ func bearerCredential(r *http.Request) (string, bool) {
 	return c, c != ""
 }
 
-// unread marks the answer to a request refused before its body was read:
-// the connection closes after it, so that the server does not wait for a
-// body nobody will read (a slow client would hold the refusal, and its
-// connection, for as long as it trickles).
+// drainOversize is how far beyond its route's bound a declared body is
+// still read (and discarded) before the 413: further, the connection is
+// closed after the answer instead.
+const drainOversize = 1 << 20
+
+// unread, before the answer to a request refused without reading its body,
+// says that the connection closes after it: the server then sends the
+// answer at once instead of first reading what is left of the body (a
+// slow client would hold it for as long as it trickles).
 func unread(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 || hasBody(r) {
 		w.Header().Set("Connection", "close")
 	}
+}
+
+// dropBody, after that answer, flushes it — a client trickling its body
+// gets it at once — then closes the body, which reads a small rest to its
+// end or gives up on a large one (the server then closes the connection
+// after a lingering pause): either way a client still writing hears the
+// answer rather than a reset connection.
+func dropBody(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 && !hasBody(r) {
+		return
+	}
+	_ = http.NewResponseController(w).Flush()
+	_ = r.Body.Close()
 }
 
 // refuseRunSecret is the one answer to a running process's call without

@@ -201,6 +201,7 @@ func (a *api) processCall(fn func(r *http.Request, epoch int64, secret string) e
 		secret, ok := bearerCredential(r)
 		if !ok || a.cfg.Singletons.Authenticate(r.PathValue("name"), secret) != nil {
 			refuseRunSecret(w, r)
+			dropBody(w, r)
 			return
 		}
 		epoch, err := strconv.ParseInt(r.Header.Get("Sqlease-Epoch"), 10, 64)

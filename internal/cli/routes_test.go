@@ -219,16 +219,18 @@ func TestRoutePolicies(t *testing.T) {
 		}
 	}
 
-	// Listings past their byte budget: 40 jobs of 60 KiB actions, 8
-	// singletons of 200 KiB definitions.
+	// Listings past their byte budget: 40 jobs of 60 KiB actions, 12
+	// singletons of 120 KiB definitions.
 	for i := range 40 {
 		body := fmt.Sprintf(`{"name":"big-%02d","schedule":{"every":"1h"},"action":{"http":{"url":"http://127.0.0.1:9/","body":%q}}}`, i, strings.Repeat("x", 60<<10))
 		if r := tok.call(t, "POST", "/v1/jobs", body, bearer(testToken)...); r.status != 201 {
 			t.Fatalf("create: %d %s", r.status, clip(r.body))
 		}
 	}
-	for i := range 8 {
-		body := fmt.Sprintf(`{"name":"big-%d","command":["sleep","60"],"env":{"PAD":%q},"initial_state":{"pad":%q}}`, i, strings.Repeat("e", 100<<10), strings.Repeat("s", 60<<10))
+	for i := range 12 {
+		pad := strings.Repeat("e", 15<<10)
+		body := fmt.Sprintf(`{"name":"big-%02d","command":["sleep","60"],"env":{"PAD1":%q,"PAD2":%q,"PAD3":%q,"PAD4":%q},"initial_state":{"pad":%q}}`,
+			i, pad, pad, pad, pad, strings.Repeat("s", 60<<10))
 		if r := tok.call(t, "POST", "/v1/singletons", body, bearer(testToken)...); r.status != 201 {
 			t.Fatalf("create singleton: %d %s", r.status, clip(r.body))
 		}
@@ -270,13 +272,7 @@ func TestRoutePolicies(t *testing.T) {
 			}
 			// A body where none belongs, or beyond the route's bound: the
 			// declared length is refused before any of it is read.
-			size := int64(2 << 20)
-			if r.Pattern == "POST /v1/jobs:batch" {
-				size = httpapi.MaxBatchBytes + 1
-			}
-			if !row.body {
-				size = 10
-			}
+			size := int64(httpapi.MaxBatchBytes + 8<<20) // beyond every bound, by more than is read before a 413
 			if got := tok.declared(t, method, row.path, size); got != http.StatusRequestEntityTooLarge {
 				t.Errorf("%s %s declaring a %d-byte body: %d, want 413", method, row.path, size, got)
 			}
