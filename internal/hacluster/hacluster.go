@@ -111,6 +111,7 @@ type Member struct {
 	patroni *exec.Cmd
 	exited  chan struct{}
 	killed  bool
+	cut     bool // the replication proxy is down
 }
 
 // PatroniBin is the Patroni program Start runs.
@@ -511,10 +512,25 @@ func (m *Member) Killed() bool {
 // CutReplication takes the member's replication proxy down: the standbys
 // streaming from it lose their connections and cannot reconnect, while
 // clients (on Port) are untouched. Cut the primary's to cut every standby off.
-func (m *Member) CutReplication() { m.repl.Down() }
+func (m *Member) CutReplication() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.cut {
+		m.repl.Down()
+		m.cut = true
+	}
+}
 
-// RestoreReplication brings the replication proxy back.
-func (m *Member) RestoreReplication(t testing.TB) { m.repl.Up(t) }
+// RestoreReplication brings the replication proxy back (if it was cut).
+func (m *Member) RestoreReplication(t testing.TB) {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cut {
+		m.repl.Up(t)
+		m.cut = false
+	}
+}
 
 // URL is a URL of database db on this member alone (superuser postgres).
 func (m *Member) URL(db string) string {
@@ -853,8 +869,48 @@ func (c *Cluster) CreateDatabase(name string) error {
 		return err
 	}
 	defer db.Close()
-	_, err = db.Exec(`CREATE DATABASE ` + name)
-	return err
+	if _, err = db.Exec(`CREATE DATABASE ` + name); err != nil {
+		return err
+	}
+	// A client of the multi-host DSN may try a standby first, and pgx gives
+	// up on the other hosts when one answers that the database does not
+	// exist: wait until every running member has replayed it.
+	for _, m := range c.members {
+		if m.Killed() {
+			continue
+		}
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+			var ok bool
+			if err = m.query(`SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)`, []any{name}, &ok); err == nil && ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("database %s not on %s within a minute (%v)", name, m.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// query runs one single-row query on the member's PostgreSQL.
+func (m *Member) query(q string, args []any, dest ...any) error {
+	db, err := sql.Open("pgx", m.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return db.QueryRowContext(ctx, q, args...).Scan(dest...)
+}
+
+// Timeline returns the member's current timeline (on a primary, that of
+// the WAL it writes).
+func (m *Member) Timeline() (int64, error) {
+	var tl int64
+	err := m.query(`SELECT CASE WHEN pg_is_in_recovery() THEN (SELECT received_tli FROM pg_stat_wal_receiver)
+		ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END`, nil, &tl)
+	return tl, err
 }
 
 // stop kills everything and removes the directory.
