@@ -14,10 +14,12 @@ import (
 	"time"
 )
 
-// check is one spin run of lease.pml: the -D switches, and the assertion
-// expected to fail ("" when the model must verify without errors).
+// check is one spin run of lease.pml (or of file): the -D switches, and
+// the assertion expected to fail ("" when the model must verify without
+// errors).
 type check struct {
 	name string
+	file string // "" is lease.pml
 	defs []string
 	// refutedBy is a fragment of the text of the assertion the run must
 	// violate; "" means the run must find no error.
@@ -76,7 +78,27 @@ var checks = []check{
 	// a session loss (28 s, 13 M states); the fixed model in that
 	// configuration is checked by hand (README).
 	{name: "bug_f2_release_after_takeover", defs: with(advisoryMode, "-DSESSION_LOSS", "-DN=3", "-DHORIZON=8", "-DBUG_F2_RELEASE"), refutedBy: assertRetry},
+
+	// failover.pml: a failover to an asynchronous replica that lacks a
+	// suffix of the primary's writes (issue 31, postgres/timeline.go).
+	{name: "failover", file: failoverModel},
+	// Epochs folded, older terms' renews refused, but no hold-off: a term
+	// whose acquire (or renews) only the dead primary knew acts beside the
+	// first term of the new timeline.
+	{name: "failover_bug_no_holdoff", file: failoverModel, defs: []string{"-DBUG_NO_HOLDOFF"}, refutedBy: assertG1},
+	// A plain counter with the hold-off (the timeline in a column of its
+	// own): the epochs the replica never received are granted again.
+	{name: "failover_bug_plain_counter", file: failoverModel, defs: []string{"-DBUG_PLAIN_COUNTER"}, refutedBy: assertG2Failover},
+	// A hold-off shorter than a lease duration is not enough.
+	{name: "failover_bug_short_holdoff", file: failoverModel, defs: []string{"-DHOLD=2"}, refutedBy: assertG1},
+	{name: "failover_reach_holdoff", file: failoverModel, defs: []string{"-DREACH_HOLDOFF"}, refutedBy: "violated 0"},
+	{name: "failover_reach_new_term", file: failoverModel, defs: []string{"-DREACH_NEW_TERM"}, refutedBy: "(tl==1)"},
 }
+
+const (
+	failoverModel    = "failover.pml"
+	assertG2Failover = "(epoch>maxGranted)" // every epoch granted is above every one granted before, on either copy
+)
 
 func with(base []string, more ...string) []string {
 	return append(append([]string{}, base...), more...)
@@ -94,11 +116,15 @@ func TestSpin(t *testing.T) {
 	if err != nil {
 		t.Fatalf("gcc not found on PATH (%v): spin's verifier is C compiled with gcc", err)
 	}
-	model, err := filepath.Abs("lease.pml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range checks {
+		file := c.file
+		if file == "" {
+			file = "lease.pml"
+		}
+		model, err := filepath.Abs(file)
+		if err != nil {
+			t.Fatal(err)
+		}
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			r := verify(t, spin, cc, model, c.defs)

@@ -94,23 +94,17 @@ func advisoryQueries(prefix string) advisorySQL {
 		// lock) is live, and deposing it would open two gates at once
 		// (finding F1, model/README.md). Such a term is taken over only
 		// once it has expired; no row comes back until then.
-		takeover: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now)
-INSERT INTO {leases} AS l (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at, lease_locked)
-SELECT $1, $2, 1, n.now, n.now, n.now + $3::bigint * interval '1 millisecond', true FROM n
-ON CONFLICT (lease_name) DO UPDATE SET
-	holder_id = EXCLUDED.holder_id,
-	lease_epoch = l.lease_epoch + 1,
-	acquired_at = EXCLUDED.acquired_at,
-	renewed_at = EXCLUDED.renewed_at,
-	expires_at = EXCLUDED.expires_at,
-	lease_locked = true
-WHERE l.lease_locked OR l.expires_at <= EXCLUDED.acquired_at
-RETURNING l.lease_epoch, l.acquired_at, l.renewed_at, l.expires_at, l.acquired_at`),
+		//
+		// On a new timeline it holds off as Acquire does (timeline.go):
+		// the hold-off row it leaves is not lease_locked, so no lock
+		// winner deposes it before it expires.
+		takeover: leaseUpsert(prefix+"_leases", "l.lease_locked OR l.expires_at <= EXCLUDED.acquired_at", "true"),
 		// A term acquired without the lock that has won it since renews
 		// here too, and is marked as locked from then on.
 		renew: strings.ReplaceAll(r.Replace(`UPDATE {leases} AS l SET renewed_at = n.now, expires_at = n.now + $4::bigint * interval '1 millisecond', lease_locked = true
 FROM (SELECT clock_timestamp() AS now) AS n
 WHERE l.lease_name = $1 AND l.holder_id = $2 AND l.lease_epoch = $3 AND l.expires_at > n.now AND {held}
+	AND `+renewTimeline+`
 RETURNING l.acquired_at, l.renewed_at, l.expires_at, n.now`), "$KEY", "$5"),
 		holds: strings.ReplaceAll(r.Replace(`SELECT {held}`), "$KEY", "$1"),
 	}

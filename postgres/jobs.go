@@ -36,7 +36,15 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		"{ms}", "* interval '1 millisecond'",
 		// A job is due to claim (every claim statement says it the same
 		// way, on j at the database time n.now), and its lock is stale.
-		"{due}", "NOT j.paused AND j.next_run_at <= n.now AND (j.not_before IS NULL OR j.not_before <= n.now)",
+		//
+		// A claim's lock epoch folds in the timeline, as a lease's epoch
+		// does, and a claim under a term ($3: a worker lease's or the
+		// leader's epoch; 0 is a claim without a worker lease) of an older
+		// timeline is refused: claims on a new timeline wait for its
+		// hold-off (timeline.go).
+		"{due}", "NOT j.paused AND j.next_run_at <= n.now AND (j.not_before IS NULL OR j.not_before <= n.now) AND ($3::bigint = 0 OR $3::bigint >= n.tl)",
+		"{claimnow}", "SELECT clock_timestamp() AS now, "+timelineBase+" AS tl",
+		"{lockepoch}", "GREATEST(j.lock_epoch + 1, n.tl | 1)",
 		"{stale}", "j.locked_at + j.lock_timeout_ms * interval '1 millisecond' < n.now",
 		// A claim-mode worker's claim whose worker lease is gone (see
 		// sqlstore.WorkerLeasePrefix): reclaimable at once.
@@ -173,7 +181,7 @@ RETURNING {cols}`),
 		// paused = paused fires the change notification (see above).
 		Trigger: r.Replace(`UPDATE {jobs} SET next_run_at = clock_timestamp(), not_before = NULL, attempt = 0, paused = paused, last_modified_at = clock_timestamp()
 WHERE name = $1 AND locked_by IS NULL RETURNING {cols}`),
-		ClaimDue: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now),
+		ClaimDue: r.Replace(`WITH n AS ({claimnow}),
 c AS (
 	SELECT j.id, j.locked_by AS prev FROM {jobs} j, n
 	WHERE {due} AND (j.locked_by IS NULL OR {stale} OR {orphan})
@@ -181,21 +189,21 @@ c AS (
 	LIMIT $2
 	FOR UPDATE OF j SKIP LOCKED
 )
-UPDATE {jobs} j SET locked_by = $1, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
+UPDATE {jobs} j SET locked_by = $1, locked_at = n.now, lock_epoch = {lockepoch},
 	lock_lease_epoch = -$3::bigint
 FROM c, n WHERE j.id = c.id
 RETURNING {jcols}, n.now, c.prev IS NOT NULL`),
 		ClaimDueReclaimed: true,
-		ClaimJob: r.Replace(`UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
+		ClaimJob: r.Replace(`UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = {lockepoch},
 	lock_lease_epoch = $3
-FROM (SELECT clock_timestamp() AS now) n
+FROM ({claimnow}) n
 WHERE j.id = $1 AND {due}
   AND (j.locked_by IS NULL OR {stale} OR {ownterm})
 RETURNING {jcols}, n.now`),
 		// SKIP LOCKED: a row another transaction holds is left for a
 		// later claim rather than stalling the batch; id order is the
 		// lock order of every multi-job statement.
-		ClaimJobs: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now),
+		ClaimJobs: r.Replace(`WITH n AS ({claimnow}),
 c AS (
 	SELECT j.id, j.locked_by AS prev FROM {jobs} j, n
 	WHERE j.id = ANY($1::bigint[]) AND {due}
@@ -203,7 +211,7 @@ c AS (
 	ORDER BY j.id
 	FOR UPDATE OF j SKIP LOCKED
 )
-UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
+UPDATE {jobs} j SET locked_by = $2, locked_at = n.now, lock_epoch = {lockepoch},
 	lock_lease_epoch = $3
 FROM c, n WHERE j.id = c.id
 RETURNING {jcols}, n.now, c.prev IS NOT NULL`),
@@ -364,7 +372,7 @@ func isUniqueViolation(err error) bool {
 // join of u and i, which a guess of one row a side made a nested loop of
 // 256 × 256 rows.
 func claimStart(where, holder, leaseEpoch, runEpoch string) string {
-	return `WITH n AS (SELECT clock_timestamp() AS now),
+	return `WITH n AS ({claimnow}),
 c AS (
 	SELECT j.id, j.locked_by AS prev, GREATEST(j.attempt, COALESCE((SELECT max(r.attempt) FROM {runs} r
 		WHERE r.job_id = j.id AND r.scheduled_for = j.next_run_at), 0)) + 1 AS run_attempt
@@ -372,7 +380,7 @@ c AS (
 	WHERE ` + where + `
 	FOR UPDATE OF j SKIP LOCKED
 ), u AS (
-	UPDATE {jobs} j SET locked_by = ` + holder + `, locked_at = n.now, lock_epoch = j.lock_epoch + 1,
+	UPDATE {jobs} j SET locked_by = ` + holder + `, locked_at = n.now, lock_epoch = {lockepoch},
 		lock_lease_epoch = ` + leaseEpoch + `
 	FROM c, n WHERE j.id = c.id
 	RETURNING {startcols}, n.now AS claim_now, c.prev IS NOT NULL AS reclaimed, c.run_attempt,

@@ -131,22 +131,12 @@ EXECUTE FUNCTION {leases}_notify()`),
 		// a term acquired without the lock it must leave to expire.
 		Columns: []sqlstore.Column{{Table: prefix + "_leases", Name: "lease_locked",
 			Add: r.Replace(`ALTER TABLE {leases} ADD COLUMN IF NOT EXISTS lease_locked boolean NOT NULL DEFAULT false`)}},
-		// One clock reading per statement, taken in the CTE.
-		Acquire: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now)
-INSERT INTO {leases} AS l (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at)
-SELECT $1, $2, 1, n.now, n.now, n.now + $3::bigint * interval '1 millisecond' FROM n
-ON CONFLICT (lease_name) DO UPDATE SET
-	holder_id = EXCLUDED.holder_id,
-	lease_epoch = l.lease_epoch + 1,
-	acquired_at = EXCLUDED.acquired_at,
-	renewed_at = EXCLUDED.renewed_at,
-	expires_at = EXCLUDED.expires_at,
-	lease_locked = false
-WHERE l.expires_at <= EXCLUDED.acquired_at
-RETURNING l.lease_epoch, l.acquired_at, l.renewed_at, l.expires_at, l.acquired_at`),
+		// One clock reading per statement, taken in the CTE; the epoch
+		// folds in the timeline, and a new timeline holds off (timeline.go).
+		Acquire: leaseUpsert(prefix+"_leases", "l.expires_at <= EXCLUDED.acquired_at", "false"),
 		Renew: r.Replace(`UPDATE {leases} AS l SET renewed_at = n.now, expires_at = n.now + $4::bigint * interval '1 millisecond'
 FROM (SELECT clock_timestamp() AS now) AS n
-WHERE l.lease_name = $1 AND l.holder_id = $2 AND l.lease_epoch = $3 AND l.expires_at > n.now
+WHERE l.lease_name = $1 AND l.holder_id = $2 AND l.lease_epoch = $3 AND l.expires_at > n.now AND ` + renewTimeline + `
 RETURNING l.acquired_at, l.renewed_at, l.expires_at, n.now`),
 		Release: r.Replace(`UPDATE {leases} AS l SET expires_at = n.now
 FROM (SELECT clock_timestamp() AS now) AS n
@@ -154,7 +144,7 @@ WHERE l.lease_name = $1 AND l.holder_id = $2 AND l.lease_epoch = $3 AND l.expire
 		Get: r.Replace(`SELECT holder_id, lease_epoch, acquired_at, renewed_at, expires_at, clock_timestamp()
 FROM {leases} WHERE lease_name = $1`),
 		List: r.Replace(`SELECT lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at, clock_timestamp()
-FROM {leases} ORDER BY lease_name`),
+FROM {leases} WHERE lease_name <> '` + timelineMarker + `' ORDER BY lease_name`),
 		// Besides locking the row, bound how long this transaction may hold
 		// it: a holder paused mid-transaction (SIGSTOP, VM freeze) or a
 		// statement running past the lease would otherwise block every

@@ -126,3 +126,35 @@ func TestSharedServer(t *testing.T) {
 	}
 	t.Logf("shared server version %s", v)
 }
+
+// TestReplicaFailover: a streaming replica follows its primary, keeps only
+// what it received once the replication is cut, and is promoted to a new
+// timeline after the primary is killed.
+func TestReplicaFailover(t *testing.T) {
+	p := Start(t)
+	r := p.StartReplica(t)
+	ctx := context.Background()
+	pc := connect(t, p.URL())
+	if _, err := pc.Exec(ctx, `CREATE TABLE kept (v int); INSERT INTO kept VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	r.WaitReplayed(t, p)
+	r.CutReplication(t)
+	if _, err := pc.Exec(ctx, `SET synchronous_commit = on; INSERT INTO kept VALUES (2)`); err != nil {
+		t.Fatal(err)
+	}
+	p.Kill(t)
+	if err := pc.Ping(ctx); err == nil {
+		t.Fatal("ping on the killed primary succeeded")
+	}
+	if tl := r.Promote(t); tl != 2 {
+		t.Errorf("timeline after the promotion: %d, want 2", tl)
+	}
+	var n int
+	if err := connect(t, r.URL()).QueryRow(ctx, `INSERT INTO kept VALUES (3) RETURNING (SELECT count(*) FROM kept)`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("the promoted replica has %d rows before its own insert, want 1 (the one written before the cut)", n)
+	}
+}
