@@ -892,6 +892,21 @@ func (c *Cluster) CreateDatabase(name string) error {
 	return nil
 }
 
+// Exec runs a statement on the primary's database postgres.
+func (c *Cluster) Exec(stmt string) error {
+	primary, err := c.WaitPrimary(time.Minute, nil)
+	if err != nil {
+		return err
+	}
+	db, err := postgres.Open(primary.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = db.Exec(stmt)
+	return err
+}
+
 // query runs one single-row query on the member's PostgreSQL.
 func (m *Member) query(q string, args []any, dest ...any) error {
 	db, err := sql.Open("pgx", m.URL("postgres"))

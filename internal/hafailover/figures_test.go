@@ -182,7 +182,9 @@ func failoverFigures(t *testing.T, c *hacluster.Cluster, synchronous bool, times
 			}
 		}
 		from := time.Now()
-		if _, ok := rc.WaitFor(30*time.Second, func(dl fleettest.Delivery) bool { return dl.Start.After(from) }); !ok {
+		// A fresh database on a timeline after the first holds its first
+		// acquire off too: wait long enough for any hold-off.
+		if _, ok := rc.WaitFor(2*time.Minute, func(dl fleettest.Delivery) bool { return dl.Start.After(from) }); !ok {
 			t.Fatalf("%s: the fleet does not act before failover %d; readyz: %s", mode, i+1, readyzAll(f))
 		}
 		primary, _, err := c.Primary()

@@ -296,6 +296,9 @@ func scenario(t *testing.T, c *hacluster.Cluster, synchronous bool, dbname strin
 	if err := c.CreateDatabase(dbname); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.Exec(`DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sqlease_plain') THEN CREATE ROLE sqlease_plain LOGIN; END IF; END $$`); err != nil {
+		t.Fatal(err)
+	}
 	dsn := c.DSN(dbname)
 	primary, _, err := c.Primary()
 	if err != nil || primary == nil {
@@ -347,6 +350,21 @@ func scenario(t *testing.T, c *hacluster.Cluster, synchronous bool, dbname strin
 	}
 	if dur.Mode != want || dur.Sync+dur.Async != 1 {
 		t.Errorf("DURABILITY: %s (%s) before the failover; want %s with one standby", dur, dur.Detail, want)
+	}
+	// A role without pg_read_all_stats sees the walsenders but not their
+	// sync_state: the same verdict.
+	plain, err := postgres.Open(strings.Replace(dsn, "postgres://postgres@", "postgres://sqlease_plain@", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdur, err := postgres.ReadReplication(ctx, plain)
+	plain.Close()
+	if err != nil {
+		t.Fatalf("ReadReplication as an unprivileged role: %v", err)
+	}
+	t.Logf("as an unprivileged role: %s (%s)", pdur, pdur.Detail)
+	if pdur.Mode != want {
+		t.Errorf("DURABILITY: %s (%s) as an unprivileged role; want %s", pdur, pdur.Detail, want)
 	}
 	for _, n := range f.nodes() {
 		if r := n.Readyz(); strings.Contains(r.Body, "durability=") && !strings.Contains(r.Body, "durability="+string(want)) {
