@@ -379,6 +379,13 @@ need promtool prometheus "the alert rule tests in ./deploy"
 need chromium chromium "the dashboard's browser tests in ./internal/dashtest"
 # --- end chromium ---
 
+# --- patroni, etcd: the Patroni failover tests (./internal/hacluster, ./internal/hafailover; SQLEASE_TEST_HA=0 skips them) ---
+if [[ ${SQLEASE_TEST_HA:-} != 0 ]]; then
+	need etcd etcd-server "the Patroni failover tests in ./internal/hafailover"
+	need patroni patroni "the Patroni failover tests in ./internal/hafailover"
+fi
+# --- end patroni, etcd ---
+
 if [[ -n ${SQLEASE_TEST_POSTGRES_URL:-} ]]; then
 	say "using the PostgreSQL server given by SQLEASE_TEST_POSTGRES_URL (starting none)"
 else
