@@ -117,6 +117,10 @@ type Config struct {
 	// request carries X-Forwarded-Proto: https. Set it only behind a proxy
 	// that sets (or strips) that header.
 	TrustForwardedProto bool
+	// Durability, when set, is how durable the node's writes are: the
+	// overview shows it as a badge (a 2xx survives a failover only with
+	// synchronous replication).
+	Durability func() sqlease.Durability
 	// Logger receives action logs and errors. Nil discards.
 	Logger *slog.Logger
 }

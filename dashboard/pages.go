@@ -116,6 +116,9 @@ type overviewData struct {
 	History    []sqlstore.LeaseEvent
 	Singletons []singletonRow
 	Others     []sqlease.Lease
+	// Durability is how durable this node's writes are (Config.Durability;
+	// zero Mode when not known).
+	Durability sqlease.Durability
 	// The rows left out at the page's byte budget.
 	MoreNodes, MoreSingletons, MoreOthers int
 }
@@ -167,6 +170,9 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 		return "", err
 	}
 	data := overviewData{LeaseName: name}
+	if d.cfg.Durability != nil {
+		data.Durability = d.cfg.Durability()
+	}
 	nodes := map[string]*nodeRow{}
 	seen := func(holder, role string, l sqlease.Lease) {
 		n := nodes[holder]

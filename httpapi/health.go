@@ -57,6 +57,11 @@ func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
 //	reason=dispatch_starting      the node leads and its dispatcher is building its schedule (LeaderDispatch)
 //	reason=dispatch_failing       the node leads but its dispatcher cannot build or refresh its schedule (dispatch_error says why); it resigns the lease unless that recovers
 //	reason=dispatch_stuck         the node leads but its dispatch loop has not turned for twice its refresh period + 5 s (a statement that hangs)
+//	reason=replication_not_synchronous  the node requires synchronous replication (Config.WriteCheck) and its database does not have it
+//
+// With Config.Durability set, the line ends with how durable the node's
+// writes are: durability=single|synchronous|asynchronous|unknown
+// standbys=<n> sync_standbys=<n>.
 //
 // A follower's own queries can be rare (an advisory follower waits on its
 // session lock), so when its last contact is older than half of
@@ -85,6 +90,10 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	case now.Sub(st.LastContact) > a.cfg.DBUnreachableAfter:
 		mode, reason = "unavailable", "db_unreachable"
 		contact = now.Sub(st.LastContact).Round(time.Millisecond).String()
+	case a.cfg.WriteCheck != nil && a.cfg.WriteCheck() != nil:
+		// Refusing on purpose (its own acquires and renewals too): say
+		// why rather than db_write_failed.
+		reason = "replication_not_synchronous"
 	case st.WriteError != nil && (!errors.Is(st.WriteError, sqlease.ErrTransient) || now.Sub(st.WriteFailingSince) > a.cfg.DBUnreachableAfter):
 		mode, reason = "unavailable", "db_write_failed"
 		detail = "db_error=" + oneWord(st.WriteError.Error())
@@ -137,6 +146,9 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	if detail != "" {
 		b.WriteString(" " + detail)
+	}
+	if a.cfg.Durability != nil {
+		b.WriteString(" " + a.cfg.Durability().String())
 	}
 	status := http.StatusOK
 	if mode != "leader" && mode != "follower" || reason != "" {

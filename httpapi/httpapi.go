@@ -126,6 +126,14 @@ type Config struct {
 	// Dashboard serves the web dashboard at "GET /" and under "/ui/" (its
 	// forms are the one non-JSON body the guard lets through). Nil: none.
 	Dashboard http.Handler
+	// Durability, when set, is how durable the node's writes are: /readyz
+	// adds it to its line (durability=… standbys=… sync_standbys=…).
+	Durability func() sqlease.Durability
+	// WriteCheck, when set, is asked before every API write (and by
+	// /readyz): an error refuses the write with 503 and its text, and makes
+	// /readyz answer 503 reason=replication_not_synchronous
+	// (--require-synchronous-replication).
+	WriteCheck func() error
 }
 
 // api is the handler New returns.

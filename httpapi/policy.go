@@ -217,6 +217,17 @@ func (a *api) enforce(w http.ResponseWriter, r *http.Request, p Policy) (release
 			return refuse(func() { refuseRunSecret(w, r) })
 		}
 	}
+	if a.cfg.WriteCheck != nil && (p.Auth == AuthToken || p.Auth == AuthRunSecret) &&
+		r.Method != http.MethodGet && r.Method != http.MethodHead {
+		// A 2xx must survive a failover: not while replication is not
+		// synchronous, when the node is told to require it.
+		if err := a.cfg.WriteCheck(); err != nil {
+			return refuse(func() {
+				w.Header().Set("Retry-After", "5")
+				writeProblem(w, http.StatusServiceUnavailable, "writes refused: "+err.Error())
+			})
+		}
+	}
 	if p.Exec == ExecAlways {
 		if err := a.cfg.Exec.Check("command"); err != nil {
 			return refuse(func() { a.fail(w, r, err) })

@@ -55,6 +55,9 @@ type Config struct {
 	// and host names HTTP actions may reach although the destination policy
 	// refuses them (loopback and link-local, beyond loopback).
 	HTTPActionAllow string
+	// RequireSyncReplication refuses to lead and to accept writes while
+	// the database does not replicate commits synchronously.
+	RequireSyncReplication bool
 }
 
 // DefaultDB is the embedded SQLite file a node uses when no --db is given.
@@ -188,6 +191,7 @@ var settings = []setting{
 	oneOf("log-level", "log level", func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error"),
 	boolean("migrate", "apply schema migrations at start", func(c *Config) *bool { return &c.Migrate }),
 	boolean("secure-cookies", "mark the dashboard's session cookie Secure (the node is reached over HTTPS through a proxy)", func(c *Config) *bool { return &c.SecureCookies }),
+	boolean("require-synchronous-replication", "refuse to lead and to accept writes (503) while the database does not replicate commits synchronously to a standby", func(c *Config) *bool { return &c.RequireSyncReplication }),
 	boolean("trust-forwarded-proto", "mark the session cookie Secure when a proxy sends X-Forwarded-Proto: https", func(c *Config) *bool { return &c.TrustForwardedProto }),
 	dur("poll-interval", "claim dispatch: how often each node looks for due jobs", func(c *Config) *time.Duration { return &c.PollInterval }),
 	dur("schedule-refresh-interval", "leader dispatch: how often the leader refreshes its schedule", func(c *Config) *time.Duration { return &c.RefreshInterval }),

@@ -53,6 +53,7 @@ type Node struct {
 	sched      *scheduler.Scheduler
 	singletons *singletonHost
 	worker     *election.Elector // claim mode: this worker's own lease
+	repl       *replicationWatch // how durable a 2xx is
 	// singletonChanges signals changed singleton definitions (PostgreSQL).
 	singletonChanges <-chan struct{}
 	store            *sqlstore.Store
@@ -143,6 +144,22 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	obs := prom.New(reg, cfg.LeaseName)
 
+	// How durable a 2xx is: read now (the warning belongs to the start),
+	// then every replicationEvery.
+	dialect, _, _ := dialectOf(cfg.DB)
+	n.repl = newReplicationWatch(dialect, store.DB(), log, cfg.RequireSyncReplication)
+	n.repl.refresh(ctx, true)
+	n.repl.register(reg)
+	// leases wraps the lease store of every elector of the node: with
+	// --require-synchronous-replication none acquires or renews while
+	// replication is not synchronous.
+	leases := func(s sqlease.LeaseStore) sqlease.LeaseStore {
+		if cfg.RequireSyncReplication {
+			return requireLeases{s, n.repl.check}
+		}
+		return s
+	}
+
 	holder := cfg.HolderID
 	if holder == "" {
 		holder = election.DefaultHolderID()
@@ -170,7 +187,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	} else if cfg.Dispatch == "claim" {
 		var wel *election.Elector
 		wel, err = election.New(election.Config{
-			Store: resilient.Wrap(store, resilient.Config{Logger: log}), LeaseName: sqlstore.WorkerLeasePrefix + holder, HolderID: holder,
+			Store: leases(resilient.Wrap(store, resilient.Config{Logger: log})), LeaseName: sqlstore.WorkerLeasePrefix + holder, HolderID: holder,
 			LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, AcquireInterval: cfg.AcquireInterval,
 			// Its events are the worker lease's, not leadership's:
 			// worker_lease_acquired etc., so that no log reader takes a
@@ -198,7 +215,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	ecfg := election.Config{
 		// Transient errors are retried within each call's deadline, behind
 		// a circuit breaker; the scheduler's loops retry on their next tick.
-		Store: resilient.Wrap(store, resilient.Config{Logger: log}), LeaseName: cfg.LeaseName, HolderID: holder,
+		Store: leases(resilient.Wrap(store, resilient.Config{Logger: log})), LeaseName: cfg.LeaseName, HolderID: holder,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, AcquireInterval: cfg.AcquireInterval,
 		Logger: rec.Logger(log), Observer: rec, Changes: leaseChanges,
 	}
@@ -213,6 +230,9 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		if err != nil {
 			n.close()
 			return nil, usageError{err}
+		}
+		if cfg.RequireSyncReplication {
+			ecfg.SessionLocker = requireLocker(ecfg.SessionLocker, n.repl.check)
 		}
 	}
 	n.elector, err = election.New(ecfg)
@@ -243,7 +263,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 
 	dash, err := dashboard.New(dashboard.Config{Store: store, Scheduler: n.sched, Elector: n.elector, Singletons: n.singletons,
 		APIToken: cfg.APIToken, ListenAddr: cfg.HTTP, Logger: log,
-		SecureCookies: cfg.SecureCookies, TrustForwardedProto: cfg.TrustForwardedProto})
+		SecureCookies: cfg.SecureCookies, TrustForwardedProto: cfg.TrustForwardedProto, Durability: n.repl.Current})
 	if err != nil {
 		n.close()
 		return nil, err
@@ -254,12 +274,20 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		Scheduler: n.sched, Leases: store, Elector: n.elector,
 		Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		APIToken: cfg.APIToken, Stopping: n.stopping.Load, Logger: log,
-		LeaderDispatch: cfg.Dispatch == "leader", Singletons: n.singletons,
+		LeaderDispatch: cfg.Dispatch == "leader", Singletons: n.singletons, Durability: n.repl.Current, WriteCheck: n.writeCheck(),
 		ListenAddr: cfg.HTTP, AllowedHosts: cfg.allowedHosts(), Exec: execPolicy,
 	}))
 	action.SetDestinationPolicy(destinations)
 	built = true
 	return n, nil
+}
+
+// writeCheck is the API's WriteCheck: the replication requirement, or nil.
+func (n *Node) writeCheck() func() error {
+	if !n.cfg.RequireSyncReplication {
+		return nil
+	}
+	return n.repl.check
 }
 
 // Routes lists the node's HTTP routes with their policies.
@@ -290,6 +318,8 @@ func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = n.elector.Run(workCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); n.repl.run(workCtx) }()
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
