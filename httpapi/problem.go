@@ -84,7 +84,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &tooLarge):
 		detail = fmt.Sprintf("body: must be at most %d bytes", tooLarge.Limit)
-	case status == http.StatusNotFound && errors.Is(err, sqlease.ErrNoJob):
+	case status == http.StatusNotFound && errors.Is(err, sqlease.ErrNoJob) && r.PathValue("name") != "":
 		detail = fmt.Sprintf("name: no job named %q", r.PathValue("name"))
 	case status == http.StatusServiceUnavailable:
 		detail = "database temporarily unavailable; retry"
