@@ -1,6 +1,10 @@
 package postgres
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/sqlease/sqlease/sqlstore"
+)
 
 // Epochs across a failover.
 //
@@ -117,7 +121,7 @@ const (
 // exactly when a hold-off runs.
 func leaseUpsert(leases, take, locked string) string {
 	return strings.NewReplacer("{leases}", leases, "{take}", take, "{locked}", locked,
-		"{tl}", timelineBase, "{marker}", timelineMarker, "{holdoff}", holdOffHolder,
+		"{tl}", timelineBase, "{marker}", timelineMarker, "{holdoff}", holdOffHolder, "{presence}", sqlstore.NodeLeasePrefix,
 		"{ttl}", "$3::bigint * interval '1 millisecond'",
 		// A hold-off runs (in the conflict branch), and the row is of an
 		// older timeline: it becomes a hold-off row.
@@ -132,11 +136,14 @@ h AS (
 	-- first acquire that saw it, or from now on. NULL on timeline 1.
 	SELECT n.now, n.tl, CASE WHEN n.tl = 0 THEN NULL ELSE COALESCE(
 		(SELECT m.expires_at FROM {leases} m WHERE m.lease_name = '{marker}' AND m.lease_epoch >= n.tl),
-		n.now + GREATEST({ttl}, (SELECT max(o.expires_at - o.renewed_at) FROM {leases} o WHERE o.lease_name <> '{marker}')))
+		n.now + GREATEST({ttl}, (SELECT max(o.expires_at - o.renewed_at) FROM {leases} o
+			WHERE o.lease_name <> '{marker}' AND o.lease_name NOT LIKE '{presence}%')))
 	END AS until FROM n
 ),
 k AS (
-	SELECT h.now, h.tl, h.until, h.until > h.now AS holding FROM h
+	-- A presence lease fences nothing: it is never held off, and neither
+	-- its duration (90 s) nor its acquire sets the hold-off's length.
+	SELECT h.now, h.tl, h.until, h.until > h.now AND $1 NOT LIKE '{presence}%' AS holding FROM h
 ),
 m AS (
 	INSERT INTO {leases} AS l (lease_name, holder_id, lease_epoch, acquired_at, renewed_at, expires_at)

@@ -569,6 +569,8 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 		// term (lease_locked): until then a lock winner would still leave
 		// it to expire (finding F1).
 		time.Sleep(2 * renewInterval)
+		// A new map: the first measure's watchers may still read the old one.
+		marks = map[*fleettest.Node]int{}
 		for _, n := range nodes {
 			marks[n] = n.Mark()
 		}
