@@ -22,7 +22,9 @@ import (
 // store and locker must share a table prefix; the lease name is "handover".
 func AdvisoryLocklessTermTakesLock(t *testing.T, store sqlease.LeaseStore, locker sqlease.SessionLocker) {
 	const name = "handover"
-	ttl := 800 * time.Millisecond
+	// Generous for a loaded machine: b's term must outlive its first
+	// renewals through the session it just won.
+	ttl := 2 * time.Second
 	ctx := t.Context()
 	frozen, err := locker(ctx, name)
 	if err != nil {
@@ -39,11 +41,11 @@ func AdvisoryLocklessTermTakesLock(t *testing.T, store sqlease.LeaseStore, locke
 	// c's Lock is queued first; it reads the lease too rarely to acquire it.
 	var clog, blog syncbuf.Buffer
 	c, _ := RunElector(t, election.Config{Store: store, SessionLocker: locker, LeaseName: name, HolderID: "c",
-		LeaseDuration: ttl, RenewInterval: 100 * time.Millisecond, AcquireInterval: 30 * time.Second, AcquireJitter: -1,
+		LeaseDuration: ttl, RenewInterval: 200 * time.Millisecond, AcquireInterval: 30 * time.Second, AcquireJitter: -1,
 		Logger: slog.New(slog.NewTextHandler(&clog, nil)), OnStartedLeading: lead})
 	time.Sleep(300 * time.Millisecond)
 	b, _ := RunElector(t, election.Config{Store: store, SessionLocker: locker, LeaseName: name, HolderID: "b",
-		LeaseDuration: ttl, RenewInterval: 100 * time.Millisecond, AcquireInterval: 100 * time.Millisecond, AcquireJitter: -1,
+		LeaseDuration: ttl, RenewInterval: 200 * time.Millisecond, AcquireInterval: 100 * time.Millisecond, AcquireJitter: -1,
 		Logger: slog.New(slog.NewTextHandler(&blog, nil)), OnStartedLeading: lead})
 	waitCond(t, ttl+3*time.Second, "b to lead without the lock", b.IsLeader)
 	tok, err := b.Require(ctx)
