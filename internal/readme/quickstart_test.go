@@ -125,7 +125,11 @@ func TestQuickstart(t *testing.T) {
 	cmd.Dir = dir
 	// A user's shell: VCS stamping as by default (a CI machine may turn it
 	// off with GOFLAGS=-buildvcs=false).
-	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "GOFLAGS=-buildvcs=auto")
+	goflags := "-buildvcs=auto"
+	if raceBuild {
+		goflags += " -race"
+	}
+	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "GOFLAGS="+goflags)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
