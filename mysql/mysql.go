@@ -189,7 +189,8 @@ func sameSetting(got, want string) bool {
 	return norm(got) == norm(want) || (want == "'+00:00'" && got == "+00:00")
 }
 
-// Open opens a pool for a mysql:// URL (see DSN).
+// Open opens a pool for a mysql:// URL (see DSN). The driver's own messages
+// go to log/slog (SetDriverLogger), not to standard error.
 func Open(rawURL string) (*sql.DB, error) {
 	dsn, err := DSN(rawURL)
 	if err != nil {
@@ -199,6 +200,7 @@ func Open(rawURL string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open mysql: %w", err)
 	}
+	useDriverLogger(cfg)
 	c, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open mysql: %w", err)

@@ -134,7 +134,7 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 		defer fin.stop() // after drain: every run has finished by then
 	}
 	var wg sync.WaitGroup
-	defer s.drain(ctx, cancel, &wg)
+	defer s.drain(ctx, cancel, &wg, w != nil)
 	wg.Add(1)
 	go func() { defer wg.Done(); s.prune(ctx) }()
 
@@ -395,10 +395,24 @@ func (s *Scheduler) startBatch(ctx context.Context, claimed []sqlstore.Claimed, 
 	return started
 }
 
-// drain waits for in-flight runs, cancelling them after ShutdownTimeout.
-func (s *Scheduler) drain(ctx context.Context, cancel context.CancelFunc, wg *sync.WaitGroup) {
+// drain waits for in-flight runs once ctx has ended. Under Run, ctx's end
+// is a shutdown: the runs get ShutdownTimeout, then are cancelled
+// (shutdown_cancelling_runs). Under Work, ctx is the worker lease's term,
+// and the runs were cancelled with it (they act only while the lease is
+// trusted): a term that ends with runs in flight says so as
+// worker_term_ended_cancelling_runs, whether the term ended for a lost
+// lease or after a shutdown's drain, and drain only waits for them.
+func (s *Scheduler) drain(ctx context.Context, cancel context.CancelFunc, wg *sync.WaitGroup, term bool) {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
+	if term {
+		if n := len(s.sem); n > 0 {
+			s.log.Warn("worker_term_ended_cancelling_runs", slog.Int("runs", n))
+		}
+		cancel()
+		<-done
+		return
+	}
 	t := time.NewTimer(s.cfg.ShutdownTimeout)
 	defer t.Stop()
 	select {

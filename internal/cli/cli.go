@@ -9,11 +9,14 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"runtime"
 	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/sqlease/sqlease/mysql"
 )
 
 // Version is set at build time with -ldflags "-X …/internal/cli.Version=v1.2.3".
@@ -58,7 +61,13 @@ func newRoot(env Env) *cobra.Command {
 		Use:   "sqlease",
 		Short: "Exactly one actor for a fleet, on the SQL database it already runs",
 		Long: `sqlease elects one leader among the nodes sharing a database and runs each
-scheduled occurrence of each job exactly once, fenced by the lease epoch.`,
+scheduled occurrence of each job exactly once, fenced by the lease epoch.
+
+sqlease serve runs a node. Every other command talks to the database directly,
+not to a node's HTTP API: give it the nodes' database with --db (or
+SQLEASE_DB; default sqlite:sqlease.db in the working directory). Only serve and
+migrate create a database or its tables; status, jobs and singletons refuse a
+database that does not exist (exit 2) rather than create an empty one.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
@@ -112,6 +121,9 @@ and a config-file key; precedence: flag > environment > config file > default.`,
 			if err != nil {
 				return err
 			}
+			// The MySQL driver's own messages ("closing bad idle
+			// connection") as records of the node's log, not bare lines.
+			mysql.SetDriverLogger(n.log)
 			return n.Run(cmd.Context())
 		},
 	}
@@ -145,31 +157,67 @@ func migrateCmd(env Env) *cobra.Command {
 func versionCmd(env Env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the version",
+		Short: "Print the version, the commit it was built from and the Go version",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintln(env.Stdout, "sqlease", version())
+			info, ok := debug.ReadBuildInfo()
+			if !ok {
+				info = nil
+			}
+			fmt.Fprintln(env.Stdout, "sqlease", versionOf(Version, info))
 			return nil
 		},
 	}
 }
 
-// version is the -ldflags version, else the module version or VCS revision.
-func version() string {
-	if Version != "" {
-		return Version
-	}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(devel)"
-	}
-	v := info.Main.Version
-	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
+// versionOf is what sqlease version prints after the name: the version, then
+// in parentheses the commit, whether the tree had local changes, and the Go
+// toolchain. The version is ldflags' (Version) if set, else the module's
+// (go install …@v1.2.3; go build in a checkout stamps a pseudo-version),
+// else "devel"; the commit comes from the VCS stamp go build adds in a
+// checkout (-buildvcs). Without either it says how to get them rather than
+// printing a bare "(devel)".
+func versionOf(ldflags string, info *debug.BuildInfo) string {
+	v := ldflags
+	goVersion := runtime.Version()
+	var rev, at string
+	modified := false
+	if info != nil {
+		if v == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+			v = info.Main.Version
+		}
+		if info.GoVersion != "" {
+			goVersion = info.GoVersion
+		}
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				at = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
 		}
 	}
-	return v
+	if v == "" {
+		v = "devel"
+	}
+	var details []string
+	if rev != "" {
+		c := "commit " + rev
+		if at != "" {
+			c += " of " + at
+		}
+		if modified {
+			c += ", with local changes"
+		}
+		details = append(details, c)
+	} else if v == "devel" {
+		details = append(details, "no version or commit stamped: build in a git checkout, go install …@VERSION, or set -ldflags -X github.com/sqlease/sqlease/internal/cli.Version=…")
+	}
+	details = append(details, goVersion+" "+runtime.GOOS+"/"+runtime.GOARCH)
+	return v + " (" + strings.Join(details, "; ") + ")"
 }
 
 // dbFlags is the flag set of the commands that only need a database.

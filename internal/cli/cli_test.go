@@ -10,6 +10,7 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -106,16 +107,17 @@ func writeFile(t *testing.T, name, content string) string {
 
 func TestVersion(t *testing.T) {
 	r := run(t, nil, "", "version").ok(t)
-	if !strings.HasPrefix(r.stdout, "sqlease ") || strings.Count(r.stdout, "\n") != 1 || r.stderr != "" {
-		t.Errorf("want one line \"sqlease <version>\", got %v", r)
+	if !strings.HasPrefix(r.stdout, "sqlease ") || strings.Count(r.stdout, "\n") != 1 || r.stderr != "" ||
+		strings.Contains(r.stdout, "(devel)") || !strings.Contains(r.stdout, runtime.Version()) {
+		t.Errorf("want one line \"sqlease <version> (…; <go version> …)\", got %v", r)
 	}
 
 	old := cli.Version
 	cli.Version = "v9.8.7-test"
 	defer func() { cli.Version = old }()
 	r = run(t, nil, "", "version").ok(t)
-	if r.stdout != "sqlease v9.8.7-test\n" {
-		t.Errorf("with -ldflags version: want %q, got %v", "sqlease v9.8.7-test\n", r)
+	if !strings.HasPrefix(r.stdout, "sqlease v9.8.7-test (") {
+		t.Errorf("with -ldflags version: want %q first, got %v", "sqlease v9.8.7-test", r)
 	}
 }
 

@@ -5,7 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/sqlease/sqlease"
@@ -100,6 +103,43 @@ func openStore(ctx context.Context, dbURL, prefix string, migrate bool) (s *sqls
 			s.DB().Close()
 			return nil, err
 		}
+	}
+	return s, nil
+}
+
+// openExisting opens the store of an administrative command (status, jobs,
+// singletons): unlike serve and migrate it creates nothing. SQLite would
+// create a missing file on open, so that a command run from another
+// directory left an empty sqlease.db behind and failed with "no such
+// table". A missing SQLite file, or a database without sqlease's tables, is
+// a usage error (exit 2) naming the database and --db. command is the
+// command's name, for the message.
+func openExisting(ctx context.Context, command, dbURL, prefix string) (*sqlstore.Store, error) {
+	dialect, dsn, err := dialectOf(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	where := redact(dbURL)
+	if dialect == "sqlite" {
+		if abs, err := filepath.Abs(dsn); err == nil && abs != dsn {
+			where += " (" + abs + ")"
+		}
+		if _, err := os.Stat(dsn); errors.Is(err, fs.ErrNotExist) {
+			return nil, usagef("db: no database at %s: %s reads the nodes' database and creates none; name it with --db (or SQLEASE_DB), e.g. --db sqlite:/var/lib/sqlease/sqlease.db or --db postgres://…", where, command)
+		}
+	}
+	s, err := openStore(ctx, dbURL, prefix, false)
+	if err != nil {
+		return nil, err
+	}
+	// A cheap probe of the leases table: a database that exists but was
+	// never migrated (or uses another --table-prefix).
+	if _, err := s.DB().ExecContext(ctx, "SELECT 1 FROM "+prefix+"_leases WHERE 1 = 0"); err != nil {
+		s.DB().Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, usagef("db: %s has no table %s_leases (%v): name the nodes' database with --db (and --table-prefix if they use another), or create the tables with sqlease migrate", where, prefix, scrubErr(err, dbURL))
 	}
 	return s, nil
 }

@@ -106,9 +106,10 @@ func jobsCmd(env Env) *cobra.Command {
 
 	var limit int
 	var after string
+	var listText bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List jobs by name",
+		Short: "List jobs by name (JSON as GET /v1/jobs; --text for a table)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 1 || limit > 1000 {
@@ -126,13 +127,18 @@ func jobsCmd(env Env) *cobra.Command {
 				if len(jobs) == limit {
 					out.Next = jobs[len(jobs)-1].Name
 				}
+				if listText {
+					return textOut(func(w io.Writer) error { return printJobs(w, out) }), nil
+				}
 				return out, nil
 			})
 		},
 	}
 	list.Flags().IntVar(&limit, "limit", 100, "page size (1-1000)")
 	list.Flags().StringVar(&after, "after", "", "list names after this one (the previous page's next)")
+	list.Flags().BoolVar(&listText, "text", false, "print a table (name, state, schedule, next and last run, attempts, lock holder) instead of JSON")
 
+	var getText bool
 	one := func(use, short string, fn func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error)) *cobra.Command {
 		c := &cobra.Command{Use: use + " NAME", Short: short, Args: oneArg("NAME")}
 		c.RunE = func(cmd *cobra.Command, args []string) error {
@@ -150,6 +156,9 @@ func jobsCmd(env Env) *cobra.Command {
 		if err != nil {
 			return nil, err
 		}
+		if getText {
+			return textOut(func(w io.Writer) error { return printJob(w, httpapi.JobOut(j), runs) }), nil
+		}
 		out := struct {
 			httpapi.Job
 			Runs []httpapi.Run `json:"runs"`
@@ -159,6 +168,7 @@ func jobsCmd(env Env) *cobra.Command {
 		}
 		return out, nil
 	})
+	get.Flags().BoolVar(&getText, "text", false, "print the job's fields and its latest runs for reading instead of JSON")
 	pause := one("pause", "Pause a job (a run in flight finishes)", func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error) {
 		j, err := s.Pause(ctx, name)
 		return httpapi.JobOut(j), err
@@ -186,14 +196,15 @@ func jobsCmd(env Env) *cobra.Command {
 }
 
 // withStore runs an administrative command on the database of the
-// command's configuration: fn's result is printed as indented JSON (nil:
-// nothing), and an invalid-input error exits 2.
+// command's configuration, which must exist (openExisting): fn's result is
+// printed as indented JSON (a textOut prints itself; nil: nothing), and an
+// invalid-input error exits 2.
 func withStore(env Env, cmd *cobra.Command, fn func(ctx context.Context, st *sqlstore.Store) (any, error)) error {
 	cfg, err := load(cmd.Flags(), env.Getenv, false)
 	if err != nil {
 		return err
 	}
-	st, err := openStore(cmd.Context(), cfg.DB, cfg.TablePrefix, false)
+	st, err := openExisting(cmd.Context(), cmd.CommandPath(), cfg.DB, cfg.TablePrefix)
 	if err != nil {
 		return err
 	}
@@ -204,6 +215,9 @@ func withStore(env Env, cmd *cobra.Command, fn func(ctx context.Context, st *sql
 	}
 	if err != nil || out == nil {
 		return err
+	}
+	if t, ok := out.(textOut); ok {
+		return t(env.Stdout)
 	}
 	enc := json.NewEncoder(env.Stdout)
 	enc.SetIndent("", "  ")

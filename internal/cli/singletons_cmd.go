@@ -66,40 +66,27 @@ func singletonsCmd(env Env) *cobra.Command {
 	add.Flags().StringVarP(&file, "file", "f", "", "the singleton's JSON, or - for standard input")
 	var limit int
 	var after string
+	var text bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List singletons with their status, holder and epoch (all of them, read a page at a time; --limit for one page)",
+		Short: "List singletons with their status, holder and epoch (all of them, read a page at a time; --limit for one page; --text for a table)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 0 || limit > httpapi.MaxListLimit {
 				return usagef("limit: must be between 1 and %d (or 0 for all), got %d", httpapi.MaxListLimit, limit)
 			}
 			return withAdmin(cmd, func(ctx context.Context, a singletonAdmin) (any, error) {
-				out := httpapi.SingletonList{Singletons: []httpapi.Singleton{}}
-				for from := after; ; {
-					n := listPage
-					if limit > 0 {
-						n = limit - len(out.Singletons)
-					}
-					page, err := a.Page(ctx, from, n)
-					if err != nil {
-						return nil, err
-					}
-					out.Singletons = append(out.Singletons, page...)
-					switch {
-					case limit > 0 && len(page) == n:
-						out.Next = page[len(page)-1].Name
-						return out, nil
-					case len(page) < n:
-						return out, nil
-					}
-					from = page[len(page)-1].Name
+				out, err := listSingletons(ctx, a, after, limit)
+				if err != nil || !text {
+					return out, err
 				}
+				return textOut(func(w io.Writer) error { return printSingletons(w, out) }), nil
 			})
 		},
 	}
 	list.Flags().IntVar(&limit, "limit", 0, "page size (1-1000); 0 lists them all")
 	list.Flags().StringVar(&after, "after", "", "list names after this one (the previous page's next)")
+	list.Flags().BoolVar(&text, "text", false, "print a table (name, status, holder, epoch, heartbeat, state saved, restarts) instead of JSON")
 	one := func(use, short string, fn func(ctx context.Context, a singletonAdmin, name string) (any, error)) *cobra.Command {
 		c := &cobra.Command{Use: use + " NAME", Short: short, Args: oneArg("NAME")}
 		c.RunE = func(cmd *cobra.Command, args []string) error {
@@ -129,4 +116,30 @@ func singletonsCmd(env Env) *cobra.Command {
 	}
 	cmd.AddCommand(add, list, get, pause, resume, del)
 	return cmd
+}
+
+// listSingletons reads the singletons after after by name: limit of them
+// with next set when more may follow, or every one (limit 0), a page at a
+// time.
+func listSingletons(ctx context.Context, a singletonAdmin, after string, limit int) (httpapi.SingletonList, error) {
+	out := httpapi.SingletonList{Singletons: []httpapi.Singleton{}}
+	for from := after; ; {
+		n := listPage
+		if limit > 0 {
+			n = limit - len(out.Singletons)
+		}
+		page, err := a.Page(ctx, from, n)
+		if err != nil {
+			return out, err
+		}
+		out.Singletons = append(out.Singletons, page...)
+		switch {
+		case limit > 0 && len(page) == n:
+			out.Next = page[len(page)-1].Name
+			return out, nil
+		case len(page) < n:
+			return out, nil
+		}
+		from = page[len(page)-1].Name
+	}
 }

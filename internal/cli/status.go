@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,29 +22,33 @@ func printHistory(ctx context.Context, out io.Writer, s *sqlstore.Store, lease s
 		return err
 	}
 	fmt.Fprintf(out, "\nleadership history of %s (newest first):\n", lease)
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "AT\tEVENT\tHOLDER\tEPOCH\tREASON")
+	t := newTable(out, "AT", "EVENT", "HOLDER", "EPOCH", "REASON")
 	for _, e := range events {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", e.At.Format(time.RFC3339Nano), e.Event, e.Holder, e.Epoch, e.Reason)
+		t.row(e.At.Format(time.RFC3339Nano), e.Event, e.Holder, fmt.Sprint(e.Epoch), e.Reason)
 	}
 	if len(events) == 0 {
-		fmt.Fprintln(w, "(none)\t\t\t\t")
+		t.row("(none)", "", "", "", "")
 	}
-	return w.Flush()
+	return t.flush()
 }
 
 func statusCmd(env Env) *cobra.Command {
 	var showHistory string
+	var text bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the leases (holder, epoch, time left), a summary of the jobs and the singletons; --history adds the leadership history",
-		Args:  noArgs,
+		Short: "Show the leases (holder, epoch, time left), a summary of the jobs and the singletons, as aligned tables; --history adds the leadership history",
+		Long: `Show, as aligned tables read straight from the database, the leases (holder,
+epoch, expiry, time left), the nodes up, a summary of the jobs and the
+singletons; --history adds the latest leadership history. The database must
+exist: status never creates one (see --db).`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := load(cmd.Flags(), env.Getenv, false)
 			if err != nil {
 				return err
 			}
-			s, err := openStore(cmd.Context(), cfg.DB, cfg.TablePrefix, false)
+			s, err := openExisting(cmd.Context(), cmd.CommandPath(), cfg.DB, cfg.TablePrefix)
 			if err != nil {
 				return err
 			}
@@ -54,8 +57,7 @@ func statusCmd(env Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			w := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "LEASE\tHOLDER\tEPOCH\tEXPIRES AT\tTIME LEFT")
+			w := newTable(env.Stdout, "LEASE", "HOLDER", "EPOCH", "EXPIRES AT", "TIME LEFT")
 			var up []string // nodes by their presence rows, which fence nothing
 			shown := 0
 			for _, l := range leases {
@@ -70,12 +72,14 @@ func statusCmd(env Env) *cobra.Command {
 				if !l.Expired() {
 					left = l.Remaining().Round(time.Millisecond).String()
 				}
-				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", l.Name, l.Holder, l.Epoch, l.ExpiresAt.Format(time.RFC3339Nano), left)
+				w.row(l.Name, l.Holder, fmt.Sprint(l.Epoch), l.ExpiresAt.Format(time.RFC3339Nano), left)
 			}
 			if shown == 0 {
-				fmt.Fprintln(w, "(none)\t\t\t\t")
+				w.row("(none)", "", "", "", "")
 			}
-			w.Flush()
+			if err := w.flush(); err != nil {
+				return err
+			}
 			if len(up) > 0 {
 				fmt.Fprintf(env.Stdout, "\nNODES UP: %s\n", strings.Join(up, ", "))
 			}
@@ -96,12 +100,13 @@ func statusCmd(env Env) *cobra.Command {
 			}
 			if len(singletons) > 0 {
 				fmt.Fprintln(env.Stdout)
-				w = tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "SINGLETON\tSTATUS\tHOLDER\tEPOCH\tHEARTBEAT AT\tRESTARTS")
+				w = newTable(env.Stdout, "SINGLETON", "STATUS", "HOLDER", "EPOCH", "HEARTBEAT AT", "RESTARTS")
 				for _, x := range singletons {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\n", x.Name, x.Status, x.Holder, x.Epoch, x.HeartbeatAt, x.Restarts)
+					w.row(x.Name, x.Status, x.Holder, fmt.Sprint(x.Epoch), x.HeartbeatAt, fmt.Sprint(x.Restarts))
 				}
-				w.Flush()
+				if err := w.flush(); err != nil {
+					return err
+				}
 			}
 			return nil
 		},
@@ -109,5 +114,6 @@ func statusCmd(env Env) *cobra.Command {
 	addFlags(cmd.Flags(), false)
 	cmd.Flags().StringVar(&showHistory, "history", "", "also show the latest leadership history of the leader lease (or of the lease named: --history=NAME), newest first")
 	cmd.Flags().Lookup("history").NoOptDefVal = defaultConfig().LeaseName
+	cmd.Flags().BoolVar(&text, "text", true, "print tables (status has only this form; the flag is accepted as on the other lists)")
 	return cmd
 }
