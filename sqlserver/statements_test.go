@@ -56,6 +56,7 @@ var documented = map[string]stmt{
 	"Singletons.Ensure":    {1, []string{singletons}}, // (name)
 	"Singletons.Get":       {1, []string{singletons}}, // (name)
 	"Singletons.List":      {0, []string{singletons}}, // ()
+	"Singletons.Page":      {2, []string{singletons}}, // (after, limit)
 	"Singletons.Start":     {3, []string{singletons}}, // (holder, epoch, name)
 	"Singletons.Save":      {4, []string{singletons}}, // (state, name, holder, epoch)
 	"Singletons.Heartbeat": {3, []string{singletons}}, // (name, holder, epoch)
@@ -382,7 +383,7 @@ func TestOneClock(t *testing.T) {
 		"Queries.FenceCheck", "Jobs.Now", "Jobs.InsertJob", "Jobs.SetPaused", "Jobs.Trigger", "Jobs.ClaimDue", "Jobs.ClaimJob",
 		"Jobs.AbandonRunning", "Jobs.AbandonDeleted", "Jobs.StartJob", "Jobs.InsertRun", "Jobs.Heartbeat", "Jobs.FinishRun", "Jobs.ReleaseJob",
 		"Jobs.Stats", "Jobs.PruneRuns", "Jobs.DueWindow",
-		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat",
+		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Page", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat",
 		"Singletons.Create", "Output.Insert", "Output.Prune", "Revoked.Insert", "Revoked.Check", "Revoked.Prune"}
 	for key, text := range got {
 		n := strings.Count(text, "SYSUTCDATETIME()")
