@@ -121,10 +121,13 @@ func openExisting(ctx context.Context, command, dbURL, prefix string) (*sqlstore
 	}
 	where := redact(dbURL)
 	if dialect == "sqlite" {
-		if abs, err := filepath.Abs(dsn); err == nil && abs != dsn {
+		// The file, without a "file:" scheme or the query (which may hold
+		// _auth_pass).
+		path, _, _ := strings.Cut(strings.TrimPrefix(dsn, "file:"), "?")
+		if abs, err := filepath.Abs(path); err == nil && abs != path {
 			where += " (" + abs + ")"
 		}
-		if _, err := os.Stat(dsn); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			return nil, usagef("db: no database at %s: %s reads the nodes' database and creates none; name it with --db (or SQLEASE_DB), e.g. --db sqlite:/var/lib/sqlease/sqlease.db or --db postgres://…", where, command)
 		}
 	}
