@@ -310,7 +310,8 @@ func (h *singletonHost) sync(ctx context.Context) error {
 			continue
 		}
 		if err := singleton.Register(h.node, singleton.Config[json.RawMessage]{Name: name, Initial: spec.InitialState,
-			HeartbeatInterval: time.Duration(spec.Heartbeat), Body: h.body(spec)}); err != nil {
+			HeartbeatInterval: time.Duration(spec.Heartbeat), StopTimeout: time.Duration(spec.StopTimeout) + processReap,
+			Body: h.body(spec)}); err != nil {
 			return err
 		}
 		h.mu.Lock()
@@ -319,6 +320,12 @@ func (h *singletonHost) sync(ctx context.Context) error {
 	}
 	return nil
 }
+
+// processReap is how long past its stop_timeout a stopped process's run
+// may take to end: RunProcess kills it then, reaps it and reads the rest
+// of its output (up to a second). Until then its node keeps the lease on a
+// graceful stop; the process, killed, saves nothing more.
+const processReap = 2 * time.Second
 
 // body runs the singleton's process with its run's variables.
 func (h *singletonHost) body(spec action.ProcessSpec) func(ctx context.Context, in *singleton.Instance[json.RawMessage]) error {
