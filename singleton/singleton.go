@@ -44,6 +44,19 @@
 // sqlease.ErrLeaseLost and change nothing. (The daemon: after SIGTERM, a
 // process's saves answer 204 in the first case and 409 in the second.)
 //
+// # Failing
+//
+// A body that returns while the term goes on is started again after a
+// backoff (NodeConfig.RestartBackoff, doubling up to 30 s; back to the
+// first after a run that had lasted). Each such end is recorded in the
+// singleton's row under the fence — last_error (the body's error), its
+// database time, and failures: failed starts in a row, a failed start being
+// a run that ended within FailedStartWithin of its start — so that every
+// node shows it: FleetStatus is StatusFailing after FailingStarts of them,
+// until a run has lasted FailedStartWithin. The row's restarts counts the
+// starts after the first, by any node (after an end, a failover or a
+// handover). A graceful stop or a lost term is no end of this kind.
+//
 // # Spreading over the fleet
 //
 // Each singleton has its own lease, and a node holds no more than its fair
@@ -831,11 +844,19 @@ func runTerm[S any](termCtx context.Context, n *Node, e *entry, cfg Config[S], t
 			e.beat(n.cfg.Clock.Now()) // a start counts as a heartbeat
 			in := &Instance[S]{name: cfg.Name, tok: tok, node: n, e: e, state: state}
 			log.Info("singleton_started")
+			began := n.cfg.Clock.Now()
 			err = callBody(ctx, cfg.Body, in)
 			if ctx.Err() != nil {
 				return
 			}
-			log.Warn("singleton_body_returned", slog.Any("error", err), slog.Duration("restart_in", backoff))
+			ran := n.cfg.Clock.Now().Sub(began)
+			quick := ran < FailedStartWithin
+			if !quick {
+				backoff = n.cfg.RestartBackoff // it had run well: not a crash loop
+			}
+			wait = backoff
+			log.Warn("singleton_body_returned", slog.Any("error", err), slog.Duration("ran", ran), slog.Duration("restart_in", wait))
+			recordEnd(ctx, n, e, cfg.Name, tok, err, quick, log)
 		}
 		again := time.NewTimer(wait)
 		select {
@@ -847,6 +868,22 @@ func runTerm[S any](termCtx context.Context, n *Node, e *entry, cfg Config[S], t
 		if grow {
 			backoff = min(2*backoff, maxRestartBackoff)
 		}
+	}
+}
+
+// recordEnd records in the singleton's row, under the fence, that its run
+// ended on its own, and why: the fleet shows it (last_error, and status
+// failing after FailingStarts failed starts in a row). A refused or failed
+// write is only logged: the run is over either way.
+func recordEnd(ctx context.Context, n *Node, e *entry, name string, tok sqlease.Token, err error, quick bool, log *slog.Logger) {
+	why := "the body returned without an error"
+	if err != nil {
+		why = err.Error()
+	}
+	if werr := e.el.Fenced(ctx, tok, func(tx *sql.Tx) error {
+		return n.cfg.Store.FailSingleton(ctx, tx, name, tok, why, quick)
+	}); werr != nil && ctx.Err() == nil {
+		log.Warn("singleton_end_not_recorded", slog.String("error", werr.Error()))
 	}
 }
 
