@@ -20,6 +20,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/action"
+	"github.com/sqlease/sqlease/dashboard"
 	"github.com/sqlease/sqlease/httpapi"
 	"github.com/sqlease/sqlease/singleton"
 	"github.com/sqlease/sqlease/sqlstore"
@@ -180,6 +181,10 @@ type singletonHost struct {
 	refused    map[string]bool     // names refused by the exec policy, logged once
 	runs       map[string]*procRun // name -> the run on this node
 }
+
+// The dashboard's singletons page pauses, resumes and deletes through
+// the host, as the API does.
+var _ dashboard.SingletonControl = (*singletonHost)(nil)
 
 // procRun is a singleton process running on this node.
 type procRun struct {
