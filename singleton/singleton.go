@@ -556,7 +556,11 @@ func (n *Node) rebalance(leases []sqlease.Lease) {
 	share := (len(names) + len(members) - 1) / len(members)
 	n.mu.Lock()
 	n.share = share
+	stopping := n.stopping
 	n.mu.Unlock()
+	if stopping {
+		return // every body is being stopped already
+	}
 	under := false
 	for h, k := range members {
 		if h != n.cfg.HolderID && k < share {
