@@ -85,6 +85,17 @@ type Singletons interface {
 	List(ctx context.Context) ([]httpapi.Singleton, error)
 }
 
+// SingletonControl is Singletons that can also pause, resume and delete
+// (the daemon's singleton host, as the API does): when Config.Singletons
+// is one, the singletons page offers those actions, with the job actions'
+// confirmation, CSRF and token rules. Errors as httpapi.Singletons's.
+type SingletonControl interface {
+	Singletons
+	Get(ctx context.Context, name string) (httpapi.Singleton, error)
+	SetPaused(ctx context.Context, name string, paused bool) (httpapi.Singleton, error)
+	Delete(ctx context.Context, name string) error
+}
+
 // Config configures the dashboard.
 type Config struct {
 	// Store is read for leases, history, runs (required).
@@ -95,7 +106,8 @@ type Config struct {
 	Elector *election.Elector
 	// Singletons, when set, adds the singletons to the overview and the
 	// page /ui/singletons. Its values are shown as they are: it must
-	// redact them as the API does.
+	// redact them as the API does. A SingletonControl adds the page's
+	// pause, resume and delete actions.
 	Singletons Singletons
 	// APIToken, when set, is what signs a user in.
 	APIToken string
@@ -167,7 +179,7 @@ func New(cfg Config) (*Dashboard, error) {
 			return nil, fmt.Errorf("dashboard: session key: %w", err)
 		}
 	}
-	for _, p := range []string{"overview", "history", "jobs", "job", "confirm", "login", "error", "singletons"} {
+	for _, p := range []string{"overview", "history", "jobs", "job", "confirm", "login", "error", "singletons", "singleton_confirm"} {
 		t, err := template.New(p).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", p, err)
@@ -183,6 +195,8 @@ func New(cfg Config) (*Dashboard, error) {
 	d.mux.HandleFunc("GET /ui/jobs/{name}/confirm", d.read(d.confirm))
 	d.mux.HandleFunc("GET /ui/singletons", d.read(d.singletons))
 	d.mux.HandleFunc("POST /ui/jobs/{name}/{action}", d.act)
+	d.mux.HandleFunc("GET /ui/singletons/{name}/confirm", d.read(d.confirmSingleton))
+	d.mux.HandleFunc("POST /ui/singletons/{name}/{action}", d.actSingleton)
 	d.mux.HandleFunc("GET /ui/login", d.loginPage)
 	d.mux.HandleFunc("POST /ui/login", d.login)
 	d.mux.HandleFunc("POST /ui/logout", d.logout)

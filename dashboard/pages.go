@@ -152,7 +152,7 @@ func singletonRowOf(s httpapi.Singleton, now time.Time, full bool) singletonRow 
 // cost is what the row renders, in bytes.
 func (r singletonRow) cost() int {
 	n := rowMarkup + escapedAll(r.Name, r.Status, r.Holder, r.HeartbeatAge, r.StateText, r.Heartbeat, r.StopTimeout,
-		r.StateSavedAt, r.StartedAt, r.HeartbeatAt) + 2*escaped(r.Name)
+		r.StateSavedAt, r.StartedAt, r.HeartbeatAt, r.LastError, r.LastErrorAt) + 2*escaped(r.Name)
 	for _, c := range r.Command {
 		n += escaped(c) + 8
 	}
@@ -639,6 +639,9 @@ type singletonsData struct {
 	Singletons []singletonRow
 	After      string
 	Next       string
+	// Control: Config.Singletons can pause, resume and delete, and this
+	// session may act.
+	Control bool
 }
 
 // singletons lists the singletons by name after ?after=, with their
@@ -676,8 +679,80 @@ func (d *Dashboard) singletons(r *http.Request, v *view) (string, error) {
 	if data.After != "" {
 		v.Refresh = 0
 	}
+	_, control := d.cfg.Singletons.(SingletonControl)
+	data.Control = control && v.CanAct
 	v.Title, v.Nav, v.Data = "Singletons", "singletons", data
 	return "singletons", nil
+}
+
+// singletonActions are the singleton actions the dashboard offers, with
+// their wording.
+var singletonActions = map[string]struct{ Verb, Explain string }{
+	"pause": {"Pause", "Its process gets SIGTERM and its stop_timeout on the node that runs it — what it saves until it exits is kept — " +
+		"and it runs nowhere until it is resumed."},
+	"resume": {"Resume", "It starts again on one node of the fleet, from its last saved state."},
+	"delete": {"Delete", "Its process is stopped as for a pause, and its definition and saved state are removed for good."},
+}
+
+// singletonControl returns Config.Singletons when it can act, or an
+// errForbidden.
+func (d *Dashboard) singletonControl() (SingletonControl, error) {
+	ctl, ok := d.cfg.Singletons.(SingletonControl)
+	if !ok {
+		return nil, fmt.Errorf("%w: this dashboard cannot change singletons", errForbidden)
+	}
+	return ctl, nil
+}
+
+// confirmSingleton asks to confirm a singleton action.
+func (d *Dashboard) confirmSingleton(r *http.Request, v *view) (string, error) {
+	name, action := r.PathValue("name"), r.URL.Query().Get("action")
+	a, ok := singletonActions[action]
+	if !ok {
+		return "", fmt.Errorf("%w: action: %q is not one of pause, resume, delete", errBadParam, action)
+	}
+	if !v.CanAct {
+		return "", fmt.Errorf("%w: this dashboard is read-only here (%s)", errForbidden, d.readOnlyWhy())
+	}
+	ctl, err := d.singletonControl()
+	if err != nil {
+		return "", err
+	}
+	if _, err := ctl.Get(r.Context(), name); err != nil {
+		return "", err
+	}
+	v.Refresh = 0
+	v.Title, v.Nav, v.Data = a.Verb+" "+name+"?", "singletons", confirmData{Job: name, Action: action, Verb: a.Verb, Explain: a.Explain}
+	return "singleton_confirm", nil
+}
+
+// actSingleton performs a confirmed singleton action (mayAct), as the API's
+// POST /v1/singletons/{name}/pause, /resume and DELETE do.
+func (d *Dashboard) actSingleton(w http.ResponseWriter, r *http.Request) {
+	name, action := r.PathValue("name"), r.PathValue("action")
+	if !d.mayAct(w, r) {
+		return
+	}
+	if _, ok := singletonActions[action]; !ok {
+		d.refuse(w, r, http.StatusNotFound, "no action "+action)
+		return
+	}
+	ctl, err := d.singletonControl()
+	if err == nil {
+		ctx := r.Context()
+		switch action {
+		case "pause", "resume":
+			_, err = ctl.SetPaused(ctx, name, action == "pause")
+		case "delete":
+			err = ctl.Delete(ctx, name)
+		}
+	}
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	d.log.Info("dashboard_action", slog.String("action", action), slog.String("singleton", name))
+	http.Redirect(w, r, "/ui/singletons?done="+action, http.StatusSeeOther)
 }
 
 func (d *Dashboard) readOnlyWhy() string {
@@ -687,31 +762,41 @@ func (d *Dashboard) readOnlyWhy() string {
 	return "the node listens beyond loopback without an API token"
 }
 
-// act performs a confirmed action: same origin, a session that may act,
-// its CSRF token.
-func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
-	name, action := r.PathValue("name"), r.PathValue("action")
+// mayAct checks a confirmed action's request — same origin, a session
+// that may act, its CSRF token — and answers the refusal itself when it
+// fails.
+func (d *Dashboard) mayAct(w http.ResponseWriter, r *http.Request) bool {
 	if why := crossSite(r); why != "" {
 		d.refuse(w, r, http.StatusForbidden, why+": cross-site requests may not change anything")
-		return
+		return false
 	}
 	s, err := d.sessionOf(r)
 	if err != nil {
 		d.fail(w, r, err)
-		return
+		return false
 	}
 	if !d.canAct(s) {
 		d.refuse(w, r, http.StatusForbidden, "read-only: "+d.readOnlyWhy())
-		return
+		return false
 	}
 	if err := readForm(w, r, 4096); err != nil {
 		d.refuse(w, r, formStatus(err), "form: "+err.Error())
-		return
+		return false
 	}
 	if !d.csrfOK(s, r) {
 		d.refuse(w, r, http.StatusForbidden, "the form's CSRF token is missing or stale: reload the page and try again")
+		return false
+	}
+	return true
+}
+
+// act performs a confirmed job action (mayAct).
+func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
+	name, action := r.PathValue("name"), r.PathValue("action")
+	if !d.mayAct(w, r) {
 		return
 	}
+	var err error
 	ctx := r.Context()
 	switch action {
 	case "pause":

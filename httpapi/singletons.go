@@ -29,7 +29,15 @@ type Singleton struct {
 	StateSavedAt string                     `json:"state_saved_at,omitempty"`
 	HeartbeatAt  string                     `json:"heartbeat_at,omitempty"`
 	StartedAt    string                     `json:"started_at,omitempty"`
-	Restarts     int64                      `json:"restarts"`
+	// Restarts counts the starts after the first (after the process
+	// exited, a failover or a handover).
+	Restarts int64 `json:"restarts"`
+	// LastError says why the process last ended on its own — "exit status
+	// N" or "killed by signal NAME" and the last line it wrote (redacted),
+	// or why it could not start — at LastErrorAt; omitted while it never
+	// did. Status is failing after 3 failed starts in a row (v2).
+	LastError   string `json:"last_error,omitempty"`
+	LastErrorAt string `json:"last_error_at,omitempty"`
 }
 
 // SingletonList is the body of GET /v1/singletons?limit=&after=, ordered

@@ -21,13 +21,50 @@
 // initial state with a Warn log and Observer.StateDecodeFailed — never a
 // crash loop.
 //
+// # Stopping: graceful or lost
+//
+// A graceful stop keeps the body's last save. It is one of: Node.Run's
+// context ends (the node shuts down), Unregister (the daemon: the
+// singleton paused, deleted or redefined), or a rebalance giving the
+// singleton to another node. The body's context ends while this node still
+// holds the lease: its elector keeps renewing it, the gate stays open, and
+// Save and Heartbeat are accepted — each still fenced by the lease and the
+// (holder, epoch) in the database, so no save the database would not fence
+// is ever accepted — until the body returns or Config.StopTimeout passes.
+// Only then is the lease released (a handover: the next holder starts at
+// once), so the next holder loads the body's last save and the two never
+// run at once. Meanwhile the lease shows this node and epoch as the
+// holder, as the singleton's row does.
+//
+// A lost lease or a fault is not graceful, and closes the gate at once:
+// a renew that failed, the local deadline passed without a renew (a frozen
+// or cut-off node: the lease may be taken over), a failed fence, a lost
+// advisory session, or Config.StopTimeout passed on a graceful stop. The
+// body's context ends too, but Save and Heartbeat return an error wrapping
+// sqlease.ErrLeaseLost and change nothing. (The daemon: after SIGTERM, a
+// process's saves answer 204 in the first case and 409 in the second.)
+//
+// # Failing
+//
+// A body that returns while the term goes on is started again after a
+// backoff (NodeConfig.RestartBackoff, doubling up to 30 s; back to the
+// first after a run that had lasted). Each such end is recorded in the
+// singleton's row under the fence — last_error (the body's error), its
+// database time, and failures: failed starts in a row, a failed start being
+// a run that ended within FailedStartWithin of its start — so that every
+// node shows it: FleetStatus is StatusFailing after FailingStarts of them,
+// until a run has lasted FailedStartWithin. The row's restarts counts the
+// starts after the first, by any node (after an end, a failover or a
+// handover). A graceful stop or a lost term is no end of this kind.
+//
 // # Spreading over the fleet
 //
 // Each singleton has its own lease, and a node holds no more than its fair
 // share, ⌈singletons / live nodes⌉, while another node is willing: it does
 // not take a free lease beyond its share (for a few acquire intervals, so no
-// singleton stays unplaced), and gives a surplus back (Resign: released at
-// once, the node then leaves it alone for a lease duration). Live nodes are
+// singleton stays unplaced), and gives a surplus back, one at a time (a
+// graceful stop, then Resign: released at once, the node then leaves it
+// alone for a lease duration). Live nodes are
 // known by a member lease each node renews, "member:<holder id>".
 //
 // # Dead man's switch
@@ -47,8 +84,8 @@ import (
 	"log/slog"
 	"math"
 	"sort"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sqlease/sqlease"
@@ -60,6 +97,7 @@ import (
 const (
 	DefaultHeartbeatInterval = 30 * time.Second
 	DefaultRestartBackoff    = time.Second
+	DefaultStopTimeout       = 10 * time.Second
 	maxRestartBackoff        = 30 * time.Second
 )
 
@@ -85,8 +123,15 @@ type Config[S any] struct {
 	// HeartbeatInterval is how often the body promises to call Heartbeat
 	// (or Save). Default DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
+	// StopTimeout bounds a graceful stop (see "Stopping"): how long the
+	// body may take to return after its context ended while this node
+	// keeps the lease — renewing it, its gate open, Save accepted. Past
+	// it the gate closes (Save refused) and the term ends as a lost one
+	// does. Default DefaultStopTimeout.
+	StopTimeout time.Duration
 	// OnStarted runs when this node gains the singleton, before the body
-	// first starts, with the fencing token; OnStopped when it loses it.
+	// first starts, with the fencing token; OnStopped when the body has
+	// stopped for good in that term (the term lost, or a graceful stop).
 	OnStarted func(ctx context.Context, tok sqlease.Token)
 	OnStopped func(tok sqlease.Token)
 }
@@ -141,20 +186,24 @@ type Node struct {
 	cfg NodeConfig
 	log *slog.Logger
 
-	mu      sync.Mutex
-	entries []*entry
-	running bool
-	runCtx  context.Context // while running: the context new entries' electors run under
-	wg      sync.WaitGroup  // the running electors and the membership loop
-	share   int             // this node's fair share, as last computed
+	mu       sync.Mutex
+	entries  []*entry
+	running  bool
+	stopping bool            // Run's context ended: bodies are being stopped, none starts
+	runCtx   context.Context // while running: the context new entries' electors run under
+	wg       sync.WaitGroup  // the running electors, the membership loop and handovers
+	share    int             // this node's fair share, as last computed
+
+	handingOver atomic.Bool // a rebalance is stopping a body to give its singleton back
 }
 
 // entry is one registered singleton, type-erased.
 type entry struct {
-	name     string
-	interval time.Duration
-	el       *election.Elector
-	run      func(ctx context.Context, tok sqlease.Token) // the leading callback
+	name        string
+	interval    time.Duration
+	stopTimeout time.Duration
+	el          *election.Elector
+	run         func(ctx context.Context, tok sqlease.Token) // the leading callback
 
 	cancel      context.CancelFunc // stops its elector (Unregister)
 	done        chan struct{}      // closed when its elector has returned
@@ -166,6 +215,8 @@ type entry struct {
 	startedAt time.Time // local: this term's start
 	lastBeat  time.Time // local: the last successful heartbeat or save
 	acquired  time.Time // local: when the term began, for picking a surplus to give back
+	term      *termCtl  // the current term's body, while runTerm runs
+	closing   bool      // Unregister: no body starts any more
 }
 
 // NewNode validates cfg and returns a Node.
@@ -224,6 +275,12 @@ func Register[S any](n *Node, cfg Config[S]) error {
 	if cfg.HeartbeatInterval < 0 {
 		return fmt.Errorf("%w: singleton %q: heartbeat interval must be positive, got %s", sqlease.ErrInvalidConfig, cfg.Name, cfg.HeartbeatInterval)
 	}
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = DefaultStopTimeout
+	}
+	if cfg.StopTimeout < 0 {
+		return fmt.Errorf("%w: singleton %q: stop timeout must be positive, got %s", sqlease.ErrInvalidConfig, cfg.Name, cfg.StopTimeout)
+	}
 	if _, err := json.Marshal(cfg.Initial); err != nil {
 		return fmt.Errorf("%w: singleton %q: initial state is not JSON: %v", sqlease.ErrInvalidConfig, cfg.Name, err)
 	}
@@ -234,7 +291,7 @@ func Register[S any](n *Node, cfg Config[S]) error {
 			return fmt.Errorf("%w: singleton %q is registered twice", sqlease.ErrConflict, cfg.Name)
 		}
 	}
-	e := &entry{name: cfg.Name, interval: cfg.HeartbeatInterval, unsubscribe: func() {}}
+	e := &entry{name: cfg.Name, interval: cfg.HeartbeatInterval, stopTimeout: cfg.StopTimeout, unsubscribe: func() {}}
 	ecfg := election.Config{
 		Store: n.cfg.Leases, SessionLocker: n.cfg.SessionLocker, LeaseName: LeasePrefix + cfg.Name, HolderID: n.cfg.HolderID,
 		LeaseDuration: n.cfg.LeaseDuration, RenewInterval: n.cfg.RenewInterval, AcquireInterval: n.cfg.AcquireInterval,
@@ -251,7 +308,7 @@ func Register[S any](n *Node, cfg Config[S]) error {
 	}
 	e.el = el
 	e.run = func(ctx context.Context, tok sqlease.Token) { runTerm(ctx, n, e, cfg, tok) }
-	if n.running && n.runCtx.Err() == nil {
+	if n.running && !n.stopping && n.runCtx.Err() == nil {
 		if err := n.cfg.Store.EnsureSingleton(n.runCtx, e.name); err != nil {
 			e.unsubscribe()
 			return err
@@ -274,8 +331,9 @@ func (n *Node) start(e *entry) {
 	}()
 }
 
-// Unregister stops competing for the singleton name: its body is stopped
-// and its lease released if this node held it. It reports whether name was
+// Unregister stops competing for the singleton name. If this node runs it,
+// its body is stopped gracefully first (see "Stopping": its last Saves are
+// accepted), then the lease is released. It reports whether name was
 // registered.
 func (n *Node) Unregister(name string) bool {
 	n.mu.Lock()
@@ -291,6 +349,10 @@ func (n *Node) Unregister(name string) bool {
 	if e == nil {
 		return false
 	}
+	e.mu.Lock()
+	e.closing = true
+	e.mu.Unlock()
+	e.stopBody(n.log, sqlease.Token{})
 	if e.cancel != nil {
 		e.cancel()
 		<-e.done
@@ -311,7 +373,7 @@ func (n *Node) Names() []string {
 
 // Run competes for every registered singleton (and those registered while
 // it runs) and runs those this node holds, until ctx ends; then it stops
-// the bodies and releases the leases.
+// the bodies gracefully (see "Stopping") and releases the leases.
 func (n *Node) Run(ctx context.Context) error {
 	n.mu.Lock()
 	if n.running {
@@ -324,147 +386,39 @@ func (n *Node) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	n.running, n.runCtx = true, ctx
+	// The electors outlive ctx until the bodies have stopped: their
+	// terms, renewed, are what keeps a stopping body's saves fenced.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	n.running, n.stopping, n.runCtx = true, false, runCtx
 	for _, e := range n.entries {
 		n.start(e)
 	}
 	n.wg.Add(1)
-	go func() { defer n.wg.Done(); n.membership(ctx) }()
+	go func() { defer n.wg.Done(); n.membership(runCtx) }()
 	n.mu.Unlock()
 	<-ctx.Done()
+	n.mu.Lock()
+	n.stopping = true
+	n.mu.Unlock()
+	var stops sync.WaitGroup
+	for _, e := range n.snapshot() {
+		stops.Add(1)
+		go func() { defer stops.Done(); e.stopBody(n.log, sqlease.Token{}) }()
+	}
+	stops.Wait()
+	cancel()
 	n.wg.Wait()
 	n.mu.Lock()
-	n.running = false
+	n.running, n.stopping = false, false
 	n.mu.Unlock()
 	return nil
-}
-
-// willing reports whether this node holds less than its fair share.
-func (n *Node) willing() bool {
-	n.mu.Lock()
-	share := n.share
-	n.mu.Unlock()
-	return n.held() < share
-}
-
-func (n *Node) held() int {
-	k := 0
-	for _, e := range n.snapshot() {
-		if e.el.IsLeader() {
-			k++
-		}
-	}
-	return k
 }
 
 func (n *Node) snapshot() []*entry {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]*entry(nil), n.entries...)
-}
-
-// membership renews this node's member lease, recomputes the fair share
-// from the live members and gives a surplus singleton back.
-func (n *Node) membership(ctx context.Context) {
-	name := MemberPrefix + n.cfg.HolderID
-	var tok sqlease.Token
-	t := time.NewTimer(0)
-	defer t.Stop()
-	defer func() {
-		if !tok.IsZero() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			_ = n.cfg.Leases.Release(rctx, tok)
-			cancel()
-		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		t.Reset(n.cfg.RenewInterval)
-		if len(n.snapshot()) == 0 {
-			// No singletons here: no member lease, no statements.
-			if !tok.IsZero() {
-				_ = n.cfg.Leases.Release(ctx, tok)
-				tok = sqlease.Token{}
-			}
-			continue
-		}
-		if tok.IsZero() {
-			if l, err := n.cfg.Leases.Acquire(ctx, name, n.cfg.HolderID, n.cfg.LeaseDuration); err == nil {
-				tok = l.Token()
-			}
-		} else if _, err := n.cfg.Leases.Renew(ctx, tok, n.cfg.LeaseDuration); err != nil {
-			tok = sqlease.Token{}
-			continue
-		}
-		leases, err := n.cfg.Leases.Leases(ctx)
-		if err != nil {
-			continue
-		}
-		n.rebalance(leases)
-	}
-}
-
-// rebalance computes the fair share and, when this node holds more than it
-// while a live member holds less, resigns its most recently gained
-// singleton.
-func (n *Node) rebalance(leases []sqlease.Lease) {
-	members := map[string]int{}
-	names := map[string]bool{}
-	for _, l := range leases {
-		switch {
-		case strings.HasPrefix(l.Name, MemberPrefix) && !l.Expired():
-			members[strings.TrimPrefix(l.Name, MemberPrefix)] += 0
-		case strings.HasPrefix(l.Name, LeasePrefix):
-			names[strings.TrimPrefix(l.Name, LeasePrefix)] = true
-		}
-	}
-	for _, e := range n.snapshot() {
-		names[e.name] = true
-	}
-	members[n.cfg.HolderID] += 0
-	for _, l := range leases {
-		if strings.HasPrefix(l.Name, LeasePrefix) && !l.Expired() {
-			if _, live := members[l.Holder]; live {
-				members[l.Holder]++
-			}
-		}
-	}
-	share := (len(names) + len(members) - 1) / len(members)
-	n.mu.Lock()
-	n.share = share
-	n.mu.Unlock()
-	under := false
-	for h, k := range members {
-		if h != n.cfg.HolderID && k < share {
-			under = true
-		}
-	}
-	var mine []*entry
-	for _, e := range n.snapshot() {
-		if e.el.IsLeader() {
-			mine = append(mine, e)
-		}
-	}
-	if len(mine) <= share || !under {
-		return
-	}
-	sort.Slice(mine, func(i, j int) bool { return mine[i].acquiredAt().After(mine[j].acquiredAt()) })
-	e := mine[0]
-	if tok, err := e.el.Require(context.Background()); err == nil {
-		n.log.Info("singleton_rebalanced", slog.String("singleton", e.name), slog.Int64("lease_epoch", tok.Epoch),
-			slog.Int("held", len(mine)), slog.Int("share", share), slog.Int("live_nodes", len(members)))
-		e.el.Resign(tok, fmt.Sprintf("rebalance: this node holds %d singletons, its fair share is %d", len(mine), share))
-	}
-}
-
-func (e *entry) acquiredAt() time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.acquired
 }
 
 // Status is one singleton as this node sees it.
@@ -622,8 +576,31 @@ func (e *entry) setAcquired(at time.Time) {
 // whose answer came late, starts with it closed). The singleton counts as
 // running here from a fenced start that succeeded until a start fails or
 // the term ends, never while it only waits to start.
-func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok sqlease.Token) {
+//
+// The body runs under a context of its own, within the term's: a graceful
+// stop (stopBody) ends it while the term goes on, and runTerm then returns
+// without starting the body again.
+func runTerm[S any](termCtx context.Context, n *Node, e *entry, cfg Config[S], tok sqlease.Token) {
 	log := n.log.With(slog.String("singleton", cfg.Name), slog.Int64("lease_epoch", tok.Epoch))
+	ctx, stop := context.WithCancel(termCtx)
+	defer stop()
+	t := &termCtl{tok: tok, stop: stop, done: make(chan struct{})}
+	defer close(t.done)
+	e.mu.Lock()
+	e.term = t
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		if e.term == t {
+			e.term = nil
+		}
+		e.mu.Unlock()
+	}()
+	// After the term is published: a stop that missed it set the flag
+	// first (bodiesOff).
+	if n.bodiesOff(e) {
+		stop()
+	}
 	e.setAcquired(n.cfg.Clock.Now())
 	running := false
 	setRunning := func(on bool) {
@@ -643,8 +620,15 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 		if cfg.OnStopped != nil {
 			cfg.OnStopped(tok)
 		}
-		log.Info("singleton_stopped")
+		if termCtx.Err() == nil {
+			log.Info("singleton_stopped", slog.String("reason", "graceful stop; the lease is given back next"))
+		} else {
+			log.Info("singleton_stopped")
+		}
 	}()
+	if ctx.Err() != nil {
+		return
+	}
 	if cfg.OnStarted != nil {
 		cfg.OnStarted(ctx, tok)
 	}
@@ -653,7 +637,7 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 		// Each start is recorded (started_at, restarts) under the fence.
 		err := e.el.Fenced(ctx, tok, func(tx *sql.Tx) error { return n.cfg.Store.StartSingleton(ctx, tx, cfg.Name, tok) })
 		if ctx.Err() != nil {
-			return // the term is over
+			return // the term is over, or the body is being stopped
 		}
 		var state S
 		if err == nil {
@@ -681,22 +665,46 @@ func runTerm[S any](ctx context.Context, n *Node, e *entry, cfg Config[S], tok s
 			e.beat(n.cfg.Clock.Now()) // a start counts as a heartbeat
 			in := &Instance[S]{name: cfg.Name, tok: tok, node: n, e: e, state: state}
 			log.Info("singleton_started")
+			began := n.cfg.Clock.Now()
 			err = callBody(ctx, cfg.Body, in)
 			if ctx.Err() != nil {
 				return
 			}
-			log.Warn("singleton_body_returned", slog.Any("error", err), slog.Duration("restart_in", backoff))
+			ran := n.cfg.Clock.Now().Sub(began)
+			quick := ran < FailedStartWithin
+			if !quick {
+				backoff = n.cfg.RestartBackoff // it had run well: not a crash loop
+			}
+			wait = backoff
+			log.Warn("singleton_body_returned", slog.Any("error", err), slog.Duration("ran", ran), slog.Duration("restart_in", wait))
+			recordEnd(ctx, n, e, cfg.Name, tok, err, quick, log)
 		}
-		t := time.NewTimer(wait)
+		again := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			again.Stop()
 			return
-		case <-t.C:
+		case <-again.C:
 		}
 		if grow {
 			backoff = min(2*backoff, maxRestartBackoff)
 		}
+	}
+}
+
+// recordEnd records in the singleton's row, under the fence, that its run
+// ended on its own, and why: the fleet shows it (last_error, and status
+// failing after FailingStarts failed starts in a row). A refused or failed
+// write is only logged: the run is over either way.
+func recordEnd(ctx context.Context, n *Node, e *entry, name string, tok sqlease.Token, err error, quick bool, log *slog.Logger) {
+	why := "the body returned without an error"
+	if err != nil {
+		why = err.Error()
+	}
+	if werr := e.el.Fenced(ctx, tok, func(tx *sql.Tx) error {
+		return n.cfg.Store.FailSingleton(ctx, tx, name, tok, why, quick)
+	}); werr != nil && ctx.Err() == nil {
+		log.Warn("singleton_end_not_recorded", slog.String("error", werr.Error()))
 	}
 }
 

@@ -60,6 +60,7 @@ var documented = map[string]stmt{
 	"Singletons.Start":     {3, []string{singletons}}, // (holder, epoch, name)
 	"Singletons.Save":      {4, []string{singletons}}, // (state, name, holder, epoch)
 	"Singletons.Heartbeat": {3, []string{singletons}}, // (name, holder, epoch)
+	"Singletons.Fail":      {5, []string{singletons}}, // (last_error, quick, name, holder, epoch)
 	"Singletons.Create":    {3, []string{singletons}}, // (name, spec, spec_hash)
 	"Singletons.SetPaused": {2, []string{singletons}}, // (paused, name)
 	"Singletons.Delete":    {1, []string{singletons}}, // (name)
@@ -383,8 +384,8 @@ func TestOneClock(t *testing.T) {
 		"Queries.FenceCheck", "Jobs.Now", "Jobs.InsertJob", "Jobs.SetPaused", "Jobs.Trigger", "Jobs.ClaimDue", "Jobs.ClaimJob",
 		"Jobs.AbandonRunning", "Jobs.AbandonDeleted", "Jobs.StartJob", "Jobs.InsertRun", "Jobs.Heartbeat", "Jobs.FinishRun", "Jobs.ReleaseJob",
 		"Jobs.Stats", "Jobs.PruneRuns", "Jobs.DueWindow",
-		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Page", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat",
-		"Singletons.Create", "Output.Insert", "Output.Prune", "Revoked.Insert", "Revoked.Check", "Revoked.Prune"}
+		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat",
+		"Singletons.Fail", "Singletons.Page", "Singletons.Create", "Output.Insert", "Output.Prune", "Revoked.Insert", "Revoked.Check", "Revoked.Prune"}
 	for key, text := range got {
 		n := strings.Count(text, "SYSUTCDATETIME()")
 		want := 0

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sqlease/sqlease"
 )
@@ -18,11 +20,15 @@ import (
 type SingletonQueries struct {
 	// Migrations create the table, idempotently.
 	Migrations []string
+	// Columns are added to a table created by an earlier version (see
+	// Queries.Columns): failures, last_error, last_error_at.
+	Columns []Column
 	// Ensure: (name). Inserts the row (no state, epoch 0) unless it exists.
 	Ensure string
 	// Get: (name). (state|NULL, state_saved_at|NULL, heartbeat_at|NULL,
 	// holder_id|NULL, lease_epoch, started_at|NULL, restarts, spec|NULL,
-	// spec_hash|NULL, paused, now).
+	// spec_hash|NULL, paused, failures, last_error|NULL,
+	// last_error_at|NULL, now).
 	Get string
 	// List: (). (name, then Get's columns) ordered by name.
 	List string
@@ -31,8 +37,15 @@ type SingletonQueries struct {
 	// limit rows: a keyset page of GET /v1/singletons.
 	Page string
 	// Start: (holder, epoch, name). Records a start under (holder, epoch):
-	// started_at = heartbeat_at = now, restarts + 1. Rows affected.
+	// started_at = heartbeat_at = now, and restarts + 1 unless it is the
+	// first start ever (started_at was NULL). Rows affected.
 	Start string
+	// Fail: (last_error, quick, name, holder, epoch). Records that the run
+	// (holder, epoch) started last has ended on its own: last_error,
+	// last_error_at = now, and failures = (failures + 1) × quick — quick is
+	// 1 for a failed start (the run ended soon after it started), 0 for a
+	// run that had lasted. Under the same condition as Save. Rows affected.
+	Fail string
 	// Save: (state, name, holder, epoch). Writes the state, state_saved_at
 	// = heartbeat_at = now, only while the row carries (holder, epoch).
 	// Rows affected.
@@ -65,6 +78,12 @@ type SingletonRow struct {
 	Spec     []byte
 	SpecHash string
 	Paused   bool
+	// Failures counts the failed starts in a row (runs that ended soon
+	// after they started); LastError says why the last run ended, at
+	// LastErrorAt ("" and zero when no run ended on its own yet).
+	Failures    int64
+	LastError   string
+	LastErrorAt time.Time
 	// Now is the database clock at the read.
 	Now time.Time
 }
@@ -84,10 +103,11 @@ func (s *Store) EnsureSingleton(ctx context.Context, name string) error {
 
 func scanSingleton(sc scanner, r *SingletonRow, withName bool) error {
 	var state sql.NullString
-	var saved, beat, started nullTime
-	var holder, spec, hash sql.NullString
+	var saved, beat, started, failed nullTime
+	var holder, spec, hash, lastErr sql.NullString
 	var now dbTime
-	dest := []any{&state, &saved, &beat, &holder, &r.Epoch, &started, &r.Restarts, &spec, &hash, &r.Paused, &now}
+	dest := []any{&state, &saved, &beat, &holder, &r.Epoch, &started, &r.Restarts, &spec, &hash, &r.Paused,
+		&r.Failures, &lastErr, &failed, &now}
 	if withName {
 		dest = append([]any{&r.Name}, dest...)
 	}
@@ -101,6 +121,7 @@ func scanSingleton(sc scanner, r *SingletonRow, withName bool) error {
 		r.Spec = []byte(spec.String)
 	}
 	r.StateSavedAt, r.HeartbeatAt, r.StartedAt, r.Holder, r.SpecHash, r.Now = saved.T, beat.T, started.T, holder.String, hash.String, now.T
+	r.LastError, r.LastErrorAt = lastErr.String, failed.T
 	return nil
 }
 
@@ -173,6 +194,37 @@ func (s *Store) singletonWrite(ctx context.Context, tx *sql.Tx, what, query stri
 // lease tok, that tok's holder starts running it.
 func (s *Store) StartSingleton(ctx context.Context, tx *sql.Tx, name string, tok sqlease.Token) error {
 	return s.singletonWrite(ctx, tx, "start singleton "+name, s.sq().Start, tok, tok.Holder, tok.Epoch, name)
+}
+
+// MaxSingletonError bounds the last_error FailSingleton stores, in bytes.
+const MaxSingletonError = 2048
+
+// FailSingleton records in tx (fenced by tok's lease) that the run tok's
+// holder started last has ended on its own, with why (cut to
+// MaxSingletonError bytes of valid UTF-8 without NUL); quick says it ended
+// soon after it started (a failed start, counted in Failures), else
+// Failures is reset. Like SaveSingleton, only while the row says tok's
+// holder and epoch run it; else an error wrapping sqlease.ErrLeaseLost.
+func (s *Store) FailSingleton(ctx context.Context, tx *sql.Tx, name string, tok sqlease.Token, why string, quick bool) error {
+	q := 0
+	if quick {
+		q = 1
+	}
+	return s.singletonWrite(ctx, tx, "record the end of singleton "+name, s.sq().Fail, tok, errorText(why), q, name, tok.Holder, tok.Epoch)
+}
+
+// errorText is why as a stored error: valid UTF-8 without NUL (PostgreSQL
+// refuses both), at most MaxSingletonError bytes, cut at a character.
+func errorText(why string) string {
+	why = strings.ReplaceAll(strings.ToValidUTF8(why, "\uFFFD"), "\x00", "")
+	if len(why) <= MaxSingletonError {
+		return why
+	}
+	cut := MaxSingletonError - len("…")
+	for cut > 0 && !utf8.RuneStart(why[cut]) {
+		cut--
+	}
+	return why[:cut] + "…"
 }
 
 // SaveSingleton writes state in tx (fenced by tok's lease), only while the

@@ -135,6 +135,12 @@ func (d Dialect) Migrations() []string {
 	return append(out, d.Revoked.Migrations...)
 }
 
+// Columns are the columns Migrate adds to tables of earlier versions when
+// they lack them: the lease's, then the singletons'.
+func (d Dialect) Columns() []Column {
+	return append(append([]Column{}, d.Queries.Columns...), d.Singletons.Columns...)
+}
+
 // Store implements sqlease.LeaseStore on a *sql.DB.
 type Store struct {
 	db *sql.DB
@@ -173,7 +179,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlease: %s migration %d: %w", s.d.Name, i+1, s.classify(err))
 		}
 	}
-	for _, c := range s.d.Queries.Columns {
+	for _, c := range s.d.Columns() {
 		if hasColumn(ctx, conn, c) {
 			continue
 		}

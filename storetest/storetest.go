@@ -102,6 +102,7 @@ func Run(t *testing.T, h Harness) {
 		{"SingletonState", testSingletonState},
 		{"RevokedSessions", testRevokedSessions},
 		{"SingletonPages", testSingletonPages},
+		{"SingletonFailures", testSingletonFailures},
 		{"WorkerLeaseClaims", testWorkerLeaseClaims},
 		{"ClaimKeepsModified", testClaimKeepsModified},
 		{"Linearizable", testLinearizable},

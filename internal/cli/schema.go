@@ -43,12 +43,12 @@ job ("example-heartbeat", every minute, running 'true'), idempotently.`,
 			for _, s := range stmts {
 				fmt.Fprintf(env.Stdout, "%s;\n\n", s)
 			}
-			if !seed && len(d.Queries.Columns) > 0 {
+			if !seed && len(d.Columns()) > 0 {
 				// The script creates tables as they are now; a schema
 				// from an earlier version lacks these columns, which
 				// 'sqlease migrate' adds when missing.
 				fmt.Fprintf(env.Stdout, "-- Upgrading tables created by an earlier version: add each column below that they lack.\n")
-				for _, c := range d.Queries.Columns {
+				for _, c := range d.Columns() {
 					fmt.Fprintf(env.Stdout, "-- %s;\n", strings.ReplaceAll(c.Add, "\n", "\n-- "))
 				}
 			}

@@ -13,12 +13,14 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/action"
+	"github.com/sqlease/sqlease/dashboard"
 	"github.com/sqlease/sqlease/httpapi"
 	"github.com/sqlease/sqlease/singleton"
 	"github.com/sqlease/sqlease/sqlstore"
@@ -50,7 +52,7 @@ func (s singletonAdmin) view(ctx context.Context, row sqlstore.SingletonRow) (ht
 		Heartbeat: spec.Heartbeat.String(), StopTimeout: spec.StopTimeout.String(),
 		Status: singleton.FleetStatus(row, lease, time.Duration(spec.Heartbeat)), State: state,
 		StateSavedAt: stamp(row.StateSavedAt), HeartbeatAt: stamp(row.HeartbeatAt), StartedAt: stamp(row.StartedAt),
-		Restarts: row.Restarts}
+		Restarts: row.Restarts, LastError: row.LastError, LastErrorAt: stamp(row.LastErrorAt)}
 	if out.Status != singleton.StatusUnplaced && out.Status != singleton.StatusPaused {
 		out.Holder, out.Epoch = lease.Holder, lease.Epoch
 	}
@@ -179,6 +181,10 @@ type singletonHost struct {
 	refused    map[string]bool     // names refused by the exec policy, logged once
 	runs       map[string]*procRun // name -> the run on this node
 }
+
+// The dashboard's singletons page pauses, resumes and deletes through
+// the host, as the API does.
+var _ dashboard.SingletonControl = (*singletonHost)(nil)
 
 // procRun is a singleton process running on this node.
 type procRun struct {
@@ -310,7 +316,8 @@ func (h *singletonHost) sync(ctx context.Context) error {
 			continue
 		}
 		if err := singleton.Register(h.node, singleton.Config[json.RawMessage]{Name: name, Initial: spec.InitialState,
-			HeartbeatInterval: time.Duration(spec.Heartbeat), Body: h.body(spec)}); err != nil {
+			HeartbeatInterval: time.Duration(spec.Heartbeat), StopTimeout: time.Duration(spec.StopTimeout) + processReap,
+			Body: h.body(spec)}); err != nil {
 			return err
 		}
 		h.mu.Lock()
@@ -319,6 +326,12 @@ func (h *singletonHost) sync(ctx context.Context) error {
 	}
 	return nil
 }
+
+// processReap is how long past its stop_timeout a stopped process's run
+// may take to end: RunProcess kills it then, reaps it and reads the rest
+// of its output (up to a second). Until then its node keeps the lease on a
+// graceful stop; the process, killed, saves nothing more.
+const processReap = 2 * time.Second
 
 // body runs the singleton's process with its run's variables.
 func (h *singletonHost) body(spec action.ProcessSpec) func(ctx context.Context, in *singleton.Instance[json.RawMessage]) error {
@@ -349,9 +362,44 @@ func (h *singletonHost) body(spec action.ProcessSpec) func(ctx context.Context, 
 		err := action.RunProcess(ctx, spec, action.ProcessOptions{Env: env, Until: in.ActDeadline, Logger: h.log})
 		h.log.Info("singleton_process_exited", slog.String("singleton", spec.Name), slog.Int64("lease_epoch", tok.Epoch),
 			slog.Any("error", err))
-		return err
+		if ctx.Err() != nil {
+			return err // stopped: not an end of its own
+		}
+		return processEnd(spec.Name, err)
 	}
 }
+
+// processEnd is why a process ended on its own, as last_error shows it:
+// "exit status N" or "killed by signal NAME" and the last line it wrote
+// (redacted by RunProcess), or why it could not start (`start "cmd":
+// exec: … not found`), without the "singleton NAME: " every error of
+// RunProcess begins with. A singleton's process is not meant to exit: an
+// exit with status 0 is an end too.
+func processEnd(name string, err error) error {
+	var pe *action.ProcessError
+	switch {
+	case err == nil:
+		return errors.New("exit status 0")
+	case errors.As(err, &pe):
+		msg := pe.Cause
+		if pe.LastOutput != "" {
+			msg += ": " + pe.LastOutput
+		}
+		return &endError{msg: msg, err: err}
+	default:
+		return &endError{msg: strings.TrimPrefix(err.Error(), "singleton "+name+": "), err: err}
+	}
+}
+
+// endError is a process's end as processEnd words it, wrapping RunProcess's
+// error.
+type endError struct {
+	msg string
+	err error
+}
+
+func (e *endError) Error() string { return e.msg }
+func (e *endError) Unwrap() error { return e.err }
 
 // Authenticate checks a process call's secret against the run of name on
 // this node, in constant time whether or not a run of that name is here

@@ -22,6 +22,9 @@ type singletonView struct {
 	Epoch    int64           `json:"epoch"`
 	State    json.RawMessage `json:"state"`
 	Restarts int64           `json:"restarts"`
+	// LastError and LastErrorAt: why its process last ended on its own.
+	LastError   string `json:"last_error"`
+	LastErrorAt string `json:"last_error_at"`
 }
 
 func (v singletonView) count(t *testing.T) int {
