@@ -277,7 +277,7 @@ func TestUnchangedWritesCount(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 20 {
-				if _, err := s.SetPaused(ctx, "j", true); err != nil {
+				if _, err := s.SetPaused(ctx, "j", true, ""); err != nil {
 					t.Errorf("SetPaused to its value: %v", err)
 					return
 				}
@@ -289,7 +289,7 @@ func TestUnchangedWritesCount(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if _, err := s.SetPaused(ctx, "missing", true); !errors.Is(err, sqlease.ErrNoJob) {
+	if _, err := s.SetPaused(ctx, "missing", true, ""); !errors.Is(err, sqlease.ErrNoJob) {
 		t.Errorf("SetPaused of a missing job = %v, want ErrNoJob", err)
 	}
 	if _, created, err := s.InsertJob(ctx, sqlstore.StoredJob{Job: sqlease.Job{Name: "j", MissedRuns: sqlease.RunOnce}, SpecHash: "h"}, time.Time{}); err != nil || created {

@@ -104,6 +104,10 @@ func Run(t *testing.T, h Harness) {
 		{"SingletonPages", testSingletonPages},
 		{"WorkerLeaseClaims", testWorkerLeaseClaims},
 		{"ClaimKeepsModified", testClaimKeepsModified},
+		{"PauseReasonAndPrefix", testPauseReasonAndPrefix},
+		{"TriggerKeepsPhase", testTriggerKeepsPhase},
+		{"BreakerState", testBreakerState},
+		{"SkippedAndCancelled", testSkippedAndCancelled},
 		{"Linearizable", testLinearizable},
 	}
 	for _, tc := range tests {
