@@ -17,7 +17,7 @@ import (
 type breakerObserver struct{ skipped atomic.Int64 }
 
 func (*breakerObserver) RunFinished(string, sqlease.Outcome, time.Duration) {}
-func (o *breakerObserver) BreakerSkipped(string)                             { o.skipped.Add(1) }
+func (o *breakerObserver) BreakerSkipped(string)                            { o.skipped.Add(1) }
 
 // breakerLedger checks a breaker job's ledger: each occurrence once, every
 // skipped one with the breaker's error and never handed to the handler,
