@@ -722,6 +722,10 @@ func specHash(j sqlease.Job) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
+// Now returns the database clock: the time a job's breaker state is
+// judged by (sqlease.Job.BreakerState).
+func (s *Scheduler) Now(ctx context.Context) (time.Time, error) { return s.store.Now(ctx) }
+
 // Job returns a job by name, or an error wrapping sqlease.ErrNoJob.
 func (s *Scheduler) Job(ctx context.Context, name string) (sqlease.Job, error) {
 	j, err := s.store.Job(ctx, name)
