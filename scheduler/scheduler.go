@@ -34,6 +34,27 @@
 // cursor (last_modified_at, id) — re-reading an overlap window so that a row
 // stamped earlier but committed later is not skipped — and executes due jobs,
 // each claim fenced by the lease.
+//
+// # Trigger, pause and breaker
+//
+// Trigger makes a job due now, once. The regular occurrence it moves aside
+// is kept on the job row (regular_next_at) and the triggered run, once
+// done, leaves the job there: an every job keeps its phase, and no regular
+// occurrence is lost or run twice (the triggered occurrence is one of its
+// own in the ledger). A paused or running job refuses a trigger
+// (sqlease.ErrConflict). Pauses carry an optional reason, and PausePrefix
+// and ResumePrefix change every job of a name prefix in one statement.
+//
+// A job's breaker (sqlease.Breaker, opt-in) counts its failed occurrences
+// in a row on the job row. At the threshold it opens: the occurrences that
+// fall due are recorded as skipped ("breaker open"), each once like a run,
+// until the cool-down has passed in database time (the claim's clock);
+// then the next one runs as the probe, and its finish closes the breaker
+// or opens it again. Its state changes only in the transaction that
+// finishes a run, under the run's lock and (leader mode) its lease, so
+// every node and the next leader agree on it. failsafe-go's breaker, which
+// the daemon's other code uses, keeps its state in process memory: one per
+// node, lost with a leader; only its vocabulary is used here.
 package scheduler
 
 import (
