@@ -51,6 +51,40 @@ const (
 	OutcomeFailed    Outcome = "failed"
 	OutcomeAbandoned Outcome = "abandoned"
 	OutcomeTimedOut  Outcome = "timed_out"
+	// OutcomeSkipped is an occurrence recorded without running: its job's
+	// breaker was open (Breaker), or its overlap policy skips it.
+	OutcomeSkipped Outcome = "skipped"
+	// OutcomeCancelled is a run ended on purpose before it finished (an
+	// overlap policy that cancels the running occurrence).
+	OutcomeCancelled Outcome = "cancelled"
+)
+
+// Breaker is a job's circuit breaker, opt-in (the zero value is none):
+// after Failures consecutive failed occurrences (an occurrence fails when
+// its last attempt does) the breaker opens, and the occurrences that fall
+// due are recorded as skipped, with the error BreakerOpenError, until
+// CoolDown has passed in database time; then the next one runs as a probe
+// (half open): its success closes the breaker, its failure opens it again
+// for another CoolDown. The words are failsafe-go's (and Nygard's); the
+// state is not theirs: it lives on the job row, so that every node and the
+// next leader agree on it, and it changes only in the fenced transaction
+// that finishes a run.
+type Breaker struct {
+	Failures int           `json:"failures,omitempty"`
+	CoolDown time.Duration `json:"cool_down,omitempty"`
+}
+
+// IsZero reports whether no breaker is set.
+func (b Breaker) IsZero() bool { return b.Failures == 0 }
+
+// BreakerOpenError is the error of an occurrence a breaker skipped.
+const BreakerOpenError = "breaker open"
+
+// States of a job's breaker (Job.BreakerState).
+const (
+	BreakerClosed   = "closed"
+	BreakerOpen     = "open"
+	BreakerHalfOpen = "half_open"
 )
 
 // Job is a stored job. Times are database UTC.
@@ -67,7 +101,12 @@ type Job struct {
 	SkipIfOlderThan time.Duration
 	Retry           Retry
 	LockTimeout     time.Duration
-	Paused          bool
+	// Breaker is the job's circuit breaker; zero: none.
+	Breaker Breaker
+	Paused  bool
+	// PauseReason is what the pause said, if anything (empty while
+	// active).
+	PauseReason string
 
 	// NextRunAt is the next occurrence due; zero when none remains.
 	NextRunAt time.Time
@@ -79,6 +118,16 @@ type Job struct {
 	LockedAt  time.Time
 	LockEpoch int64
 	CreatedAt time.Time
+	// RegularNextAt is the regular occurrence a trigger moved aside (zero:
+	// none): the triggered run, once done, leaves the job there, so that a
+	// trigger never shifts a schedule's phase.
+	RegularNextAt time.Time
+	// BreakerFailures counts the consecutive failed occurrences; while
+	// BreakerOpenedAt is set the breaker is open (half open once CoolDown
+	// has passed); BreakerChangedAt is when it last opened or closed.
+	BreakerFailures  int
+	BreakerOpenedAt  time.Time
+	BreakerChangedAt time.Time
 	// LastModifiedAt is the database time of the last write to the job's
 	// definition or schedule state: create, pause, resume, trigger, a run's
 	// start or finish. A claim or heartbeat writes only the lock columns
@@ -86,6 +135,23 @@ type Job struct {
 	// what they change, so on PostgreSQL a claim is a HOT update (no index
 	// entry), and no reader of the leader's change cursor needs them.
 	LastModifiedAt time.Time
+}
+
+// BreakerState is the state of j's breaker at now (database time) and
+// since when: closed (since it last closed, zero if it never opened), open
+// (since it opened) or half_open (since its cool-down ended: the next
+// occurrence runs as a probe). It is "" when j has no breaker.
+func (j Job) BreakerState(now time.Time) (state string, since time.Time) {
+	switch {
+	case j.Breaker.IsZero():
+		return "", time.Time{}
+	case j.BreakerOpenedAt.IsZero():
+		return BreakerClosed, j.BreakerChangedAt
+	case now.Before(j.BreakerOpenedAt.Add(j.Breaker.CoolDown)):
+		return BreakerOpen, j.BreakerOpenedAt
+	default:
+		return BreakerHalfOpen, j.BreakerOpenedAt.Add(j.Breaker.CoolDown)
+	}
 }
 
 // Run is one attempt of one occurrence, as handed to a handler and recorded

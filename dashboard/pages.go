@@ -352,6 +352,10 @@ type jobRow struct {
 	State    string
 	Schedule string
 	Last     *sqlease.Run
+	// Breaker is the state of the job's breaker at the page's database
+	// time ("" without one), since BreakerSince.
+	Breaker      string
+	BreakerSince time.Time
 }
 
 type jobsData struct {
@@ -386,7 +390,7 @@ func (d *Dashboard) jobs(r *http.Request, v *view) (string, error) {
 		// Names above the prefix start right after it; the prefix itself
 		// may be a job's name.
 		if j, err := d.cfg.Scheduler.Job(ctx, data.Prefix); err == nil {
-			if row, ok := d.jobRow(ctx, j, data.State); ok {
+			if row, ok := d.jobRow(ctx, j, data.State, now); ok {
 				data.Jobs = append(data.Jobs, row)
 			}
 		}
@@ -421,7 +425,7 @@ scan:
 				more = true
 				break scan
 			}
-			row, ok := d.jobRow(ctx, j, data.State)
+			row, ok := d.jobRow(ctx, j, data.State, now)
 			if ok && !b.take(row.cost()) && len(data.Jobs) > 0 {
 				more = true
 				break scan
@@ -449,15 +453,17 @@ scan:
 // cost is what the row renders on the jobs page, in bytes: its name is
 // written three times (text, link, and its escaping), its schedule once.
 func (r jobRow) cost() int {
-	return rowMarkup + 3*escaped(r.Name) + escapedAll(r.Schedule, r.State, r.LockedBy)
+	return rowMarkup + 3*escaped(r.Name) + escapedAll(r.Schedule, r.State, r.LockedBy, r.Breaker) + 2*escaped(r.PauseReason)
 }
 
-// jobRow builds a row and reports whether it passes the state filter. The
-// last run is one index lookup. The row holds no action: a page that
-// shows one takes it redacted from httpapi.JobOut.
-func (d *Dashboard) jobRow(ctx context.Context, j sqlease.Job, state string) (jobRow, bool) {
+// jobRow builds a row, its breaker's state as of now (database time), and
+// reports whether it passes the state filter. The last run is one index
+// lookup. The row holds no action: a page that shows one takes it
+// redacted from httpapi.JobOut.
+func (d *Dashboard) jobRow(ctx context.Context, j sqlease.Job, state string, now time.Time) (jobRow, bool) {
 	j.Action = nil
 	row := jobRow{Job: j, State: "active", Schedule: scheduleText(j.Schedule)}
+	row.Breaker, row.BreakerSince = j.BreakerState(now)
 	switch {
 	case j.Paused:
 		row.State = "paused"
@@ -538,7 +544,7 @@ func (d *Dashboard) job(r *http.Request, v *view) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	row, _ := d.jobRow(ctx, j, "")
+	row, _ := d.jobRow(ctx, j, "", now)
 	data := jobData{Now: now, Job: row, First: true}
 	// The action as the API shows it: redacted by httpapi.JobOut.
 	var pretty bytes.Buffer

@@ -11,9 +11,10 @@
 //	GET    /v1/jobs?limit=&after=      list, by name: {"jobs": […], "next": "…"}
 //	GET    /v1/jobs/{name}             one job
 //	DELETE /v1/jobs/{name}             delete (204)
-//	POST   /v1/jobs/{name}/pause       pause (200 with the job)
+//	POST   /v1/jobs/{name}/pause       pause, optional {"reason"} (200 with the job)
+//	POST   /v1/jobs:pause · :resume    every job whose name starts with {"prefix"} (200 {"paused"|"resumed": N})
 //	POST   /v1/jobs/{name}/resume      resume (200 with the job)
-//	POST   /v1/jobs/{name}/trigger     run once now (200 with the job)
+//	POST   /v1/jobs/{name}/trigger     run once now (200 with the job; 409 while paused or running)
 //	GET    /v1/jobs/{name}/runs?limit= the run ledger, newest first: {"runs": […]}
 //	GET    /v1/leases                  every lease: {"leases": […]}
 //	GET    /v1/leases/{name}/history   leadership history, newest first: {"events": […], "next": "…"}
@@ -194,10 +195,12 @@ func New(cfg Config) http.Handler {
 	}
 	a.handleFunc("POST /v1/jobs", a.write(a.createJob))
 	a.handleFunc("POST /v1/jobs:batch", a.write(a.createJobs))
+	a.handleFunc("POST /v1/jobs:pause", a.write(a.pausePrefix(true)))
+	a.handleFunc("POST /v1/jobs:resume", a.write(a.pausePrefix(false)))
 	a.handleFunc("GET /v1/jobs", a.listJobs)
 	a.handleFunc("GET /v1/jobs/{name}", a.getJob)
 	a.handleFunc("DELETE /v1/jobs/{name}", a.write(a.deleteJob))
-	a.handleFunc("POST /v1/jobs/{name}/pause", a.write(a.jobChange(cfg.Scheduler.Pause)))
+	a.handleFunc("POST /v1/jobs/{name}/pause", a.write(a.pauseJob))
 	a.handleFunc("POST /v1/jobs/{name}/resume", a.write(a.jobChange(cfg.Scheduler.Resume)))
 	a.handleFunc("POST /v1/jobs/{name}/trigger", a.write(a.jobChange(cfg.Scheduler.Trigger)))
 	a.handleFunc("GET /v1/jobs/{name}/runs", a.listRuns)

@@ -38,6 +38,23 @@ type JobRequest struct {
 	LockTimeout     string    `json:"lock_timeout,omitempty"`
 	// Paused creates the job paused.
 	Paused bool `json:"paused,omitempty"`
+	// Breaker, optional: after failures consecutive failed occurrences,
+	// the next ones are recorded as skipped until cool_down has passed;
+	// then one probe runs.
+	Breaker *BreakerJSON `json:"breaker,omitempty"`
+}
+
+// BreakerJSON is a job's breaker on the wire. A request sets failures and
+// cool_down (default 1m); a job as returned adds its state — closed, open
+// or half_open (the cool-down is over: the next occurrence is the probe),
+// judged by the database clock — since when, and the consecutive failed
+// occurrences counted.
+type BreakerJSON struct {
+	Failures            int    `json:"failures"`
+	CoolDown            string `json:"cool_down,omitempty"`
+	State               string `json:"state,omitempty"`
+	Since               string `json:"since,omitempty"`
+	ConsecutiveFailures *int   `json:"consecutive_failures,omitempty"`
 }
 
 // ScheduleJSON is a schedule on the wire: one of every, cron (with an
@@ -68,6 +85,10 @@ type Job struct {
 	LockTimeout     string          `json:"lock_timeout"`
 	// State is "active" or "paused".
 	State string `json:"state"`
+	// PauseReason is what the pause said, if it said anything.
+	PauseReason string `json:"pause_reason,omitempty"`
+	// Breaker is the job's breaker and its state; absent when it has none.
+	Breaker *BreakerJSON `json:"breaker,omitempty"`
 	// NextRunAt is the next occurrence due; omitted when none remains.
 	NextRunAt string `json:"next_run_at,omitempty"`
 	LastRunAt string `json:"last_run_at,omitempty"`
@@ -134,8 +155,14 @@ func duration(d time.Duration) string {
 	return d.String()
 }
 
-// JobOut converts a stored job to its API form.
-func JobOut(j sqlease.Job) Job {
+// JobOut converts a stored job to its API form, judging a breaker's
+// half_open state by the host clock; the API's handlers use JobOutAt with
+// the database clock.
+func JobOut(j sqlease.Job) Job { return JobOutAt(j, time.Now()) }
+
+// JobOutAt converts a stored job to its API form, its breaker's state as
+// of now (database time).
+func JobOutAt(j sqlease.Job, now time.Time) Job {
 	out := Job{
 		Name: j.Name,
 		Key:  j.Key,
@@ -160,7 +187,13 @@ func JobOut(j sqlease.Job) Job {
 		out.LockedAt = timestamp(j.LockedAt)
 	}
 	if j.Paused {
-		out.State = "paused"
+		out.State, out.PauseReason = "paused", j.PauseReason
+	}
+	if !j.Breaker.IsZero() {
+		state, since := j.BreakerState(now)
+		n := j.BreakerFailures
+		out.Breaker = &BreakerJSON{Failures: j.Breaker.Failures, CoolDown: duration(j.Breaker.CoolDown), State: state,
+			Since: timestamp(since), ConsecutiveFailures: &n}
 	}
 	if len(out.Action) == 0 || !json.Valid(out.Action) {
 		out.Action = json.RawMessage("null")
@@ -206,6 +239,10 @@ type wireJob struct {
 	} `json:"retry"`
 	LockTimeout json.RawMessage `json:"lock_timeout"`
 	Paused      bool            `json:"paused"`
+	Breaker     *struct {
+		Failures int             `json:"failures"`
+		CoolDown json.RawMessage `json:"cool_down"`
+	} `json:"breaker"`
 }
 
 // DecodeJob reads a job creation body (JobRequest's JSON) into a job,
@@ -284,6 +321,13 @@ func DecodeJob(body io.Reader) (sqlease.Job, error) {
 		dur("retry.backoff", r.Backoff, &j.Retry.Backoff)
 	}
 	dur("lock_timeout", w.LockTimeout, &j.LockTimeout)
+	if b := w.Breaker; b != nil {
+		if b.Failures <= 0 {
+			errs = append(errs, badRequest("breaker.failures: must be a positive integer, got %d", b.Failures))
+		}
+		j.Breaker.Failures = b.Failures
+		dur("breaker.cool_down", b.CoolDown, &j.Breaker.CoolDown)
+	}
 	if present(w.Action) {
 		var compact bytes.Buffer
 		if err := json.Compact(&compact, w.Action); err == nil {
@@ -427,7 +471,21 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
-	a.writeJSON(w, r, status, JobOut(stored))
+	a.writeJSON(w, r, status, a.jobOut(r.Context(), stored))
+}
+
+// jobOut is JobOutAt as of the database clock, read only for a job with a
+// breaker (the host clock should the read fail: the state is shown, not
+// acted on).
+func (a *api) jobOut(ctx context.Context, j sqlease.Job) Job {
+	if j.Breaker.IsZero() {
+		return JobOut(j)
+	}
+	now, err := a.cfg.Scheduler.Now(ctx)
+	if err != nil {
+		now = time.Now()
+	}
+	return JobOutAt(j, now)
 }
 
 // conflict names the field of a creation clash: the name if a job has it,
@@ -468,6 +526,7 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	read := q.Get("after")
 	out := JobList{Jobs: []Job{}}
+	var now time.Time // the database clock, read for the first job with a breaker
 	p := newPage(limit)
 	more, err := fill(p, func(n int) ([]row, error) {
 		jobs, skipped, last, err := a.cfg.Scheduler.JobsChecked(r.Context(), read, n)
@@ -491,7 +550,13 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 			out.Skipped, out.Next = append(out.Skipped, sk), sk.Name
 			return true
 		}
-		jo := JobOut(*rw.job)
+		if !rw.job.Breaker.IsZero() && now.IsZero() {
+			var err error
+			if now, err = a.cfg.Scheduler.Now(r.Context()); err != nil {
+				now = time.Now()
+			}
+		}
+		jo := JobOutAt(*rw.job, now)
 		if !p.fit(jo) {
 			return false
 		}
@@ -527,7 +592,7 @@ func (a *api) getJob(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	a.writeJSON(w, r, http.StatusOK, JobOut(j))
+	a.writeJSON(w, r, http.StatusOK, a.jobOut(r.Context(), j))
 }
 
 // deleteJob is DELETE /v1/jobs/{name}.
@@ -539,7 +604,7 @@ func (a *api) deleteJob(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// jobChange is POST /v1/jobs/{name}/pause, resume and trigger.
+// jobChange is POST /v1/jobs/{name}/resume and trigger.
 func (a *api) jobChange(change func(ctx context.Context, name string) (sqlease.Job, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		j, err := change(r.Context(), r.PathValue("name"))
@@ -547,7 +612,118 @@ func (a *api) jobChange(change func(ctx context.Context, name string) (sqlease.J
 			a.fail(w, r, err)
 			return
 		}
-		a.writeJSON(w, r, http.StatusOK, JobOut(j))
+		a.writeJSON(w, r, http.StatusOK, a.jobOut(r.Context(), j))
+	}
+}
+
+// PauseRequest is the optional body of POST /v1/jobs/{name}/pause.
+type PauseRequest struct {
+	// Reason is stored with the job until it is resumed (at most
+	// scheduler.MaxPauseReasonBytes).
+	Reason string `json:"reason,omitempty"`
+}
+
+// PrefixRequest is the body of POST /v1/jobs:pause and /v1/jobs:resume:
+// every job whose name starts with Prefix. Prefix is required — "" (every
+// job) must be said — and Reason is for a pause only.
+type PrefixRequest struct {
+	Prefix *string `json:"prefix"`
+	Reason string  `json:"reason,omitempty"`
+}
+
+// PrefixResult answers POST /v1/jobs:pause (Paused) and /v1/jobs:resume
+// (Resumed): how many jobs the prefix matched, each now in that state.
+type PrefixResult struct {
+	Paused  *int64 `json:"paused,omitempty"`
+	Resumed *int64 `json:"resumed,omitempty"`
+}
+
+// decodeSmall reads a small JSON object body into v, strictly (unknown or
+// repeated members, trailing data and NULs are 400s naming the field); an
+// empty body leaves v as it is and reports false.
+func decodeSmall(r *http.Request, v any) (bool, error) {
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		return false, err // *http.MaxBytesError: 413
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return false, nil
+	}
+	if !utf8.Valid(raw) {
+		return false, badRequest("body: invalid UTF-8")
+	}
+	if err := strictjson.Check(raw, v, strictjson.Options{NoNUL: true}); err != nil {
+		return false, badRequest("%v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return false, jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return false, badRequest("body: has data after the JSON object")
+	}
+	return true, nil
+}
+
+// pauseJob is POST /v1/jobs/{name}/pause, with an optional reason.
+func (a *api) pauseJob(w http.ResponseWriter, r *http.Request) {
+	var req PauseRequest
+	if _, err := decodeSmall(r, &req); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if len(req.Reason) > scheduler.MaxPauseReasonBytes {
+		a.fail(w, r, badRequest("reason: must be at most %d bytes, got %d", scheduler.MaxPauseReasonBytes, len(req.Reason)))
+		return
+	}
+	j, err := a.cfg.Scheduler.PauseWithReason(r.Context(), r.PathValue("name"), req.Reason)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.writeJSON(w, r, http.StatusOK, a.jobOut(r.Context(), j))
+}
+
+// pausePrefix is POST /v1/jobs:pause (pause) and /v1/jobs:resume: every
+// job whose name starts with the prefix, in one statement.
+func (a *api) pausePrefix(pause bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req PrefixRequest
+		if _, err := decodeSmall(r, &req); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		switch {
+		case req.Prefix == nil:
+			a.fail(w, r, badRequest(`prefix: required ("" for every job, said explicitly)`))
+			return
+		case !pause && req.Reason != "":
+			a.fail(w, r, badRequest("reason: only a pause takes a reason"))
+			return
+		case len(req.Reason) > scheduler.MaxPauseReasonBytes:
+			a.fail(w, r, badRequest("reason: must be at most %d bytes, got %d", scheduler.MaxPauseReasonBytes, len(req.Reason)))
+			return
+		}
+		if err := scheduler.ValidatePrefix(*req.Prefix); err != nil {
+			a.fail(w, r, badRequest("prefix: %s", cleanDetail(err)))
+			return
+		}
+		var n int64
+		var err error
+		var out PrefixResult
+		if pause {
+			n, err = a.cfg.Scheduler.PausePrefix(r.Context(), *req.Prefix, req.Reason)
+			out.Paused = &n
+		} else {
+			n, err = a.cfg.Scheduler.ResumePrefix(r.Context(), *req.Prefix)
+			out.Resumed = &n
+		}
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		a.writeJSON(w, r, http.StatusOK, out)
 	}
 }
 

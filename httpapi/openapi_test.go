@@ -170,7 +170,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"RunList": httpapi.RunList{}, "Lease": httpapi.Lease{}, "LeaseList": httpapi.LeaseList{}, "Problem": httpapi.Problem{},
 		"BatchResult": httpapi.BatchResult{}, "BatchJob": httpapi.BatchJob{}, "Singleton": httpapi.Singleton{},
 		"SingletonList": httpapi.SingletonList{}, "Schedule": httpapi.ScheduleJSON{}, "Retry": httpapi.RetryJSON{},
-		"JobRequest": httpapi.JobRequest{},
+		"JobRequest": httpapi.JobRequest{}, "Breaker": httpapi.BreakerJSON{}, "PauseRequest": httpapi.PauseRequest{},
+		"PrefixRequest": httpapi.PrefixRequest{}, "PrefixResult": httpapi.PrefixResult{},
 	}
 	for name, v := range types {
 		props, required, ok := c.Schema(name)
@@ -196,7 +197,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		if !slices.Equal(props, fields) {
 			t.Errorf("schema %s has properties %v; the Go type %s encodes %v", name, props, rt.Name(), fields)
 		}
-		if name == "Schedule" || name == "Retry" || name == "JobRequest" {
+		if name == "Schedule" || name == "Retry" || name == "JobRequest" || name == "PrefixRequest" || name == "PauseRequest" {
 			continue // request shapes: required is what a client must send
 		}
 		if !slices.Equal(required, always) {

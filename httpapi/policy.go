@@ -115,6 +115,8 @@ func routePolicies(maxBody int64) map[string]Policy {
 
 		"POST /v1/jobs":                 {Auth: AuthToken, Exec: ExecByBody, Body: maxBody},
 		"POST /v1/jobs:batch":           {Auth: AuthToken, Exec: ExecByBody, Body: MaxBatchBytes, BodyCost: batchCost},
+		"POST /v1/jobs:pause":           change,
+		"POST /v1/jobs:resume":          change,
 		"GET /v1/jobs":                  list,
 		"GET /v1/jobs/{name}":           read,
 		"DELETE /v1/jobs/{name}":        change,

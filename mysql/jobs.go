@@ -20,7 +20,8 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	cols := strings.Replace(sqlstore.JobColumns, "attempt,", `GREATEST(attempt, COALESCE((SELECT MAX(r.attempt) FROM `+prefix+`_runs r
 	WHERE r.job_id = `+prefix+`_jobs.id AND r.scheduled_for = `+prefix+`_jobs.next_run_at), 0)),`, 1)
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", cols,
-		"{runcols}", sqlstore.RunColumns, "{now}", now, "{options}", tableOptions, "{leases}", prefix+"_leases")
+		"{runcols}", sqlstore.RunColumns, "{now}", now, "{options}", tableOptions, "{leases}", prefix+"_leases",
+		"{added}", addedColumnsDDL())
 	stale := plusMS("locked_at", "lock_timeout_ms") + ` < {now}`
 	// A job claim mode may take: due, and unlocked, stale, or claimed
 	// under a worker lease that is gone.
@@ -57,6 +58,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	not_before            datetime(6),
 	created_at            datetime(6)  NOT NULL,
 	last_modified_at      datetime(6)  NOT NULL,
+	{added},
 	UNIQUE KEY name (name),
 	UNIQUE KEY client_key (client_key),
 	KEY due (paused, next_run_at, id),
@@ -85,8 +87,8 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		// still fail.
 		InsertJobWR: sqlstore.WriteRead{
 			Write: r.Replace(`INSERT INTO {jobs} (name, client_key, spec_hash, schedule, action, missed_runs, skip_if_older_than_ms,
-	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, created_at, last_modified_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {now}, {now})
+	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, breaker_failures, breaker_cool_down_ms, created_at, last_modified_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {now}, {now})
 ON DUPLICATE KEY UPDATE id = id`),
 			Read: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = ?`),
 		},
@@ -98,15 +100,26 @@ ON DUPLICATE KEY UPDATE id = id`),
 		// write changes the row (and counts) even when it sets paused to
 		// its value in the same microsecond as another write.
 		SetPausedWR: sqlstore.WriteRead{
-			Write: r.Replace(`UPDATE {jobs} SET paused = ?,
+			Write: r.Replace(`UPDATE {jobs} SET paused = ?, pause_reason = ?,
 	last_modified_at = GREATEST({now}, last_modified_at + INTERVAL 1 MICROSECOND)
 WHERE name = ?`),
 			Read: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = ?`),
 		},
-		TriggerWR: sqlstore.WriteRead{
-			Write: r.Replace(`UPDATE {jobs} SET next_run_at = {now}, not_before = NULL, attempt = 0,
+		// Each matched row changes (last_modified_at), so rows affected
+		// counts them all (clientFoundRows=false counts changed rows).
+		PauseLike: r.Replace(`UPDATE {jobs} SET paused = ?, pause_reason = ?,
 	last_modified_at = GREATEST({now}, last_modified_at + INTERVAL 1 MICROSECOND)
-WHERE name = ? AND locked_by IS NULL`),
+WHERE name LIKE ? ESCAPE '!'`),
+		// An UPDATE assigns left to right, each assignment seeing the
+		// columns assigned before it: next_run_at, which the others read,
+		// comes last.
+		TriggerWR: sqlstore.WriteRead{
+			Write: r.Replace(`UPDATE {jobs} SET
+	regular_next_at = CASE WHEN regular_next_at > {now} THEN regular_next_at WHEN next_run_at > {now} THEN next_run_at END,
+	attempt = IF(next_run_at <= {now}, attempt, 0),
+	next_run_at = IF(next_run_at <= {now}, next_run_at, {now}),
+	not_before = NULL, last_modified_at = GREATEST({now}, last_modified_at + INTERVAL 1 MICROSECOND)
+WHERE name = ? AND paused = 0 AND locked_by IS NULL`),
 			Read: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = ?`),
 		},
 		// A claim in three steps, so that only the jobs it claims are
@@ -167,6 +180,12 @@ WHERE id = ? AND locked_by = ? AND lock_epoch = ?`),
 VALUES (?, ?, ?, ?, ?, ?, {now}, 'running')`),
 		OwnClaims: r.Replace(`SELECT id, lock_epoch, next_run_at, attempt FROM {jobs} WHERE locked_by = ? AND lock_lease_epoch = ?`),
 		Heartbeat: r.Replace(`UPDATE {jobs} SET locked_at = {now} WHERE id = ? AND locked_by = ? AND lock_epoch = ?`),
+		// last_modified_at moves, so that the row always changes and counts
+		// (clientFoundRows=false) while the lock is held.
+		SetBreaker: r.Replace(`UPDATE {jobs} SET breaker_count = ?, breaker_opened_at = IF(? = 1, {now}, NULL),
+	breaker_changed_at = IF(? = 1, {now}, breaker_changed_at),
+	last_modified_at = GREATEST({now}, last_modified_at + INTERVAL 1 MICROSECOND)
+WHERE id = ? AND locked_by = ? AND lock_epoch = ?`),
 		FinishRun: r.Replace(`UPDATE {runs} SET outcome = ?, error = ?, finished_at = {now}
 WHERE job_id = ? AND scheduled_for = ? AND attempt = ? AND outcome = 'running'`),
 		ReleaseJob: r.Replace(`UPDATE {jobs} SET locked_by = NULL, locked_at = NULL, lock_lease_epoch = 0,
@@ -210,4 +229,34 @@ ORDER BY next_run_at, id LIMIT ?`),
 WHERE (last_modified_at > ? OR (last_modified_at = ? AND id > ?)) AND next_run_at IS NOT NULL
 ORDER BY last_modified_at, id LIMIT ?`),
 	})
+}
+
+// addedColumns are the jobs table's columns newer than its first version:
+// part of CREATE TABLE for a new schema, added to an older one by
+// jobColumnsAdded (sqlstore.Column).
+var addedColumns = [][2]string{
+	{"pause_reason", "text"},
+	{"regular_next_at", "datetime(6)"},
+	{"breaker_failures", "int NOT NULL DEFAULT 0"},
+	{"breaker_cool_down_ms", "bigint NOT NULL DEFAULT 0"},
+	{"breaker_count", "int NOT NULL DEFAULT 0"},
+	{"breaker_opened_at", "datetime(6)"},
+	{"breaker_changed_at", "datetime(6)"},
+}
+
+func addedColumnsDDL() string {
+	lines := make([]string, len(addedColumns))
+	for i, c := range addedColumns {
+		lines[i] = c[0] + " " + c[1]
+	}
+	return strings.Join(lines, ",\n\t")
+}
+
+// jobColumnsAdded adds addedColumns to a jobs table of an older schema.
+func jobColumnsAdded(prefix string) []sqlstore.Column {
+	out := make([]sqlstore.Column, len(addedColumns))
+	for i, c := range addedColumns {
+		out[i] = sqlstore.Column{Table: prefix + "_jobs", Name: c[0], Add: "ALTER TABLE " + prefix + "_jobs ADD COLUMN " + c[0] + " " + c[1]}
+	}
+	return out
 }

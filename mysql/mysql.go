@@ -352,6 +352,7 @@ LOCK IN SHARE MODE`),
 WHERE lease_name = ? AND holder_id = ? AND lease_epoch = ? AND expires_at > {now}
 LOCK IN SHARE MODE`),
 	}
+	q.Columns = append(q.Columns, jobColumnsAdded(prefix)...)
 	return sqlstore.Dialect{Name: "mysql", Queries: q, Jobs: jobQueries(prefix), Singletons: singletonQueries(prefix), History: historyQueries(prefix), Revoked: revokedQueries(prefix), Classify: Classify,
 		TxOptions: &sql.TxOptions{Isolation: sql.LevelReadCommitted},
 		Time:      timeArg, IsUniqueViolation: isUniqueViolation, FenceExpired: fenceExpired}, nil

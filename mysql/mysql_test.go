@@ -277,10 +277,12 @@ func TestUnchangedWritesCount(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 20 {
-				if _, err := s.SetPaused(ctx, "j", true); err != nil {
+				if _, err := s.SetPaused(ctx, "j", false, ""); err != nil {
 					t.Errorf("SetPaused to its value: %v", err)
 					return
 				}
+				// A trigger of a job already due leaves its schedule as
+				// it is (it runs the due occurrence).
 				if _, err := s.Trigger(ctx, "j"); err != nil {
 					t.Errorf("Trigger: %v", err)
 					return
@@ -289,7 +291,20 @@ func TestUnchangedWritesCount(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if _, err := s.SetPaused(ctx, "missing", true); !errors.Is(err, sqlease.ErrNoJob) {
+	// A paused job refuses a trigger (a conflict, not "no such job"), and a
+	// pause by prefix counts the jobs it leaves as they were.
+	for range 2 {
+		if _, err := s.SetPaused(ctx, "j", true, "why"); err != nil {
+			t.Fatalf("SetPaused to its value: %v", err)
+		}
+		if n, err := s.SetPausedPrefix(ctx, "j", true, "why"); err != nil || n != 1 {
+			t.Fatalf("SetPausedPrefix of an unchanged job = %d, %v; want 1", n, err)
+		}
+	}
+	if _, err := s.Trigger(ctx, "j"); !errors.Is(err, sqlease.ErrConflict) {
+		t.Errorf("Trigger of a paused job = %v, want ErrConflict", err)
+	}
+	if _, err := s.SetPaused(ctx, "missing", true, ""); !errors.Is(err, sqlease.ErrNoJob) {
 		t.Errorf("SetPaused of a missing job = %v, want ErrNoJob", err)
 	}
 	if _, created, err := s.InsertJob(ctx, sqlstore.StoredJob{Job: sqlease.Job{Name: "j", MissedRuns: sqlease.RunOnce}, SpecHash: "h"}, time.Time{}); err != nil || created {

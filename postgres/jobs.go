@@ -33,7 +33,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	startCols := strings.Replace(qualify(sqlstore.ClaimColumns), "j.attempt,", "c.run_attempt - 1,", 1)
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{out}", prefix+"_run_output", "{cols}", cols,
 		"{jcols}", jcols, "{startcols}", startCols, "{runcols}", sqlstore.RunColumns,
-		"{ms}", "* interval '1 millisecond'",
+		"{ms}", "* interval '1 millisecond'", "{added}", addedColumnsDDL(),
 		// A job is due to claim (every claim statement says it the same
 		// way, on j at the database time n.now), and its lock is stale.
 		//
@@ -80,7 +80,8 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	lock_lease_epoch      bigint       NOT NULL DEFAULT 0,
 	not_before            timestamptz,
 	created_at            timestamptz  NOT NULL,
-	last_modified_at      timestamptz  NOT NULL
+	last_modified_at      timestamptz  NOT NULL,
+	{added}
 ) WITH (fillfactor = 50)`),
 			// A run writes its job twice (claim, finish), a batch of jobs
 			// that share pages at a time. Half of each page is left for
@@ -161,26 +162,36 @@ FOR EACH STATEMENT EXECUTE FUNCTION {jobs}_notify()`),
 		Now: `SELECT clock_timestamp()`,
 		InsertJob: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now)
 INSERT INTO {jobs} (name, client_key, spec_hash, schedule, action, missed_runs, skip_if_older_than_ms,
-	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, created_at, last_modified_at)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, n.now, n.now FROM n
+	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, breaker_failures, breaker_cool_down_ms, created_at, last_modified_at)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, n.now, n.now FROM n
 ON CONFLICT DO NOTHING
 RETURNING {cols}`),
 		// One statement per chunk of a bulk create: each column an array.
 		InsertJobs: r.Replace(`WITH n AS (SELECT clock_timestamp() AS now)
 INSERT INTO {jobs} (name, client_key, spec_hash, schedule, action, missed_runs, skip_if_older_than_ms,
-	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, created_at, last_modified_at)
+	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, breaker_failures, breaker_cool_down_ms, created_at, last_modified_at)
 SELECT u.*, n.now, n.now FROM n, unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-	$7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::boolean[], $12::timestamptz[]) AS u
+	$7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::boolean[], $12::timestamptz[], $13::bigint[], $14::bigint[]) AS u
 ON CONFLICT DO NOTHING
 RETURNING {cols}`),
 		JobByName: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = $1`),
 		JobByKey:  r.Replace(`SELECT {cols} FROM {jobs} WHERE client_key = $1`),
 		ListJobs:  r.Replace(`SELECT {cols} FROM {jobs} WHERE name > $1 ORDER BY name LIMIT $2`),
 		DeleteJob: r.Replace(`DELETE FROM {jobs} WHERE name = $1`),
-		SetPaused: r.Replace(`UPDATE {jobs} SET paused = $2, last_modified_at = clock_timestamp() WHERE name = $1 RETURNING {cols}`),
+		SetPaused: r.Replace(`UPDATE {jobs} SET paused = $2, pause_reason = $3, last_modified_at = clock_timestamp() WHERE name = $1 RETURNING {cols}`),
+		PauseLike: r.Replace(`UPDATE {jobs} SET paused = $1, pause_reason = $2, last_modified_at = clock_timestamp() WHERE name LIKE $3 ESCAPE '!'`),
 		// paused = paused fires the change notification (see above).
-		Trigger: r.Replace(`UPDATE {jobs} SET next_run_at = clock_timestamp(), not_before = NULL, attempt = 0, paused = paused, last_modified_at = clock_timestamp()
-WHERE name = $1 AND locked_by IS NULL RETURNING {cols}`),
+		Trigger: r.Replace(`UPDATE {jobs} j SET
+	regular_next_at = CASE WHEN j.regular_next_at > n.now THEN j.regular_next_at WHEN j.next_run_at > n.now THEN j.next_run_at END,
+	attempt = CASE WHEN j.next_run_at <= n.now THEN j.attempt ELSE 0 END,
+	next_run_at = CASE WHEN j.next_run_at <= n.now THEN j.next_run_at ELSE n.now END,
+	not_before = NULL, paused = j.paused, last_modified_at = n.now
+FROM (SELECT clock_timestamp() AS now) n
+WHERE j.name = $1 AND NOT j.paused AND j.locked_by IS NULL RETURNING {jcols}`),
+		SetBreaker: r.Replace(`UPDATE {jobs} SET breaker_count = $1, breaker_opened_at = CASE WHEN $2::int = 1 THEN n.now END,
+	breaker_changed_at = CASE WHEN $3::int = 1 THEN n.now ELSE breaker_changed_at END
+FROM (SELECT clock_timestamp() AS now) n
+WHERE id = $4 AND locked_by = $5 AND lock_epoch = $6`),
 		ClaimDue: r.Replace(`WITH n AS ({claimnow}),
 c AS (
 	SELECT j.id, j.locked_by AS prev FROM {jobs} j, n
@@ -344,6 +355,37 @@ FROM n`),
 WHERE last_modified_at >= $1 AND (last_modified_at, id) > ($2, $3) AND next_run_at IS NOT NULL
 ORDER BY last_modified_at, id LIMIT $4`),
 	})
+}
+
+// addedColumns are the jobs table's columns newer than its first version:
+// part of CREATE TABLE for a new schema, added to an older one by
+// jobColumnsAdded (sqlstore.Column; adding a nullable column, or one with a
+// constant default, rewrites no row).
+var addedColumns = [][2]string{
+	{"pause_reason", "text"},
+	{"regular_next_at", "timestamptz"},
+	{"breaker_failures", "integer NOT NULL DEFAULT 0"},
+	{"breaker_cool_down_ms", "bigint NOT NULL DEFAULT 0"},
+	{"breaker_count", "integer NOT NULL DEFAULT 0"},
+	{"breaker_opened_at", "timestamptz"},
+	{"breaker_changed_at", "timestamptz"},
+}
+
+func addedColumnsDDL() string {
+	lines := make([]string, len(addedColumns))
+	for i, c := range addedColumns {
+		lines[i] = c[0] + " " + c[1]
+	}
+	return strings.Join(lines, ",\n\t")
+}
+
+// jobColumnsAdded adds addedColumns to a jobs table of an older schema.
+func jobColumnsAdded(prefix string) []sqlstore.Column {
+	out := make([]sqlstore.Column, len(addedColumns))
+	for i, c := range addedColumns {
+		out[i] = sqlstore.Column{Table: prefix + "_jobs", Name: c[0], Add: "ALTER TABLE " + prefix + "_jobs ADD COLUMN IF NOT EXISTS " + c[0] + " " + c[1]}
+	}
+	return out
 }
 
 // isUniqueViolation reports SQLSTATE 23505.

@@ -16,6 +16,7 @@
 //	sqlease_job_runs_total{outcome}                 finished run attempts by outcome
 //	sqlease_job_run_duration_seconds{outcome}       duration of finished run attempts by outcome
 //	sqlease_job_rows_corrupt_total                  claimed job rows that could not be decoded, each set aside
+//	sqlease_job_breaker_skipped_total               occurrences recorded as skipped because their job's breaker was open
 //
 // Gauges, read from the elector's status at scrape time (see WatchElector):
 //
@@ -71,6 +72,7 @@ var (
 
 var knownOutcomes = []sqlease.Outcome{
 	sqlease.OutcomeSucceeded, sqlease.OutcomeFailed, sqlease.OutcomeAbandoned, sqlease.OutcomeTimedOut,
+	sqlease.OutcomeSkipped, sqlease.OutcomeCancelled,
 }
 
 // Observer records sqlease events as Prometheus metrics. Create it with New;
@@ -82,15 +84,16 @@ type Observer struct {
 	leaseName string
 	now       func() time.Time // for heartbeat age; time.Now unless a test sets it
 
-	acquired   prometheus.Counter
-	lost       prometheus.Counter
-	attempts   *prometheus.CounterVec
-	blocked    prometheus.Counter
-	acquireDur prometheus.Histogram
-	renewDur   prometheus.Histogram
-	runs       *prometheus.CounterVec
-	runDur     *prometheus.HistogramVec
-	corrupt    prometheus.Counter
+	acquired       prometheus.Counter
+	lost           prometheus.Counter
+	attempts       *prometheus.CounterVec
+	blocked        prometheus.Counter
+	acquireDur     prometheus.Histogram
+	renewDur       prometheus.Histogram
+	runs           *prometheus.CounterVec
+	runDur         *prometheus.HistogramVec
+	corrupt        prometheus.Counter
+	breakerSkipped prometheus.Counter
 }
 
 var (
@@ -156,7 +159,11 @@ func New(reg prometheus.Registerer, leaseName string) *Observer {
 		o.runs.WithLabelValues(string(oc))
 		o.runDur.WithLabelValues(string(oc))
 	}
-	reg.MustRegister(o.acquired, o.lost, o.attempts, o.blocked, o.acquireDur, o.renewDur, o.runs, o.runDur, o.corrupt)
+	o.breakerSkipped = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "job_breaker_skipped_total",
+		Help: "Occurrences this instance recorded as skipped because their job's breaker was open (logged as run_skipped with the job's name).",
+	})
+	reg.MustRegister(o.acquired, o.lost, o.attempts, o.blocked, o.acquireDur, o.renewDur, o.runs, o.runDur, o.corrupt, o.breakerSkipped)
 	return o
 }
 
@@ -260,6 +267,12 @@ func (o *Observer) Blocked(name string) {
 // The job name is not recorded (it is in the log), to keep the number of
 // series bounded.
 func (o *Observer) JobRowCorrupt(string) { o.corrupt.Inc() }
+
+// BreakerSkipped implements scheduler.BreakerObserver: it counts the
+// occurrence. The job name is not recorded, to keep the number of series
+// bounded (a label per job is a series per job, forever): the log has it,
+// and the API shows each job's breaker state.
+func (o *Observer) BreakerSkipped(string) { o.breakerSkipped.Inc() }
 
 // RunFinished implements scheduler.Observer: it counts the run attempt by
 // outcome and records its duration. The job name is not recorded, to keep

@@ -43,6 +43,8 @@ func TestEventMetrics(t *testing.T) {
 	o.RunFinished("nightly", sqlease.Outcome("bogus"), time.Second)
 	o.JobRowCorrupt("hand-edited")
 	o.JobRowCorrupt("hand-edited")
+	o.RunFinished("flaky", sqlease.OutcomeSkipped, 0)
+	o.BreakerSkipped("flaky")
 
 	want := `
 # HELP sqlease_acquire_attempts_total Acquire statements sent for a missing or expired lease, by result (acquired, held, error).
@@ -62,18 +64,23 @@ sqlease_leadership_lost_total 1
 # HELP sqlease_job_runs_total Finished job run attempts executed by this instance, by outcome.
 # TYPE sqlease_job_runs_total counter
 sqlease_job_runs_total{outcome="abandoned"} 0
+sqlease_job_runs_total{outcome="cancelled"} 0
 sqlease_job_runs_total{outcome="failed"} 0
 sqlease_job_runs_total{outcome="other"} 1
+sqlease_job_runs_total{outcome="skipped"} 1
 sqlease_job_runs_total{outcome="succeeded"} 2
 sqlease_job_runs_total{outcome="timed_out"} 1
 # HELP sqlease_job_rows_corrupt_total Job rows this instance claimed but could not decode (edited by hand, or written by a newer version), each set aside for a minute unrun; logged as job_row_corrupt.
 # TYPE sqlease_job_rows_corrupt_total counter
 sqlease_job_rows_corrupt_total 2
+# HELP sqlease_job_breaker_skipped_total Occurrences this instance recorded as skipped because their job's breaker was open (logged as run_skipped with the job's name).
+# TYPE sqlease_job_breaker_skipped_total counter
+sqlease_job_breaker_skipped_total 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"sqlease_acquire_attempts_total", "sqlease_executions_blocked_not_leader_total",
 		"sqlease_leader_acquired_total", "sqlease_leadership_lost_total", "sqlease_job_runs_total",
-		"sqlease_job_rows_corrupt_total"); err != nil {
+		"sqlease_job_rows_corrupt_total", "sqlease_job_breaker_skipped_total"); err != nil {
 		t.Fatal(err)
 	}
 

@@ -168,7 +168,7 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 	if ok && attempt > c.Retry.MaxAttempts {
 		// A predecessor died mid-run on the last allowed attempt.
 		log.Warn("run_abandoned", slog.Time("scheduled_for", run), slog.Int("attempt", attempt-1), slog.String("reason", "max attempts reached after the executor stopped heartbeating"))
-		planned, hasNext = Next(c.Schedule, run)
+		planned, hasNext = nextAfter(c, run)
 		ok = false
 	}
 	if !ok {
@@ -214,6 +214,9 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 			}
 		}
 	}
+	if breakerOpen(c) {
+		return s.skipOpen(ctx, c, run, attempt, d, log)
+	}
 	var r sqlease.Run
 	err := d.fenced(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -236,6 +239,76 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 		return time.Time{}
 	}
 	return s.runStarted(ctx, c, r, d, log)
+}
+
+// breakerOpen reports whether c's breaker is open at the claim (database
+// time): opened, and its cool-down not over. Once it is over the breaker is
+// half open and the due occurrence runs as the probe.
+func breakerOpen(c *sqlstore.Claimed) bool {
+	state, _ := c.BreakerState(c.Now)
+	return state == sqlease.BreakerOpen
+}
+
+// skipOpen records the due occurrence of a job whose breaker is open as
+// skipped ("breaker open") and leaves the job at its next occurrence, in
+// one fenced write: the occurrence is in the ledger once, like a run.
+func (s *Scheduler) skipOpen(ctx context.Context, c *sqlstore.Claimed, run time.Time, attempt int, d dispatch, log *runLog) time.Time {
+	next, _ := nextAfter(c, run)
+	f := sqlstore.Finish{Outcome: sqlease.OutcomeSkipped, Error: sqlease.BreakerOpenError, Next: next}
+	err := d.fenced(ctx, func(tx *sql.Tx) error {
+		_, err := s.store.SkipRun(ctx, tx, c.Lock, c.Name, run, attempt, d.epoch, f)
+		return err
+	})
+	if err != nil {
+		log.Warn("run_skip_failed", slog.Time("scheduled_for", run), slog.String("error", err.Error()))
+		return time.Time{}
+	}
+	s.cfg.Observer.RunFinished(c.Name, sqlease.OutcomeSkipped, 0)
+	if o, ok := s.cfg.Observer.(BreakerObserver); ok {
+		o.BreakerSkipped(c.Name)
+	}
+	log.Info("run_skipped", slog.Time("scheduled_for", run), slog.Time("next_run_at", next), slog.String("reason", sqlease.BreakerOpenError),
+		slog.Time("breaker_opened_at", c.BreakerOpenedAt))
+	return next
+}
+
+// nextAfter is the job's next occurrence once the occurrence at run is
+// done: Next, unless a trigger moved a regular occurrence still to come
+// aside (RegularNextAt, after run), which it resumes, so that a trigger
+// never shifts an every job's phase.
+func nextAfter(c *sqlstore.Claimed, run time.Time) (time.Time, bool) {
+	next, ok := Next(c.Schedule, run)
+	if ok && c.RegularNextAt.After(run) {
+		return c.RegularNextAt, true
+	}
+	return next, ok
+}
+
+// breakerAfter is the change a finish f of c's run makes to c's breaker,
+// and whether there is one to write: a failed occurrence (its last attempt
+// failed) counts, and opens the breaker at Failures in a row or when it
+// was the probe of a half-open breaker; a success closes it. Attempts to be
+// retried, and runs cut short (abandoned), change nothing.
+func breakerAfter(c *sqlstore.Claimed, f sqlstore.Finish) (sqlstore.BreakerUpdate, bool) {
+	if c.Breaker.IsZero() {
+		return sqlstore.BreakerUpdate{}, false
+	}
+	wasOpen := !c.BreakerOpenedAt.IsZero()
+	switch f.Outcome {
+	case sqlease.OutcomeSucceeded:
+		if c.BreakerFailures == 0 && !wasOpen {
+			return sqlstore.BreakerUpdate{}, false
+		}
+		return sqlstore.BreakerUpdate{Changed: wasOpen}, true
+	case sqlease.OutcomeFailed, sqlease.OutcomeTimedOut:
+		if f.Attempt != 0 {
+			return sqlstore.BreakerUpdate{}, false // the occurrence is retried
+		}
+		n := c.BreakerFailures + 1
+		open := wasOpen || n >= c.Breaker.Failures
+		return sqlstore.BreakerUpdate{Failures: n, Open: open, Changed: open}, true
+	}
+	return sqlstore.BreakerUpdate{}, false
 }
 
 // interrupted reports whether an attempt of c's due occurrence started
@@ -271,7 +344,7 @@ func fastStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
 // (the missed-runs policy does not move on) with attempts left — the start
 // execute would make, without its other cases — and with which request.
 func onTimeStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
-	if c.Attempt+1 > c.Retry.MaxAttempts {
+	if c.Attempt+1 > c.Retry.MaxAttempts || breakerOpen(&c) {
 		return sqlstore.StartReq{}, false
 	}
 	run, ok, _, _ := Plan(c.Schedule, c.MissedRuns, c.SkipIfOlderThan, c.NextRunAt, c.Now)
@@ -356,7 +429,7 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	f := sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}
 	switch {
 	case herr == nil:
-		f.Next, _ = Next(c.Schedule, run)
+		f.Next, _ = nextAfter(c, run)
 	case ctx.Err() != nil || errors.Is(context.Cause(runCtx), errLockLost):
 		// Cancelled from outside (shutdown, leadership or lock lost): the
 		// occurrence is retried by the next owner with the same key.
@@ -370,7 +443,7 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 			f.Next, f.Attempt = run, attempt
 			f.Backoff = Backoff(c.Retry, attempt, rand.Float64())
 		} else {
-			f.Next, _ = Next(c.Schedule, run)
+			f.Next, _ = nextAfter(c, run)
 		}
 	}
 	f.Output = out.get()
@@ -384,7 +457,8 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		// change notification).
 		next = c.Now.Add(time.Since(started) + f.Backoff + 50*time.Millisecond)
 	}
-	if d.batch != nil {
+	bu, breaker := breakerAfter(c, f)
+	if d.batch != nil && !breaker {
 		// The finisher writes and logs the outcome, then calls d.done.
 		*d.queued = true
 		d.batch.finish(finishItem{req: sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, took: took, log: log, next: next, done: d.done}, d.release)
@@ -393,11 +467,25 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	fr := r // the copy the closure takes, so that the batched path allocates none
 	err := retryTransient(wctx, func() error {
-		return d.fenced(wctx, func(tx *sql.Tx) error { return s.store.FinishRun(wctx, tx, c.Lock, fr, f) })
+		return d.fenced(wctx, func(tx *sql.Tx) error {
+			if breaker {
+				// The breaker's state changes with the finish, in its
+				// transaction and under its lock (and lease).
+				return s.store.FinishRunBreaker(wctx, tx, c.Lock, fr, f, bu)
+			}
+			return s.store.FinishRun(wctx, tx, c.Lock, fr, f)
+		})
 	})
 	wcancel()
 	s.cfg.Observer.RunFinished(c.Name, f.Outcome, took)
 	logFinish(log, f, took, err)
+	if breaker && err == nil && bu.Changed {
+		state := sqlease.BreakerClosed
+		if bu.Open {
+			state = sqlease.BreakerOpen
+		}
+		log.Info("job_breaker_changed", slog.String("state", state), slog.Int("consecutive_failures", bu.Failures))
+	}
 	if err != nil {
 		return time.Time{}
 	}

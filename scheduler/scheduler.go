@@ -34,6 +34,27 @@
 // cursor (last_modified_at, id) — re-reading an overlap window so that a row
 // stamped earlier but committed later is not skipped — and executes due jobs,
 // each claim fenced by the lease.
+//
+// # Trigger, pause and breaker
+//
+// Trigger makes a job due now, once. The regular occurrence it moves aside
+// is kept on the job row (regular_next_at) and the triggered run, once
+// done, leaves the job there: an every job keeps its phase, and no regular
+// occurrence is lost or run twice (the triggered occurrence is one of its
+// own in the ledger). A paused or running job refuses a trigger
+// (sqlease.ErrConflict). Pauses carry an optional reason, and PausePrefix
+// and ResumePrefix change every job of a name prefix in one statement.
+//
+// A job's breaker (sqlease.Breaker, opt-in) counts its failed occurrences
+// in a row on the job row. At the threshold it opens: the occurrences that
+// fall due are recorded as skipped ("breaker open"), each once like a run,
+// until the cool-down has passed in database time (the claim's clock);
+// then the next one runs as the probe, and its finish closes the breaker
+// or opens it again. Its state changes only in the transaction that
+// finishes a run, under the run's lock and (leader mode) its lease, so
+// every node and the next leader agree on it. failsafe-go's breaker, which
+// the daemon's other code uses, keeps its state in process memory: one per
+// node, lost with a leader; only its vocabulary is used here.
 package scheduler
 
 import (
@@ -183,6 +204,13 @@ type Observer interface {
 	// RunFinished is called once a run's outcome write has returned
 	// (written, or failed), with the handler's duration.
 	RunFinished(job string, outcome sqlease.Outcome, took time.Duration)
+}
+
+// BreakerObserver is what an Observer may also implement to count the
+// occurrences a job's open breaker skipped (each also reaches RunFinished
+// as sqlease.OutcomeSkipped). Calls must not block.
+type BreakerObserver interface {
+	BreakerSkipped(job string)
 }
 
 // CorruptObserver is what an Observer may also implement to learn of each
@@ -639,6 +667,9 @@ func normalize(j sqlease.Job, validateAction func(json.RawMessage) error) (sqlea
 	if len(j.Action) == 0 {
 		j.Action = json.RawMessage("{}")
 	}
+	if err := validateBreaker(&j); err != nil {
+		errs = append(errs, err)
+	}
 	if validateAction != nil && len(j.Action) <= MaxActionBytes {
 		if err := validateAction(j.Action); err != nil {
 			errs = append(errs, err)
@@ -647,11 +678,50 @@ func normalize(j sqlease.Job, validateAction func(json.RawMessage) error) (sqlea
 	return j, errors.Join(errs...)
 }
 
+// Bounds of a job's breaker (sqlease.Breaker).
+const (
+	// MaxBreakerFailures is the largest breaker.failures.
+	MaxBreakerFailures = 1000
+	// DefaultBreakerCoolDown is breaker.cool_down when it is 0.
+	DefaultBreakerCoolDown = time.Minute
+	// MinBreakerCoolDown and MaxBreakerCoolDown bound breaker.cool_down.
+	MinBreakerCoolDown = time.Second
+	MaxBreakerCoolDown = 7 * 24 * time.Hour
+)
+
+// validateBreaker checks j's breaker and applies its default cool-down.
+func validateBreaker(j *sqlease.Job) error {
+	b := &j.Breaker
+	if b.IsZero() {
+		if b.CoolDown != 0 {
+			return fmt.Errorf("%w: breaker.failures must be set (1-%d) with breaker.cool_down", sqlease.ErrInvalidConfig, MaxBreakerFailures)
+		}
+		return nil
+	}
+	if b.Failures < 1 || b.Failures > MaxBreakerFailures {
+		return fmt.Errorf("%w: breaker.failures must be between 1 and %d, got %d", sqlease.ErrInvalidConfig, MaxBreakerFailures, b.Failures)
+	}
+	if b.CoolDown == 0 {
+		b.CoolDown = DefaultBreakerCoolDown
+	}
+	if b.CoolDown < MinBreakerCoolDown || b.CoolDown > MaxBreakerCoolDown {
+		return fmt.Errorf("%w: breaker.cool_down must be between %s and %s, got %s", sqlease.ErrInvalidConfig, MinBreakerCoolDown, MaxBreakerCoolDown, b.CoolDown)
+	}
+	if j.Schedule.Every == 0 && j.Schedule.Cron == "" {
+		return fmt.Errorf("%w: breaker needs a repeating schedule (every or cron): a one-off job has no further occurrences to skip", sqlease.ErrInvalidConfig)
+	}
+	return nil
+}
+
 // specHash identifies the content of a creation request.
 func specHash(j sqlease.Job) (string, error) {
 	var action any
 	if err := json.Unmarshal(j.Action, &action); err != nil {
 		return "", fmt.Errorf("%w: action is not valid JSON: %v", sqlease.ErrInvalidConfig, err)
+	}
+	var breaker *sqlease.Breaker
+	if !j.Breaker.IsZero() {
+		breaker = &j.Breaker
 	}
 	b, err := json.Marshal(struct {
 		Name, Key       string
@@ -662,13 +732,20 @@ func specHash(j sqlease.Job) (string, error) {
 		Retry           sqlease.Retry
 		LockTimeout     time.Duration
 		Paused          bool
-	}{j.Name, j.Key, j.Schedule, action, j.MissedRuns, j.SkipIfOlderThan, j.Retry, j.LockTimeout, j.Paused})
+		// Only when set, so that the hash of a job without one is what
+		// earlier versions stored (an identical create stays a 200).
+		Breaker *sqlease.Breaker `json:",omitempty"`
+	}{j.Name, j.Key, j.Schedule, action, j.MissedRuns, j.SkipIfOlderThan, j.Retry, j.LockTimeout, j.Paused, breaker})
 	if err != nil {
 		return "", err
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:]), nil
 }
+
+// Now returns the database clock: the time a job's breaker state is
+// judged by (sqlease.Job.BreakerState).
+func (s *Scheduler) Now(ctx context.Context) (time.Time, error) { return s.store.Now(ctx) }
 
 // Job returns a job by name, or an error wrapping sqlease.ErrNoJob.
 func (s *Scheduler) Job(ctx context.Context, name string) (sqlease.Job, error) {
@@ -704,18 +781,80 @@ func (s *Scheduler) Delete(ctx context.Context, name string) error {
 
 // Pause stops new runs of a job (a run in flight finishes).
 func (s *Scheduler) Pause(ctx context.Context, name string) (sqlease.Job, error) {
-	j, err := s.store.SetPaused(ctx, name, true)
+	return s.PauseWithReason(ctx, name, "")
+}
+
+// MaxPauseReasonBytes bounds the reason of a pause.
+const MaxPauseReasonBytes = 512
+
+// PauseWithReason is Pause that stores why (empty: no reason) with the job
+// (sqlease.Job.PauseReason) until it is resumed; pausing a paused job
+// replaces its reason. A reason longer than MaxPauseReasonBytes is an error
+// wrapping sqlease.ErrInvalidConfig.
+func (s *Scheduler) PauseWithReason(ctx context.Context, name, reason string) (sqlease.Job, error) {
+	if err := validateReason(reason); err != nil {
+		return sqlease.Job{}, err
+	}
+	j, err := s.store.SetPaused(ctx, name, true, reason)
 	return j.Job, err
 }
 
-// Resume lets a paused job run again; occurrences missed while paused follow
-// its missed-runs policy.
+// Resume lets a paused job run again and clears its pause reason;
+// occurrences missed while paused follow its missed-runs policy.
 func (s *Scheduler) Resume(ctx context.Context, name string) (sqlease.Job, error) {
-	j, err := s.store.SetPaused(ctx, name, false)
+	j, err := s.store.SetPaused(ctx, name, false, "")
 	return j.Job, err
 }
 
-// Trigger makes a job due now, once.
+// PausePrefix pauses, with reason (empty: none), every job whose name
+// starts with prefix — "" is every job — in one statement: all or none.
+// It returns how many jobs matched (paused ones too: their reason is
+// replaced). An invalid prefix (not a beginning of a job name) or reason
+// is an error wrapping sqlease.ErrInvalidConfig.
+func (s *Scheduler) PausePrefix(ctx context.Context, prefix, reason string) (int64, error) {
+	if err := errors.Join(ValidatePrefix(prefix), validateReason(reason)); err != nil {
+		return 0, err
+	}
+	return s.store.SetPausedPrefix(ctx, prefix, true, reason)
+}
+
+// ResumePrefix resumes every job whose name starts with prefix ("" is
+// every job), all or none, and returns how many matched.
+func (s *Scheduler) ResumePrefix(ctx context.Context, prefix string) (int64, error) {
+	if err := ValidatePrefix(prefix); err != nil {
+		return 0, err
+	}
+	return s.store.SetPausedPrefix(ctx, prefix, false, "")
+}
+
+// ValidatePrefix returns an error wrapping sqlease.ErrInvalidConfig unless
+// prefix can begin a job name: empty, or at most MaxNameBytes characters
+// of a-z 0-9 . _ - starting with a letter or digit.
+func ValidatePrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	if len(prefix) > MaxNameBytes || sqlease.ValidateJobName(prefix) != nil {
+		return fmt.Errorf("%w: prefix must be empty or the beginning of a job name (1-%d characters of a-z 0-9 . _ - starting with a letter or digit)",
+			sqlease.ErrInvalidConfig, MaxNameBytes)
+	}
+	return nil
+}
+
+func validateReason(reason string) error {
+	if len(reason) > MaxPauseReasonBytes {
+		return fmt.Errorf("%w: reason must be at most %d bytes, got %d", sqlease.ErrInvalidConfig, MaxPauseReasonBytes, len(reason))
+	}
+	return nil
+}
+
+// Trigger makes a job due now, once. A regular occurrence still to come
+// stays where it is: the triggered run, once done, leaves the job there
+// (sqlease.Job.RegularNextAt), so an every job keeps its phase; a one-off
+// job triggered before its time has run once and is done. A job already
+// due runs its due occurrence (a retry waiting for its backoff runs now).
+// A paused or running job is not changed: an error wrapping
+// sqlease.ErrConflict that names the state.
 func (s *Scheduler) Trigger(ctx context.Context, name string) (sqlease.Job, error) {
 	j, err := s.store.Trigger(ctx, name)
 	return j.Job, err

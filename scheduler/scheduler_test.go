@@ -472,14 +472,19 @@ func TestPauseResumeTrigger(t *testing.T) {
 			t.Fatal(err)
 		}
 		runClaim(t, s)
-		if _, err := s.Trigger(ctx, "later"); err != nil {
-			t.Fatal(err)
+		// A trigger of a paused job would run nothing until a resume: it
+		// is refused (the API answers 409).
+		if _, err := s.Trigger(ctx, "later"); !errors.Is(err, sqlease.ErrConflict) {
+			t.Fatalf("trigger of a paused job: %v, want ErrConflict", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 		if rec.count() != 0 {
 			t.Fatal("a paused job ran")
 		}
 		if _, err := s.Resume(ctx, "later"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Trigger(ctx, "later"); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 10*time.Second, "the triggered run", func() bool { return rec.count() == 1 })

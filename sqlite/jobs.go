@@ -26,6 +26,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	WHERE r.job_id = `+prefix+`_jobs.id AND r.scheduled_for = `+prefix+`_jobs.next_run_at), 0)),`, 1)
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", cols,
 		"{runcols}", sqlstore.RunColumns, "{now}", now, "{leases}", prefix+"_leases",
+		"{added}", addedColumnsDDL(),
 		// A RETURNING clause sees only the new row: whether a claimed job
 		// was locked before (a reclaim, whose crashed run must be marked
 		// abandoned) is written to a column of its own to be returned.
@@ -55,7 +56,8 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	lock_reclaimed        INTEGER NOT NULL DEFAULT 0,
 	not_before            TEXT,
 	created_at            TEXT    NOT NULL,
-	last_modified_at      TEXT    NOT NULL
+	last_modified_at      TEXT    NOT NULL,
+	{added}
 )`),
 			r.Replace(`CREATE INDEX IF NOT EXISTS {jobs}_due ON {jobs} (next_run_at, id) WHERE paused = 0 AND next_run_at IS NOT NULL`),
 			r.Replace(`CREATE INDEX IF NOT EXISTS {jobs}_modified ON {jobs} (last_modified_at, id)`),
@@ -78,17 +80,25 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		},
 		Now: `SELECT ` + now,
 		InsertJob: r.Replace(`INSERT INTO {jobs} (name, client_key, spec_hash, schedule, action, missed_runs, skip_if_older_than_ms,
-	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, created_at, last_modified_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, {now}, {now})
+	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, breaker_failures, breaker_cool_down_ms, created_at, last_modified_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, {now}, {now})
 ON CONFLICT DO NOTHING
 RETURNING {cols}`),
 		JobByName: r.Replace(`SELECT {cols} FROM {jobs} WHERE name = ?1`),
 		JobByKey:  r.Replace(`SELECT {cols} FROM {jobs} WHERE client_key = ?1`),
 		ListJobs:  r.Replace(`SELECT {cols} FROM {jobs} WHERE name > ?1 ORDER BY name LIMIT ?2`),
 		DeleteJob: r.Replace(`DELETE FROM {jobs} WHERE name = ?1`),
-		SetPaused: r.Replace(`UPDATE {jobs} SET paused = ?2, last_modified_at = {now} WHERE name = ?1 RETURNING {cols}`),
-		Trigger: r.Replace(`UPDATE {jobs} SET next_run_at = {now}, not_before = NULL, attempt = 0, last_modified_at = {now}
-WHERE name = ?1 AND locked_by IS NULL RETURNING {cols}`),
+		SetPaused: r.Replace(`UPDATE {jobs} SET paused = ?2, pause_reason = ?3, last_modified_at = {now} WHERE name = ?1 RETURNING {cols}`),
+		PauseLike: r.Replace(`UPDATE {jobs} SET paused = ?1, pause_reason = ?2, last_modified_at = {now} WHERE name LIKE ?3 ESCAPE '!'`),
+		Trigger: r.Replace(`UPDATE {jobs} SET
+	regular_next_at = CASE WHEN regular_next_at > {now} THEN regular_next_at WHEN next_run_at > {now} THEN next_run_at END,
+	attempt = CASE WHEN next_run_at <= {now} THEN attempt ELSE 0 END,
+	next_run_at = CASE WHEN next_run_at <= {now} THEN next_run_at ELSE {now} END,
+	not_before = NULL, last_modified_at = {now}
+WHERE name = ?1 AND paused = 0 AND locked_by IS NULL RETURNING {cols}`),
+		SetBreaker: r.Replace(`UPDATE {jobs} SET breaker_count = ?1, breaker_opened_at = CASE WHEN ?2 = 1 THEN {now} END,
+	breaker_changed_at = CASE WHEN ?3 = 1 THEN {now} ELSE breaker_changed_at END
+WHERE id = ?4 AND locked_by = ?5 AND lock_epoch = ?6`),
 		ClaimDue: r.Replace(`UPDATE {jobs} SET locked_by = ?1, locked_at = {now}, lock_epoch = lock_epoch + 1,
 	lock_lease_epoch = -?3, {claimcols}
 WHERE id IN (
@@ -165,6 +175,36 @@ SELECT * FROM (SELECT id, paused, max(next_run_at, COALESCE(not_before, next_run
 	WHERE last_modified_at > ?1 AND next_run_at IS NOT NULL ORDER BY last_modified_at, id LIMIT ?4)
 ORDER BY 4, 1 LIMIT ?4`),
 	})
+}
+
+// addedColumns are the jobs table's columns newer than its first version:
+// part of CREATE TABLE for a new schema, added to an older one by
+// JobColumnsAdded (sqlstore.Column).
+var addedColumns = [][2]string{
+	{"pause_reason", "TEXT"},
+	{"regular_next_at", "TEXT"},
+	{"breaker_failures", "INTEGER NOT NULL DEFAULT 0"},
+	{"breaker_cool_down_ms", "INTEGER NOT NULL DEFAULT 0"},
+	{"breaker_count", "INTEGER NOT NULL DEFAULT 0"},
+	{"breaker_opened_at", "TEXT"},
+	{"breaker_changed_at", "TEXT"},
+}
+
+func addedColumnsDDL() string {
+	lines := make([]string, len(addedColumns))
+	for i, c := range addedColumns {
+		lines[i] = c[0] + " " + c[1]
+	}
+	return strings.Join(lines, ",\n\t")
+}
+
+// jobColumnsAdded adds addedColumns to a jobs table of an older schema.
+func jobColumnsAdded(prefix string) []sqlstore.Column {
+	out := make([]sqlstore.Column, len(addedColumns))
+	for i, c := range addedColumns {
+		out[i] = sqlstore.Column{Table: prefix + "_jobs", Name: c[0], Add: "ALTER TABLE " + prefix + "_jobs ADD COLUMN " + c[0] + " " + c[1]}
+	}
+	return out
 }
 
 // nowFrom adds a millisecond column to a time column.

@@ -26,7 +26,8 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		"{runs_pk}", quote(runs+"_pk"), "{runs_attempt}", quote(runs+"_attempt"),
 		"{cols}", sqlstore.JobColumns, "{icols}", qualify("inserted.", sqlstore.JobColumns),
 		"{runcols}", sqlstore.RunColumns, "{bin}", binary, "{n}", nowTable,
-		"{effective}", "CASE WHEN not_before > next_run_at THEN not_before ELSE next_run_at END")
+		"{effective}", "CASE WHEN not_before > next_run_at THEN not_before ELSE next_run_at END",
+		"{added}", addedColumnsDDL())
 	// index returns an idempotent CREATE INDEX; the object name of an index
 	// is per table.
 	index := func(table, name, def string) string {
@@ -59,6 +60,7 @@ CREATE TABLE {jobs} (
 	not_before            datetime2(7)  NULL,
 	created_at            datetime2(7)  NOT NULL,
 	last_modified_at      datetime2(7)  NOT NULL,
+	{added},
 	CONSTRAINT {jobs_pk} PRIMARY KEY (id),
 	CONSTRAINT {jobs_name} UNIQUE (name)
 )`),
@@ -93,9 +95,9 @@ CREATE TABLE {runs} (
 		// NOT NULL" repeats the filter of the key's index so that the
 		// optimizer seeks it.
 		InsertJob: r.Replace(`INSERT INTO {jobs} (name, client_key, spec_hash, schedule, action, missed_runs, skip_if_older_than_ms,
-	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, created_at, last_modified_at)
+	max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, breaker_failures, breaker_cool_down_ms, created_at, last_modified_at)
 OUTPUT {icols}
-SELECT @p1, @p2, @p3, @p4, @p5, @p6, @p7, @p8, @p9, @p10, @p11, @p12, n.now, n.now
+SELECT @p1, @p2, @p3, @p4, @p5, @p6, @p7, @p8, @p9, @p10, @p11, @p12, @p13, @p14, n.now, n.now
 FROM {n} AS n
 WHERE NOT EXISTS (SELECT 1 FROM {jobs} WITH (UPDLOCK, HOLDLOCK) WHERE name = @p1)
   AND NOT EXISTS (SELECT 1 FROM {jobs} WITH (UPDLOCK, HOLDLOCK) WHERE client_key = @p2 AND client_key IS NOT NULL)`),
@@ -103,13 +105,23 @@ WHERE NOT EXISTS (SELECT 1 FROM {jobs} WITH (UPDLOCK, HOLDLOCK) WHERE name = @p1
 		JobByKey:  r.Replace(`SELECT {cols} FROM {jobs} WHERE client_key = @p1 AND client_key IS NOT NULL`),
 		ListJobs:  r.Replace(`SELECT TOP (@p2) {cols} FROM {jobs} WHERE name > @p1 ORDER BY name`),
 		DeleteJob: r.Replace(`DELETE FROM {jobs} WHERE name = @p1`),
-		SetPaused: r.Replace(`UPDATE {jobs} SET paused = @p2, last_modified_at = SYSUTCDATETIME()
+		SetPaused: r.Replace(`UPDATE {jobs} SET paused = @p2, pause_reason = @p3, last_modified_at = SYSUTCDATETIME()
 OUTPUT {icols}
 WHERE name = @p1`),
-		Trigger: r.Replace(`UPDATE j SET next_run_at = n.now, not_before = NULL, attempt = 0, last_modified_at = n.now
+		PauseLike: r.Replace(`UPDATE {jobs} SET paused = @p1, pause_reason = @p2, last_modified_at = SYSUTCDATETIME()
+WHERE name LIKE @p3 ESCAPE '!'`),
+		Trigger: r.Replace(`UPDATE j SET
+	regular_next_at = CASE WHEN j.regular_next_at > n.now THEN j.regular_next_at WHEN j.next_run_at > n.now THEN j.next_run_at END,
+	attempt = CASE WHEN j.next_run_at <= n.now THEN j.attempt ELSE 0 END,
+	next_run_at = CASE WHEN j.next_run_at <= n.now THEN j.next_run_at ELSE n.now END,
+	not_before = NULL, last_modified_at = n.now
 OUTPUT {icols}
 FROM {jobs} AS j CROSS JOIN {n} AS n
-WHERE j.name = @p1 AND j.locked_by IS NULL`),
+WHERE j.name = @p1 AND j.paused = 0 AND j.locked_by IS NULL`),
+		SetBreaker: r.Replace(`UPDATE j SET breaker_count = @p1, breaker_opened_at = CASE WHEN @p2 = 1 THEN n.now END,
+	breaker_changed_at = CASE WHEN @p3 = 1 THEN n.now ELSE j.breaker_changed_at END
+FROM {jobs} AS j CROSS JOIN {n} AS n
+WHERE j.id = @p4 AND j.locked_by = @p5 AND j.lock_epoch = @p6`),
 		// The queue idiom: candidates read with update locks, skipping rows
 		// another claimer has locked (READPAST), the oldest first; the
 		// update locks hold them until this statement writes them, so each
@@ -177,4 +189,34 @@ ORDER BY next_run_at, id`),
 WHERE (last_modified_at > @p1 OR (last_modified_at = @p2 AND id > @p3)) AND next_run_at IS NOT NULL
 ORDER BY last_modified_at, id`),
 	})
+}
+
+// addedColumns are the jobs table's columns newer than its first version:
+// part of CREATE TABLE for a new schema, added to an older one by
+// jobColumnsAdded (sqlstore.Column).
+var addedColumns = [][2]string{
+	{"pause_reason", "nvarchar(max) NULL"},
+	{"regular_next_at", "datetime2(7) NULL"},
+	{"breaker_failures", "int NOT NULL DEFAULT 0"},
+	{"breaker_cool_down_ms", "bigint NOT NULL DEFAULT 0"},
+	{"breaker_count", "int NOT NULL DEFAULT 0"},
+	{"breaker_opened_at", "datetime2(7) NULL"},
+	{"breaker_changed_at", "datetime2(7) NULL"},
+}
+
+func addedColumnsDDL() string {
+	lines := make([]string, len(addedColumns))
+	for i, c := range addedColumns {
+		lines[i] = c[0] + " " + c[1]
+	}
+	return strings.Join(lines, ",\n\t")
+}
+
+// jobColumnsAdded adds addedColumns to a jobs table of an older schema.
+func jobColumnsAdded(prefix string) []sqlstore.Column {
+	out := make([]sqlstore.Column, len(addedColumns))
+	for i, c := range addedColumns {
+		out[i] = sqlstore.Column{Table: quote(prefix + "_jobs"), Name: c[0], Add: "ALTER TABLE " + quote(prefix+"_jobs") + " ADD " + c[0] + " " + c[1]}
+	}
+	return out
 }

@@ -205,7 +205,7 @@ func TestJobStatements(t *testing.T) {
 	}
 
 	// Pause, trigger, resume.
-	if p, err := s.SetPaused(ctx, c.Name, true); err != nil || !p.Paused {
+	if p, err := s.SetPaused(ctx, c.Name, true, ""); err != nil || !p.Paused {
 		t.Fatalf("SetPaused(true) = (%+v, %v)", p, err)
 	}
 	tr, err := s.Trigger(ctx, c.Name)
@@ -215,7 +215,7 @@ func TestJobStatements(t *testing.T) {
 	if got, err := s.ClaimDue(ctx, "worker-1", 10); err != nil || len(got) != 0 {
 		t.Fatalf("ClaimDue of a paused job = (%v, %v), want nothing", got, err)
 	}
-	if _, err := s.SetPaused(ctx, c.Name, false); err != nil {
+	if _, err := s.SetPaused(ctx, c.Name, false, ""); err != nil {
 		t.Fatalf("SetPaused(false): %v", err)
 	}
 

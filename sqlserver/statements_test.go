@@ -68,12 +68,14 @@ var documented = map[string]stmt{
 	"Jobs.AbandonDeleted": {1, []string{runs}},       // (job_id)
 	"Jobs.RunsBefore":     {4, []string{jobs, runs}}, // (job_name, scheduled_for, attempt, limit)
 	"Jobs.Now":            {0, nil},
-	"Jobs.InsertJob":      {12, []string{jobs}},
+	"Jobs.InsertJob":      {14, []string{jobs}},
 	"Jobs.JobByName":      {1, []string{jobs}},
 	"Jobs.JobByKey":       {1, []string{jobs}},
 	"Jobs.ListJobs":       {2, []string{jobs}},
 	"Jobs.DeleteJob":      {1, []string{jobs}},
-	"Jobs.SetPaused":      {2, []string{jobs}},
+	"Jobs.SetPaused":      {3, []string{jobs}},
+	"Jobs.PauseLike":      {3, []string{jobs}}, // (paused, pause_reason, name_pattern)
+	"Jobs.SetBreaker":     {6, []string{jobs}}, // (breaker_count, open, changed, id, holder, lock_epoch)
 	"Jobs.Trigger":        {1, []string{jobs}},
 	"Jobs.ClaimDue":       {3, []string{jobs, leases}}, // (holder, limit, worker_epoch); a worker's claim is reclaimable when its worker lease has expired
 	"Jobs.ClaimJob":       {3, []string{jobs}},
@@ -382,7 +384,7 @@ func TestOneClock(t *testing.T) {
 	got, _ := statements(t, dialect(t, prefix))
 	reads := []string{"Queries.Acquire", "Queries.Renew", "Queries.Release", "Queries.Get", "Queries.List", "Queries.FenceLock",
 		"Queries.FenceCheck", "Jobs.Now", "Jobs.InsertJob", "Jobs.SetPaused", "Jobs.Trigger", "Jobs.ClaimDue", "Jobs.ClaimJob",
-		"Jobs.AbandonRunning", "Jobs.AbandonDeleted", "Jobs.StartJob", "Jobs.InsertRun", "Jobs.Heartbeat", "Jobs.FinishRun", "Jobs.ReleaseJob",
+		"Jobs.AbandonRunning", "Jobs.AbandonDeleted", "Jobs.StartJob", "Jobs.InsertRun", "Jobs.Heartbeat", "Jobs.FinishRun", "Jobs.ReleaseJob", "Jobs.PauseLike", "Jobs.SetBreaker",
 		"Jobs.Stats", "Jobs.PruneRuns", "Jobs.DueWindow",
 		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat",
 		"Singletons.Fail", "Singletons.Page", "Singletons.Create", "Output.Insert", "Output.Prune", "Revoked.Insert", "Revoked.Check", "Revoked.Prune"}

@@ -105,6 +105,10 @@ func Run(t *testing.T, h Harness) {
 		{"SingletonFailures", testSingletonFailures},
 		{"WorkerLeaseClaims", testWorkerLeaseClaims},
 		{"ClaimKeepsModified", testClaimKeepsModified},
+		{"PauseReasonAndPrefix", testPauseReasonAndPrefix},
+		{"TriggerKeepsPhase", testTriggerKeepsPhase},
+		{"BreakerState", testBreakerState},
+		{"SkippedAndCancelled", testSkippedAndCancelled},
 		{"Linearizable", testLinearizable},
 	}
 	for _, tc := range tests {

@@ -45,6 +45,8 @@ var routeTable = map[string]routeRow{
 
 	"POST /v1/jobs":                 {auth: httpapi.AuthToken, exec: httpapi.ExecByBody, body: true, path: "/v1/jobs", reqBody: execJobBody("rt-created")},
 	"POST /v1/jobs:batch":           {auth: httpapi.AuthToken, exec: httpapi.ExecByBody, body: true, path: "/v1/jobs:batch", reqBody: "[" + execJobBody("rt-batched") + "]"},
+	"POST /v1/jobs:pause":           {auth: httpapi.AuthToken, body: true, path: "/v1/jobs:pause", reqBody: `{"prefix":"rt-none"}`},
+	"POST /v1/jobs:resume":          {auth: httpapi.AuthToken, body: true, path: "/v1/jobs:resume", reqBody: `{"prefix":"rt-none"}`},
 	"GET /v1/jobs":                  {auth: httpapi.AuthToken, listing: true, path: "/v1/jobs"},
 	"GET /v1/jobs/{name}":           {auth: httpapi.AuthToken, path: "/v1/jobs/rt-web"},
 	"DELETE /v1/jobs/{name}":        {auth: httpapi.AuthToken, body: true, path: "/v1/jobs/rt-web"},

@@ -1,0 +1,187 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// breakerObserver counts the occurrences a breaker skipped.
+type breakerObserver struct{ skipped atomic.Int64 }
+
+func (*breakerObserver) RunFinished(string, sqlease.Outcome, time.Duration) {}
+func (o *breakerObserver) BreakerSkipped(string)                            { o.skipped.Add(1) }
+
+// breakerLedger checks a breaker job's ledger: each occurrence once, every
+// skipped one with the breaker's error and never handed to the handler,
+// and returns the outcomes oldest first.
+func breakerLedger(t *testing.T, st *sqlstore.Store, job string, handled map[time.Time]bool) []sqlease.Outcome {
+	t.Helper()
+	runs, err := st.Runs(context.Background(), job, 10_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[time.Time]bool{}
+	out := make([]sqlease.Outcome, len(runs))
+	for i, r := range runs {
+		if seen[r.ScheduledFor] {
+			t.Fatalf("occurrence %v recorded twice", r.ScheduledFor)
+		}
+		seen[r.ScheduledFor] = true
+		if r.Outcome == sqlease.OutcomeSkipped {
+			if r.Error != sqlease.BreakerOpenError || r.FinishedAt.IsZero() {
+				t.Fatalf("skipped run %+v", r)
+			}
+			if handled[r.ScheduledFor.UTC()] {
+				t.Fatalf("occurrence %v was skipped and run", r.ScheduledFor)
+			}
+		}
+		out[len(runs)-1-i] = r.Outcome
+	}
+	return out
+}
+
+// TestBreaker: after breaker.failures failed occurrences in a row the
+// breaker opens and the occurrences due are recorded as skipped ("breaker
+// open") without running; once the cool-down has passed one probe runs: its
+// failure opens the breaker again (a later opened_at), its success closes
+// it, and the job runs as before. In claim mode on every dialect, and under
+// a leader.
+func TestBreaker(t *testing.T) {
+	run := func(t *testing.T, st *sqlstore.Store, lead bool) {
+		ctx := context.Background()
+		var failing atomic.Bool
+		failing.Store(true)
+		handled := make(chan time.Time, 10_000)
+		handler := func(ctx context.Context, r sqlease.Run) error {
+			handled <- r.ScheduledFor.UTC()
+			if failing.Load() {
+				return errors.New("downstream is down")
+			}
+			return nil
+		}
+		obs := &breakerObserver{}
+		s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: handler, Observer: obs})
+		if _, _, err := s.Create(ctx, sqlease.Job{Name: "flaky", Schedule: sqlease.Schedule{Every: 100 * time.Millisecond},
+			Retry: sqlease.Retry{MaxAttempts: 1}, Breaker: sqlease.Breaker{Failures: 2, CoolDown: time.Second}}); err != nil {
+			t.Fatal(err)
+		}
+		if lead {
+			l, err := st.Acquire(ctx, "lead", "w", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leadTerm(t, s, &settledGate{st: st, tok: l.Token()}, l.Token())
+		} else {
+			runClaim(t, s)
+		}
+		job := func() sqlease.Job {
+			j, err := s.Job(ctx, "flaky")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return j
+		}
+		waitFor(t, 10*time.Second, "the breaker to open", func() bool { return !job().BreakerOpenedAt.IsZero() })
+		opened := job()
+		if opened.BreakerFailures != 2 || !opened.BreakerChangedAt.Equal(opened.BreakerOpenedAt) {
+			t.Fatalf("opened: failures %d, opened %v changed %v", opened.BreakerFailures, opened.BreakerOpenedAt, opened.BreakerChangedAt)
+		}
+		// The probe after the cool-down fails too: open again, later.
+		waitFor(t, 10*time.Second, "the probe to reopen it", func() bool { return job().BreakerOpenedAt.After(opened.BreakerOpenedAt) })
+		reopened := job()
+		if d := reopened.BreakerOpenedAt.Sub(opened.BreakerOpenedAt); d < time.Second {
+			t.Fatalf("reopened %s after opening, before the cool-down of 1s had passed", d)
+		}
+		if reopened.BreakerFailures != 3 {
+			t.Fatalf("after the failed probe: %d consecutive failures, want 3", reopened.BreakerFailures)
+		}
+		failing.Store(false)
+		waitFor(t, 10*time.Second, "the probe to close it", func() bool {
+			j := job()
+			return j.BreakerOpenedAt.IsZero() && j.BreakerChangedAt.After(reopened.BreakerOpenedAt)
+		})
+		waitFor(t, 10*time.Second, "two more runs", func() bool {
+			out := breakerLedger(t, st, "flaky", nil)
+			return len(out) > 2 && out[len(out)-1] == sqlease.OutcomeSucceeded && out[len(out)-2] == sqlease.OutcomeSucceeded
+		})
+		closed := job()
+		if closed.BreakerFailures != 0 {
+			t.Fatalf("closed with %d failures counted", closed.BreakerFailures)
+		}
+		if state, _ := closed.BreakerState(time.Now()); state != sqlease.BreakerClosed {
+			t.Fatalf("state %q", state)
+		}
+		s.Drain(ctx)
+		got := map[time.Time]bool{}
+		for len(handled) > 0 {
+			got[<-handled] = true
+		}
+		out := breakerLedger(t, st, "flaky", got)
+		// failed, failed, skipped…, failed (the probe), skipped…,
+		// succeeded (the probe), succeeded…
+		var word []string
+		for _, o := range out {
+			if w := string(o); len(word) == 0 || word[len(word)-1] != w || o == sqlease.OutcomeFailed {
+				word = append(word, w)
+			}
+		}
+		want := "failed failed skipped failed skipped succeeded"
+		if strings.Join(word, " ") != want {
+			t.Fatalf("ledger %v, want the shape %q", out, want)
+		}
+		var skipped int64
+		for _, o := range out {
+			if o == sqlease.OutcomeSkipped {
+				skipped++
+			}
+		}
+		if n := obs.skipped.Load(); n != skipped {
+			t.Fatalf("observer counted %d skipped, the ledger %d", n, skipped)
+		}
+	}
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) { run(t, newStore(t), false) })
+	t.Run("leader", func(t *testing.T) { run(t, sqliteStore(t), true) })
+}
+
+// TestBreakerValidation: a breaker needs failures and a repeating
+// schedule; its cool-down defaults and is bounded; it is part of the job's
+// content, and a job without one hashes as before.
+func TestBreakerValidation(t *testing.T) {
+	every := sqlease.Schedule{Every: time.Minute}
+	for _, b := range []struct {
+		job  sqlease.Job
+		want string
+	}{
+		{sqlease.Job{Name: "x", Schedule: every, Breaker: sqlease.Breaker{CoolDown: time.Minute}}, "breaker.failures"},
+		{sqlease.Job{Name: "x", Schedule: every, Breaker: sqlease.Breaker{Failures: -1}}, "breaker.failures"},
+		{sqlease.Job{Name: "x", Schedule: every, Breaker: sqlease.Breaker{Failures: 1001}}, "breaker.failures"},
+		{sqlease.Job{Name: "x", Schedule: every, Breaker: sqlease.Breaker{Failures: 3, CoolDown: time.Millisecond}}, "breaker.cool_down"},
+		{sqlease.Job{Name: "x", Breaker: sqlease.Breaker{Failures: 3}}, "repeating schedule"},
+	} {
+		if _, _, err := scheduler.Prepare(b.job, nil); !errors.Is(err, sqlease.ErrInvalidConfig) || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%+v: want an error naming %q, got %v", b.job.Breaker, b.want, err)
+		}
+	}
+	j, h1, err := scheduler.Prepare(sqlease.Job{Name: "x", Schedule: every, Breaker: sqlease.Breaker{Failures: 3}}, nil)
+	if err != nil || j.Breaker.CoolDown != scheduler.DefaultBreakerCoolDown {
+		t.Fatalf("default cool-down: %+v, %v", j.Breaker, err)
+	}
+	_, h0, _ := scheduler.Prepare(sqlease.Job{Name: "x", Schedule: every}, nil)
+	if h0 == h1 {
+		t.Fatal("a breaker does not change the job's content hash")
+	}
+	// The hash of a job without a breaker is the one earlier versions
+	// stored (computed by the version before breakers), so that creating
+	// it again after an upgrade stays a 200, not a 409.
+	if h0 != "e53f119567a9714cca493aaaf6173ccb21859682754c4c0daa8116188065e630" {
+		t.Fatalf("hash of a job without a breaker changed: %s", h0)
+	}
+}
