@@ -21,7 +21,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	WHERE r.job_id = `+prefix+`_jobs.id AND r.scheduled_for = `+prefix+`_jobs.next_run_at), 0)),`, 1)
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", cols,
 		"{runcols}", sqlstore.RunColumns, "{now}", now, "{options}", tableOptions, "{leases}", prefix+"_leases",
-		"{added}", addedColumnsDDL())
+		"{added}", sqlstore.ColumnsDDL(addedColumns))
 	stale := plusMS("locked_at", "lock_timeout_ms") + ` < {now}`
 	// A job claim mode may take: due, and unlocked, stale, or claimed
 	// under a worker lease that is gone.
@@ -233,7 +233,7 @@ ORDER BY last_modified_at, id LIMIT ?`),
 
 // addedColumns are the jobs table's columns newer than its first version:
 // part of CREATE TABLE for a new schema, added to an older one by
-// jobColumnsAdded (sqlstore.Column).
+// sqlstore.AddColumns (sqlstore.Column).
 var addedColumns = [][2]string{
 	{"pause_reason", "text"},
 	{"regular_next_at", "datetime(6)"},
@@ -242,21 +242,4 @@ var addedColumns = [][2]string{
 	{"breaker_count", "int NOT NULL DEFAULT 0"},
 	{"breaker_opened_at", "datetime(6)"},
 	{"breaker_changed_at", "datetime(6)"},
-}
-
-func addedColumnsDDL() string {
-	lines := make([]string, len(addedColumns))
-	for i, c := range addedColumns {
-		lines[i] = c[0] + " " + c[1]
-	}
-	return strings.Join(lines, ",\n\t")
-}
-
-// jobColumnsAdded adds addedColumns to a jobs table of an older schema.
-func jobColumnsAdded(prefix string) []sqlstore.Column {
-	out := make([]sqlstore.Column, len(addedColumns))
-	for i, c := range addedColumns {
-		out[i] = sqlstore.Column{Table: prefix + "_jobs", Name: c[0], Add: "ALTER TABLE " + prefix + "_jobs ADD COLUMN " + c[0] + " " + c[1]}
-	}
-	return out
 }

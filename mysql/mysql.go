@@ -352,7 +352,7 @@ LOCK IN SHARE MODE`),
 WHERE lease_name = ? AND holder_id = ? AND lease_epoch = ? AND expires_at > {now}
 LOCK IN SHARE MODE`),
 	}
-	q.Columns = append(q.Columns, jobColumnsAdded(prefix)...)
+	q.Columns = append(q.Columns, sqlstore.AddColumns(prefix+"_jobs", "ALTER TABLE "+prefix+"_jobs ADD COLUMN ", addedColumns)...)
 	return sqlstore.Dialect{Name: "mysql", Queries: q, Jobs: jobQueries(prefix), Singletons: singletonQueries(prefix), History: historyQueries(prefix), Revoked: revokedQueries(prefix), Classify: Classify,
 		TxOptions: &sql.TxOptions{Isolation: sql.LevelReadCommitted},
 		Time:      timeArg, IsUniqueViolation: isUniqueViolation, FenceExpired: fenceExpired}, nil

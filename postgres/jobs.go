@@ -33,7 +33,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	startCols := strings.Replace(qualify(sqlstore.ClaimColumns), "j.attempt,", "c.run_attempt - 1,", 1)
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{out}", prefix+"_run_output", "{cols}", cols,
 		"{jcols}", jcols, "{startcols}", startCols, "{runcols}", sqlstore.RunColumns,
-		"{ms}", "* interval '1 millisecond'", "{added}", addedColumnsDDL(),
+		"{ms}", "* interval '1 millisecond'", "{added}", sqlstore.ColumnsDDL(addedColumns),
 		// A job is due to claim (every claim statement says it the same
 		// way, on j at the database time n.now), and its lock is stale.
 		//
@@ -359,7 +359,7 @@ ORDER BY last_modified_at, id LIMIT $4`),
 
 // addedColumns are the jobs table's columns newer than its first version:
 // part of CREATE TABLE for a new schema, added to an older one by
-// jobColumnsAdded (sqlstore.Column; adding a nullable column, or one with a
+// sqlstore.AddColumns (sqlstore.Column; adding a nullable column, or one with a
 // constant default, rewrites no row).
 var addedColumns = [][2]string{
 	{"pause_reason", "text"},
@@ -369,23 +369,6 @@ var addedColumns = [][2]string{
 	{"breaker_count", "integer NOT NULL DEFAULT 0"},
 	{"breaker_opened_at", "timestamptz"},
 	{"breaker_changed_at", "timestamptz"},
-}
-
-func addedColumnsDDL() string {
-	lines := make([]string, len(addedColumns))
-	for i, c := range addedColumns {
-		lines[i] = c[0] + " " + c[1]
-	}
-	return strings.Join(lines, ",\n\t")
-}
-
-// jobColumnsAdded adds addedColumns to a jobs table of an older schema.
-func jobColumnsAdded(prefix string) []sqlstore.Column {
-	out := make([]sqlstore.Column, len(addedColumns))
-	for i, c := range addedColumns {
-		out[i] = sqlstore.Column{Table: prefix + "_jobs", Name: c[0], Add: "ALTER TABLE " + prefix + "_jobs ADD COLUMN IF NOT EXISTS " + c[0] + " " + c[1]}
-	}
-	return out
 }
 
 // isUniqueViolation reports SQLSTATE 23505.

@@ -172,7 +172,7 @@ FROM (
 		FenceCheck: r.Replace(`SELECT 1 FROM {leases}
 WHERE lease_name = $1 AND holder_id = $2 AND lease_epoch = $3 AND expires_at > clock_timestamp()`),
 	}
-	q.Columns = append(q.Columns, jobColumnsAdded(prefix)...)
+	q.Columns = append(q.Columns, sqlstore.AddColumns(prefix+"_jobs", "ALTER TABLE "+prefix+"_jobs ADD COLUMN IF NOT EXISTS ", addedColumns)...)
 	return sqlstore.Dialect{Name: "postgres", Queries: q, Jobs: jobQueries(prefix), Singletons: singletonQueries(prefix), History: historyQueries(prefix), Revoked: revokedQueries(prefix), Classify: Classify, IsUniqueViolation: isUniqueViolation, FenceExpired: fenceExpired}, nil
 }
 

@@ -26,7 +26,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	WHERE r.job_id = `+prefix+`_jobs.id AND r.scheduled_for = `+prefix+`_jobs.next_run_at), 0)),`, 1)
 	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{cols}", cols,
 		"{runcols}", sqlstore.RunColumns, "{now}", now, "{leases}", prefix+"_leases",
-		"{added}", addedColumnsDDL(),
+		"{added}", sqlstore.ColumnsDDL(addedColumns),
 		// A RETURNING clause sees only the new row: whether a claimed job
 		// was locked before (a reclaim, whose crashed run must be marked
 		// abandoned) is written to a column of its own to be returned.
@@ -179,7 +179,7 @@ ORDER BY 4, 1 LIMIT ?4`),
 
 // addedColumns are the jobs table's columns newer than its first version:
 // part of CREATE TABLE for a new schema, added to an older one by
-// JobColumnsAdded (sqlstore.Column).
+// sqlstore.AddColumns (sqlstore.Column).
 var addedColumns = [][2]string{
 	{"pause_reason", "TEXT"},
 	{"regular_next_at", "TEXT"},
@@ -188,23 +188,6 @@ var addedColumns = [][2]string{
 	{"breaker_count", "INTEGER NOT NULL DEFAULT 0"},
 	{"breaker_opened_at", "TEXT"},
 	{"breaker_changed_at", "TEXT"},
-}
-
-func addedColumnsDDL() string {
-	lines := make([]string, len(addedColumns))
-	for i, c := range addedColumns {
-		lines[i] = c[0] + " " + c[1]
-	}
-	return strings.Join(lines, ",\n\t")
-}
-
-// jobColumnsAdded adds addedColumns to a jobs table of an older schema.
-func jobColumnsAdded(prefix string) []sqlstore.Column {
-	out := make([]sqlstore.Column, len(addedColumns))
-	for i, c := range addedColumns {
-		out[i] = sqlstore.Column{Table: prefix + "_jobs", Name: c[0], Add: "ALTER TABLE " + prefix + "_jobs ADD COLUMN " + c[0] + " " + c[1]}
-	}
-	return out
 }
 
 // nowFrom adds a millisecond column to a time column.

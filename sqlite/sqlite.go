@@ -177,7 +177,7 @@ WHERE lease_name = ?1 AND holder_id = ?2 AND lease_epoch = ?3 AND expires_at > {
 		Columns: []sqlstore.Column{{Table: prefix + "_jobs", Name: "lock_reclaimed",
 			Add: "ALTER TABLE " + prefix + "_jobs ADD COLUMN lock_reclaimed INTEGER NOT NULL DEFAULT 0"}},
 	}
-	q.Columns = append(q.Columns, jobColumnsAdded(prefix)...)
+	q.Columns = append(q.Columns, sqlstore.AddColumns(prefix+"_jobs", "ALTER TABLE "+prefix+"_jobs ADD COLUMN ", addedColumns)...)
 	return sqlstore.Dialect{Name: "sqlite", Queries: q, Jobs: jobQueries(prefix), Singletons: singletonQueries(prefix), History: historyQueries(prefix), Revoked: revokedQueries(prefix), Classify: Classify,
 		Time: timeArg, IDs: jsonIDs, IsUniqueViolation: isUniqueViolation}, nil
 }

@@ -27,7 +27,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		"{cols}", sqlstore.JobColumns, "{icols}", qualify("inserted.", sqlstore.JobColumns),
 		"{runcols}", sqlstore.RunColumns, "{bin}", binary, "{n}", nowTable,
 		"{effective}", "CASE WHEN not_before > next_run_at THEN not_before ELSE next_run_at END",
-		"{added}", addedColumnsDDL())
+		"{added}", sqlstore.ColumnsDDL(addedColumns))
 	// index returns an idempotent CREATE INDEX; the object name of an index
 	// is per table.
 	index := func(table, name, def string) string {
@@ -193,7 +193,7 @@ ORDER BY last_modified_at, id`),
 
 // addedColumns are the jobs table's columns newer than its first version:
 // part of CREATE TABLE for a new schema, added to an older one by
-// jobColumnsAdded (sqlstore.Column).
+// sqlstore.AddColumns (sqlstore.Column).
 var addedColumns = [][2]string{
 	{"pause_reason", "nvarchar(max) NULL"},
 	{"regular_next_at", "datetime2(7) NULL"},
@@ -202,21 +202,4 @@ var addedColumns = [][2]string{
 	{"breaker_count", "int NOT NULL DEFAULT 0"},
 	{"breaker_opened_at", "datetime2(7) NULL"},
 	{"breaker_changed_at", "datetime2(7) NULL"},
-}
-
-func addedColumnsDDL() string {
-	lines := make([]string, len(addedColumns))
-	for i, c := range addedColumns {
-		lines[i] = c[0] + " " + c[1]
-	}
-	return strings.Join(lines, ",\n\t")
-}
-
-// jobColumnsAdded adds addedColumns to a jobs table of an older schema.
-func jobColumnsAdded(prefix string) []sqlstore.Column {
-	out := make([]sqlstore.Column, len(addedColumns))
-	for i, c := range addedColumns {
-		out[i] = sqlstore.Column{Table: quote(prefix + "_jobs"), Name: c[0], Add: "ALTER TABLE " + quote(prefix+"_jobs") + " ADD " + c[0] + " " + c[1]}
-	}
-	return out
 }

@@ -206,7 +206,7 @@ WHERE lease_name = @p1 AND holder_id = @p2 AND lease_epoch = @p3 AND expires_at 
 		FenceCheck: r.Replace(`SELECT 1 FROM {leases} WITH (REPEATABLEREAD, ROWLOCK)
 WHERE lease_name = @p1 AND holder_id = @p2 AND lease_epoch = @p3 AND expires_at > SYSUTCDATETIME()`),
 	}
-	q.Columns = append(q.Columns, jobColumnsAdded(prefix)...)
+	q.Columns = append(q.Columns, sqlstore.AddColumns(quote(prefix+"_jobs"), "ALTER TABLE "+quote(prefix+"_jobs")+" ADD ", addedColumns)...)
 	return sqlstore.Dialect{Name: "sqlserver", Queries: q, Jobs: jobQueries(prefix), Singletons: singletonQueries(prefix), History: historyQueries(prefix), Revoked: revokedQueries(prefix), Classify: Classify,
 		Time: timeArg, IsUniqueViolation: IsUniqueViolation}, nil
 }
