@@ -151,7 +151,10 @@ func (w *replicationWatch) register(reg prometheus.Registerer) {
 // requireLeases makes a lease store refuse to acquire and renew while the
 // node requires synchronous replication and does not have it: such a node
 // does not lead (nor hold a worker's or a singleton's lease), and a leader
-// whose standby went away gives its term up at its next renewal.
+// whose standby went away gives its term up at its next renewal. A refused
+// acquire reads as a lease held elsewhere (wrapping ErrNotDurable too): the
+// elector then waits quietly instead of warning every acquire interval —
+// the node's durability_* log lines and /readyz say why.
 type requireLeases struct {
 	sqlease.LeaseStore
 	check func() error
@@ -159,7 +162,7 @@ type requireLeases struct {
 
 func (s requireLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (sqlease.Lease, error) {
 	if err := s.check(); err != nil {
-		return sqlease.Lease{}, err
+		return sqlease.Lease{}, fmt.Errorf("%w: %w", sqlease.ErrLeaseHeld, err)
 	}
 	return s.LeaseStore.Acquire(ctx, name, holder, ttl)
 }
@@ -190,7 +193,7 @@ type requireLock struct {
 
 func (l requireLock) Takeover(ctx context.Context, name, holder string, ttl time.Duration) (sqlease.Lease, error) {
 	if err := l.check(); err != nil {
-		return sqlease.Lease{}, err
+		return sqlease.Lease{}, fmt.Errorf("%w: %w", sqlease.ErrLeaseHeld, err)
 	}
 	return l.SessionLock.Takeover(ctx, name, holder, ttl)
 }

@@ -67,4 +67,8 @@ func TestRequireSynchronousReplication(t *testing.T) {
 	if r := n.call(t, "GET", "/v1/jobs", ""); r.status != 200 {
 		t.Errorf("a read: %d %s", r.status, r.body)
 	}
+	// Refusing is quiet: not a warning every acquire interval.
+	if c := strings.Count(logs.String(), "level=WARN msg=leader_acquire_failed"); c > 0 {
+		t.Errorf("%d leader_acquire_failed warnings in a second of refusing", c)
+	}
 }
