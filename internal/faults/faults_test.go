@@ -675,23 +675,7 @@ func trial(t *testing.T, b backend, mode string, f fault) {
 	stopSub()
 	wg.Wait()
 	accepted := sub.acceptedJobs()
-	var lost []string
-	for deadline := time.Now().Add(dispatchBound); ; time.Sleep(20 * time.Millisecond) {
-		ran := map[string]bool{}
-		for _, dl := range rc.Deliveries() {
-			ran[dl.Job] = true
-		}
-		lost = lost[:0]
-		for name := range accepted {
-			if !ran[name] {
-				lost = append(lost, name)
-			}
-		}
-		if len(lost) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
-	slices.Sort(lost)
+	lost := rc.Unran(accepted, dispatchBound, false)
 	if len(lost) > 0 {
 		var when []string
 		for _, n := range lost {

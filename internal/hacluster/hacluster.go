@@ -860,11 +860,7 @@ func (m *Member) setting(name string) (string, error) {
 
 // CreateDatabase creates database name on the primary (it replicates).
 func (c *Cluster) CreateDatabase(name string) error {
-	primary, err := c.WaitPrimary(time.Minute, nil)
-	if err != nil {
-		return err
-	}
-	db, err := postgres.Open(primary.URL("postgres"))
+	db, err := c.primaryDB()
 	if err != nil {
 		return err
 	}
@@ -894,17 +890,23 @@ func (c *Cluster) CreateDatabase(name string) error {
 
 // Exec runs a statement on the primary's database postgres.
 func (c *Cluster) Exec(stmt string) error {
-	primary, err := c.WaitPrimary(time.Minute, nil)
-	if err != nil {
-		return err
-	}
-	db, err := postgres.Open(primary.URL("postgres"))
+	db, err := c.primaryDB()
 	if err != nil {
 		return err
 	}
 	defer db.Close()
 	_, err = db.Exec(stmt)
 	return err
+}
+
+// primaryDB opens a pool on the primary's database postgres, once there is
+// a primary (within a minute).
+func (c *Cluster) primaryDB() (*sql.DB, error) {
+	primary, err := c.WaitPrimary(time.Minute, nil)
+	if err != nil {
+		return nil, err
+	}
+	return postgres.Open(primary.URL("postgres"))
 }
 
 // query runs one single-row query on the member's PostgreSQL.

@@ -414,29 +414,11 @@ func scenario(t *testing.T, c *hacluster.Cluster, synchronous bool, dbname strin
 	// Every accepted job runs (synchronous mode); asynchronous mode may lose
 	// some, which is logged.
 	accepted := f.acceptedJobs()
-	var lost []string
 	wait := 20 * time.Second
 	if !synchronous {
 		wait = 5 * time.Second // some are lost for good
 	}
-	for deadline := time.Now().Add(wait); ; time.Sleep(100 * time.Millisecond) {
-		ran := map[string]bool{}
-		for _, dl := range rc.Deliveries() {
-			if !dl.End.IsZero() {
-				ran[dl.Job] = true
-			}
-		}
-		lost = lost[:0]
-		for name := range accepted {
-			if !ran[name] {
-				lost = append(lost, name)
-			}
-		}
-		if len(lost) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
-	sort.Strings(lost)
+	lost := rc.Unran(accepted, wait, true)
 	var missing []string // accepted jobs the API no longer knows
 	if nodes := f.nodes(); len(nodes) > 0 {
 		for name := range accepted {
