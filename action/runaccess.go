@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 
 	"github.com/sqlease/sqlease"
 )
@@ -54,7 +55,10 @@ func callbackValues(ctx context.Context, run sqlease.Run) []runValue {
 	if len(run.Checkpoint) > 0 {
 		var b bytes.Buffer
 		if err := json.Compact(&b, run.Checkpoint); err == nil {
-			out = append(out, runValue{"Sqlease-Checkpoint", "SQLEASE_CHECKPOINT", b.String()})
+			// DEL may stand raw in a JSON string but not in a header
+			// value: escaped, the JSON means the same.
+			v := strings.ReplaceAll(b.String(), "\x7f", `\u007f`)
+			out = append(out, runValue{"Sqlease-Checkpoint", "SQLEASE_CHECKPOINT", v})
 		}
 	}
 	return out

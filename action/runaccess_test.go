@@ -60,13 +60,13 @@ func TestRunAccessHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := testRun(t)
-	run.Checkpoint = json.RawMessage("[1,\n 2]")
+	run.Checkpoint = json.RawMessage("[1,\n 2, \"\x7f\"]")
 	ctx := WithRunAccess(context.Background(), RunAccess{API: "http://127.0.0.1:8080", Token: "t0k3n-t0k3n"})
 	if err := s.Run(ctx, run); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
 	h := seen()[0].header
-	for name, want := range map[string]string{"Sqlease-Api": "http://127.0.0.1:8080", "Sqlease-Run-Token": "t0k3n-t0k3n", "Sqlease-Checkpoint": "[1,2]"} {
+	for name, want := range map[string]string{"Sqlease-Api": "http://127.0.0.1:8080", "Sqlease-Run-Token": "t0k3n-t0k3n", "Sqlease-Checkpoint": `[1,2,"\u007f"]`} {
 		if got := h.Values(name); len(got) != 1 || got[0] != want {
 			t.Errorf("header %s = %q, want exactly %q", name, got, want)
 		}
