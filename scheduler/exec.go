@@ -214,7 +214,7 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 			}
 		}
 	}
-	if breakerOpen(c) {
+	if breakerSkips(c) {
 		return s.skipOpen(ctx, c, run, attempt, d, log)
 	}
 	var r sqlease.Run
@@ -241,12 +241,18 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 	return s.runStarted(ctx, c, r, d, log)
 }
 
-// breakerOpen reports whether c's breaker is open at the claim (database
-// time): opened, and its cool-down not over. Once it is over the breaker is
-// half open and the due occurrence runs as the probe.
-func breakerOpen(c *sqlstore.Claimed) bool {
+// breakerSkips reports whether c's due occurrence is skipped by its
+// breaker: open at the claim (database time), that is opened and its
+// cool-down not over — once it is over the breaker is half open and the
+// due occurrence runs as the probe — and not triggered. A trigger is an
+// operator asking for a run now, so it runs as a probe whatever the
+// cool-down (Temporal's "trigger immediately" likewise ignores the
+// schedule's state): its success closes the breaker, its failure opens it
+// again from now. A triggered occurrence is the one that moved a regular
+// occurrence still to come aside (RegularNextAt, after it).
+func breakerSkips(c *sqlstore.Claimed) bool {
 	state, _ := c.BreakerState(c.Now)
-	return state == sqlease.BreakerOpen
+	return state == sqlease.BreakerOpen && !c.RegularNextAt.After(c.NextRunAt)
 }
 
 // skipOpen records the due occurrence of a job whose breaker is open as
@@ -344,7 +350,7 @@ func fastStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
 // (the missed-runs policy does not move on) with attempts left — the start
 // execute would make, without its other cases — and with which request.
 func onTimeStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
-	if c.Attempt+1 > c.Retry.MaxAttempts || breakerOpen(&c) {
+	if c.Attempt+1 > c.Retry.MaxAttempts || breakerSkips(&c) {
 		return sqlstore.StartReq{}, false
 	}
 	run, ok, _, _ := Plan(c.Schedule, c.MissedRuns, c.SkipIfOlderThan, c.NextRunAt, c.Now)

@@ -50,7 +50,8 @@
 // fall due are recorded as skipped ("breaker open"), each once like a run,
 // until the cool-down has passed in database time (the claim's clock);
 // then the next one runs as the probe, and its finish closes the breaker
-// or opens it again. Its state changes only in the transaction that
+// or opens it again. A triggered occurrence is a probe at once, whatever
+// the cool-down: the operator asked for a run. Its state changes only in the transaction that
 // finishes a run, under the run's lock and (leader mode) its lease, so
 // every node and the next leader agree on it. failsafe-go's breaker, which
 // the daemon's other code uses, keeps its state in process memory: one per
