@@ -278,6 +278,51 @@ func (s *Scheduler) skipOpen(ctx context.Context, c *sqlstore.Claimed, run time.
 	return next
 }
 
+// errOverlapCancel is the cancellation cause of a run its next occurrence
+// cancelled (sqlease.OverlapCancelRunning).
+var errOverlapCancel = errors.New(sqlease.OverlapCancelledError)
+
+// cancelAtNext cancels a cancel_running job's run when its next occurrence
+// falls due, and returns the timer (nil when there is no next one). The
+// due time is on the database clock: it becomes a local instant by the
+// claim's database now and its send time, so a run is cancelled early by
+// at most the claim's round trip, never late by a clock skew; a leader's
+// claim without a send time counts from now, late by the time since the
+// claim.
+func (s *Scheduler) cancelAtNext(c *sqlstore.Claimed, run time.Time, cancel context.CancelCauseFunc) *time.Timer {
+	due, ok := nextAfter(c, run)
+	if !ok || due.IsZero() {
+		return nil
+	}
+	from := c.SentAt
+	if from.IsZero() {
+		from = time.Now()
+	}
+	return time.AfterFunc(time.Until(from.Add(due.Sub(c.Now))), func() { cancel(errOverlapCancel) })
+}
+
+// overlapSkipped returns the occurrences of c from next on that fell due by
+// now (database time) — the ones a skip job's run overlapped — and the
+// first occurrence after now, the job's next. At most
+// sqlstore.MaxSkippedPerFinish are listed; the rest are counted.
+func overlapSkipped(c *sqlstore.Claimed, next, now time.Time) (sqlstore.Skipped, time.Time) {
+	skip := sqlstore.Skipped{Reason: sqlease.OverlapSkippedError}
+	for !next.IsZero() && !next.After(now) {
+		if len(skip.At) < sqlstore.MaxSkippedPerFinish {
+			skip.At = append(skip.At, next)
+		} else {
+			skip.More++
+			skip.Last = next
+		}
+		n, ok := Next(c.Schedule, next)
+		if !ok {
+			n = time.Time{}
+		}
+		next = n
+	}
+	return skip, next
+}
+
 // nextAfter is the job's next occurrence once the occurrence at run is
 // done: Next, unless a trigger moved a regular occurrence still to come
 // aside (RegularNextAt, after run), which it resumes, so that a trigger
@@ -425,6 +470,11 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	}
 
 	started := time.Now()
+	if c.Schedule.Overlap == sqlease.OverlapCancelRunning {
+		if t := s.cancelAtNext(c, run, cancel); t != nil {
+			defer t.Stop()
+		}
+	}
 	herr := s.callHandler(runCtx, r)
 	cancel(nil)
 	if hb != nil && !hb.Stop() {
@@ -440,6 +490,11 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		// Cancelled from outside (shutdown, leadership or lock lost): the
 		// occurrence is retried by the next owner with the same key.
 		f = sqlstore.Finish{Outcome: sqlease.OutcomeAbandoned, Error: herr.Error(), Next: run, Attempt: attempt}
+	case errors.Is(context.Cause(runCtx), errOverlapCancel):
+		// Cancelled on purpose by the next occurrence (cancel_running):
+		// done, not retried; the next occurrence is due now.
+		f = sqlstore.Finish{Outcome: sqlease.OutcomeCancelled, Error: sqlease.OverlapCancelledError}
+		f.Next, _ = nextAfter(c, run)
 	default:
 		f.Outcome, f.Error = sqlease.OutcomeFailed, herr.Error()
 		if errors.Is(herr, sqlease.ErrTimedOut) {
@@ -463,8 +518,17 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		// change notification).
 		next = c.Now.Add(time.Since(started) + f.Backoff + 50*time.Millisecond)
 	}
+	var skip sqlstore.Skipped
+	if c.Schedule.Overlap == sqlease.OverlapSkip && f.Attempt == 0 && !f.Next.IsZero() {
+		// What fell due while this run ran is skipped, not run late: on
+		// the database clock from the claim, early rather than late (time
+		// since the handler started, not since the claim was sent), so
+		// that no occurrence still to come is skipped.
+		skip, f.Next = overlapSkipped(c, f.Next, c.Now.Add(time.Since(started)))
+		next = f.Next
+	}
 	bu, breaker := breakerAfter(c, f)
-	if d.batch != nil && !breaker {
+	if d.batch != nil && !breaker && len(skip.At) == 0 {
 		// The finisher writes and logs the outcome, then calls d.done.
 		*d.queued = true
 		d.batch.finish(finishItem{req: sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, took: took, log: log, next: next, done: d.done}, d.release)
@@ -474,6 +538,13 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	fr := r // the copy the closure takes, so that the batched path allocates none
 	err := retryTransient(wctx, func() error {
 		return d.fenced(wctx, func(tx *sql.Tx) error {
+			if len(skip.At) > 0 {
+				var b *sqlstore.BreakerUpdate
+				if breaker {
+					b = &bu
+				}
+				return s.store.FinishRunSkipping(wctx, tx, c.Lock, fr, f, skip, b)
+			}
 			if breaker {
 				// The breaker's state changes with the finish, in its
 				// transaction and under its lock (and lease).
@@ -485,6 +556,12 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	wcancel()
 	s.cfg.Observer.RunFinished(c.Name, f.Outcome, took)
 	logFinish(log, f, took, err)
+	if n := len(skip.At) + skip.More; n > 0 && err == nil {
+		for range n {
+			s.cfg.Observer.RunFinished(c.Name, sqlease.OutcomeSkipped, 0)
+		}
+		log.Info("run_overlap_skipped", slog.Int("occurrences", n), slog.Time("first", skip.At[0]), slog.Time("next_run_at", f.Next))
+	}
 	if breaker && err == nil && bu.Changed {
 		state := sqlease.BreakerClosed
 		if bu.Open {
