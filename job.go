@@ -205,6 +205,13 @@ type Run struct {
 	// Output is the kept tail of the action's output (empty: none), as
 	// the store returns it with the run; see scheduler.SetOutput.
 	Output string
+	// Checkpoint is a JSON value (nil: none). Handed to a handler, it is
+	// the last checkpoint an earlier attempt of the same occurrence saved
+	// (scheduler.Checkpoint), so that a retry after a crash, a failover or
+	// a failure resumes from there; nil on a first attempt. As the store
+	// returns a run (the runs API), it is the last checkpoint that attempt
+	// saved itself.
+	Checkpoint json.RawMessage
 	// Action is the job's action at the time the run started (handlers
 	// only; not stored with the run).
 	Action json.RawMessage

@@ -35,7 +35,7 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 	defer cancel()
 
 	cmd := exec.Command(e.Command[0], e.Command[1:]...)
-	cmd.Env = execEnv(run)
+	cmd.Env = execEnv(ctx, run)
 	// A process group of its own, and (Linux) SIGKILL from the kernel when
 	// the node dies, even by kill -9: an orphaned command would still be
 	// acting when the next owner retries the occurrence (SPEC G3).
@@ -77,7 +77,7 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 		return fmt.Errorf("exec action: start its guard: %w", err)
 	}
 	defer stopGuard()
-	secrets := secretList(append(nodeSecrets(), ArgSecrets(e.Command)...)...)
+	secrets := secretList(append(append(nodeSecrets(), ArgSecrets(e.Command)...), runSecrets(ctx)...)...)
 	out := newCapture(scheduler.OutputLimit(ctx), secrets)
 	tail := newCapture(MaxErrorOutput, secrets) // the error's last line
 	drained := make(chan struct{})
@@ -140,14 +140,14 @@ func (f *failure) Unwrap() error { return f.err }
 
 // execEnv is the daemon's environment without its SQLEASE_* variables, plus
 // the run's.
-func execEnv(run sqlease.Run) []string {
+func execEnv(ctx context.Context, run sqlease.Run) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "SQLEASE_") {
 			env = append(env, kv)
 		}
 	}
-	for _, v := range runValues(run) {
+	for _, v := range append(runValues(run), callbackValues(ctx, run)...) {
 		env = append(env, v.env+"="+v.value)
 	}
 	return env

@@ -85,7 +85,7 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 	// What the run's output and error must not show: credentials in the
 	// URL and in headers, the secrets the node resolved.
 	// (net/http derives "Authorization: Basic …" from the URL's password.)
-	secrets := append(nodeSecrets(), urlPasswords(h.URL)...)
+	secrets := append(append(nodeSecrets(), urlPasswords(h.URL)...), runSecrets(ctx)...)
 	for name, value := range h.Headers {
 		if SecretHeader(name) {
 			secrets = append(secrets, credentialParts(value)...)
@@ -116,7 +116,7 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", "sqlease")
 	}
-	for _, v := range runValues(run) {
+	for _, v := range append(runValues(run), callbackValues(ctx, run)...) {
 		req.Header.Set(v.header, v.value)
 	}
 

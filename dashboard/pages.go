@@ -523,10 +523,11 @@ type runRow struct {
 	OutputCut  bool
 }
 
-// runView is r with its error and output as the API shows them.
+// runView is r with its error, output and checkpoint as the API shows
+// them.
 func runView(r sqlease.Run) sqlease.Run {
 	out := httpapi.RunOut(r)
-	r.Error, r.Output = out.Error, ""
+	r.Error, r.Output, r.Checkpoint = out.Error, "", out.Checkpoint
 	if out.Output != nil {
 		r.Output = *out.Output
 	}
@@ -579,7 +580,7 @@ func (d *Dashboard) job(r *http.Request, v *view) (string, error) {
 	more := len(runs) > runsPage
 	for i, r := range runs[:min(len(runs), runsPage)] {
 		rr := runRow{Run: runView(r)}
-		c := rowMarkup + escapedAll(rr.Holder, rr.Error, rr.Output, string(rr.Outcome))
+		c := rowMarkup + escapedAll(rr.Holder, rr.Error, rr.Output, string(rr.Outcome), string(rr.Checkpoint))
 		if !b.take(c) {
 			if i > 0 {
 				more, data.Budget = true, true
@@ -588,6 +589,7 @@ func (d *Dashboard) job(r *http.Request, v *view) (string, error) {
 			// One run over the whole budget: its error's start and its
 			// output's end, within it.
 			rr.Error = cutHead(rr.Error, b.left/4)
+			rr.Checkpoint = nil // the API has it
 			b.take(rowMarkup + escapedAll(rr.Holder, rr.Error, string(rr.Outcome)))
 			rr.OutputSize, rr.OutputCut = len(rr.Output), true
 			rr.Output = cutTail(rr.Output, b.left)

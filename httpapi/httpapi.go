@@ -124,6 +124,9 @@ type Config struct {
 	// singleton_stale=<name> while one this node runs is stale. Nil leaves
 	// the routes out.
 	Singletons Singletons
+	// Checkpoints serves PUT /v1/jobs/{name}/checkpoint for the job
+	// actions this node runs. Nil leaves the route out.
+	Checkpoints Checkpoints
 	// Dashboard serves the web dashboard at "GET /" and under "/ui/" (its
 	// forms are the one non-JSON body the guard lets through). Nil: none.
 	Dashboard http.Handler
@@ -207,6 +210,7 @@ func New(cfg Config) http.Handler {
 	a.handleFunc("GET /v1/leases", a.listLeases)
 	a.handleFunc("GET /v1/leases/{name}/history", a.leaseHistory)
 	a.routeSingletons()
+	a.routeCheckpoints()
 	if cfg.Dashboard != nil {
 		// Not API routes: left out of Routes and the OpenAPI document.
 		a.route("GET /{$}", cfg.Dashboard)

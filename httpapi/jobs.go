@@ -126,16 +126,19 @@ type SkippedJob struct {
 // the run is running; Error is empty unless it failed; Output, the kept
 // tail of the action's output, is null when the run kept none.
 type Run struct {
-	ScheduledFor   string  `json:"scheduled_for"`
-	Attempt        int     `json:"attempt"`
-	Outcome        string  `json:"outcome"`
-	Holder         string  `json:"holder"`
-	Epoch          int64   `json:"epoch"`
-	StartedAt      string  `json:"started_at"`
-	FinishedAt     *string `json:"finished_at"`
-	Error          string  `json:"error"`
-	Output         *string `json:"output"`
-	IdempotencyKey string  `json:"idempotency_key"`
+	ScheduledFor string  `json:"scheduled_for"`
+	Attempt      int     `json:"attempt"`
+	Outcome      string  `json:"outcome"`
+	Holder       string  `json:"holder"`
+	Epoch        int64   `json:"epoch"`
+	StartedAt    string  `json:"started_at"`
+	FinishedAt   *string `json:"finished_at"`
+	Error        string  `json:"error"`
+	Output       *string `json:"output"`
+	// Checkpoint is the last checkpoint the attempt saved (see
+	// checkpointView), null when it saved none.
+	Checkpoint     json.RawMessage `json:"checkpoint"`
+	IdempotencyKey string          `json:"idempotency_key"`
 }
 
 // RunList is the body of GET /v1/jobs/{name}/runs, newest first.
@@ -225,6 +228,7 @@ func RunOut(r sqlease.Run) Run {
 		o := r.Output
 		out.Output = &o
 	}
+	out.Checkpoint = checkpointView(r.Checkpoint)
 	return out
 }
 

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/sqlease/sqlease/action"
+	"github.com/sqlease/sqlease/scheduler"
 )
 
 // Every route is registered with a Policy, declared in the one table below
@@ -31,7 +32,7 @@ const (
 	// hold secrets, and the fleet's layout is nobody else's business).
 	AuthToken
 	// AuthRunSecret: a running process, with its run's own secret
-	// (SQLEASE_SINGLETON_TOKEN). The handler checks it before it reads the
+	// (SQLEASE_SINGLETON_TOKEN, a job action's SQLEASE_RUN_TOKEN). The handler checks it before it reads the
 	// body, and answers every failure alike.
 	AuthRunSecret
 	// AuthDashboard: the dashboard's own sign-in (a session cookie bound
@@ -113,19 +114,21 @@ func routePolicies(maxBody int64) map[string]Policy {
 		"GET /metrics":         {Auth: AuthPublic},
 		"GET /v1/openapi.json": {Auth: AuthPublic},
 
-		"POST /v1/jobs":                 {Auth: AuthToken, Exec: ExecByBody, Body: maxBody},
-		"POST /v1/jobs:batch":           {Auth: AuthToken, Exec: ExecByBody, Body: MaxBatchBytes, BodyCost: batchCost},
-		"POST /v1/jobs:pause":           change,
-		"POST /v1/jobs:resume":          change,
-		"GET /v1/jobs":                  list,
-		"GET /v1/jobs/{name}":           read,
-		"DELETE /v1/jobs/{name}":        change,
-		"POST /v1/jobs/{name}/pause":    change,
-		"POST /v1/jobs/{name}/resume":   change,
-		"POST /v1/jobs/{name}/trigger":  change,
-		"GET /v1/jobs/{name}/runs":      list,
-		"GET /v1/leases":                list,
-		"GET /v1/leases/{name}/history": list,
+		"POST /v1/jobs":                {Auth: AuthToken, Exec: ExecByBody, Body: maxBody},
+		"POST /v1/jobs:batch":          {Auth: AuthToken, Exec: ExecByBody, Body: MaxBatchBytes, BodyCost: batchCost},
+		"POST /v1/jobs:pause":          change,
+		"POST /v1/jobs:resume":         change,
+		"GET /v1/jobs":                 list,
+		"GET /v1/jobs/{name}":          read,
+		"DELETE /v1/jobs/{name}":       change,
+		"POST /v1/jobs/{name}/pause":   change,
+		"POST /v1/jobs/{name}/resume":  change,
+		"POST /v1/jobs/{name}/trigger": change,
+		"GET /v1/jobs/{name}/runs":     list,
+		// Called by a running action with its attempt's secret.
+		"PUT /v1/jobs/{name}/checkpoint": {Auth: AuthRunSecret, Body: scheduler.MaxCheckpointBytes},
+		"GET /v1/leases":                 list,
+		"GET /v1/leases/{name}/history":  list,
 
 		"POST /v1/singletons":                  {Auth: AuthToken, Exec: ExecAlways, Body: MaxSingletonBytes},
 		"GET /v1/singletons":                   list,
@@ -323,10 +326,15 @@ func dropBody(w http.ResponseWriter, r *http.Request) {
 }
 
 // refuseRunSecret is the one answer to a running process's call without
-// its run's secret — whatever else is wrong (no such singleton, not running
-// here, a stale epoch), so that nobody learns which singletons run where.
+// its run's secret — whatever else is wrong (no such singleton or job, not
+// running here, a stale epoch), so that nobody learns what runs where.
 func refuseRunSecret(w http.ResponseWriter, r *http.Request) {
 	unread(w, r)
+	if strings.HasPrefix(r.URL.Path, "/v1/jobs/") {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sqlease-run"`)
+		writeProblem(w, http.StatusUnauthorized, "Authorization: Bearer $SQLEASE_RUN_TOKEN of the action's own attempt is required")
+		return
+	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="sqlease-singleton"`)
 	writeProblem(w, http.StatusUnauthorized, "Authorization: Bearer $SQLEASE_SINGLETON_TOKEN of the process's own run is required")
 }

@@ -30,6 +30,12 @@ type runGate struct {
 	until  func() (time.Time, bool) // the lease term's acting deadline, if any
 	trust  *lockTrust               // claim mode: the lock's trust, if any
 	ctx    context.Context          // the run's: its cancellation cause
+	// The run's checkpoint write (Checkpoint): its store, lock, run and
+	// fence; sched is nil outside a run.
+	sched  *Scheduler
+	lock   sqlstore.Lock
+	run    sqlease.Run
+	fenced fence
 }
 
 func (g *runGate) check() error {
@@ -452,7 +458,8 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		trust = newLockTrust(c.SentAt, c.LockTimeout, func() { cancel(errLockLost) })
 		defer trust.stop()
 	}
-	runCtx = context.WithValue(runCtx, gateKey{}, &runGate{ensure: ensure, until: d.until, trust: trust, ctx: runCtx})
+	runCtx = context.WithValue(runCtx, gateKey{}, &runGate{ensure: ensure, until: d.until, trust: trust, ctx: runCtx,
+		sched: s, lock: c.Lock, run: r, fenced: d.fenced})
 	var out *outputSlot
 	if s.cfg.OutputLimit > 0 {
 		out = &outputSlot{limit: s.cfg.OutputLimit}
@@ -475,7 +482,10 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 			defer t.Stop()
 		}
 	}
-	herr := s.callHandler(runCtx, r)
+	herr := s.resumeFrom(runCtx, &r)
+	if herr == nil {
+		herr = s.callHandler(runCtx, r)
+	}
 	cancel(nil)
 	if hb != nil && !hb.Stop() {
 		<-hbDone // it started: wait for its last write

@@ -30,6 +30,7 @@ const (
 	runs       = prefix + "_runs"
 	singletons = prefix + "_singletons"
 	output     = prefix + "_run_output"
+	checkpoint = prefix + "_run_checkpoints"
 	revoked    = prefix + "_revoked_sessions"
 )
 
@@ -97,6 +98,12 @@ var documented = map[string]stmt{
 	"Output.DeleteJob": {1, []string{output}}, // (job_id)
 	"Output.Prune":     {1, []string{output}}, // (older_than_ms)
 
+	"Checkpoints.Save":      {4, []string{checkpoint}}, // (job_id, scheduled_for, attempt, checkpoint)
+	"Checkpoints.Latest":    {3, []string{checkpoint}}, // (job_id, scheduled_for, attempt)
+	"Checkpoints.Between":   {3, []string{checkpoint}}, // (job_id, oldest, newest scheduled_for)
+	"Checkpoints.DeleteJob": {1, []string{checkpoint}}, // (job_id)
+	"Checkpoints.Prune":     {1, []string{checkpoint}}, // (older_than_ms)
+
 	"Revoked.Insert": {2, []string{revoked}}, // (id, ttl_ms)
 	"Revoked.Check":  {1, []string{revoked}}, // (id)
 	"Revoked.Prune":  {0, []string{revoked}}, // ()
@@ -143,7 +150,7 @@ func statements(t *testing.T, d sqlstore.Dialect) (map[string]string, []string) 
 		name string
 		v    reflect.Value
 	}{{"Queries", reflect.ValueOf(d.Queries)}, {"Jobs", reflect.ValueOf(d.Jobs)}, {"Singletons", reflect.ValueOf(d.Singletons)},
-		{"Output", reflect.ValueOf(d.Jobs.Output)}, {"Revoked", reflect.ValueOf(d.Revoked)}} {
+		{"Output", reflect.ValueOf(d.Jobs.Output)}, {"Checkpoints", reflect.ValueOf(d.Jobs.Checkpoints)}, {"Revoked", reflect.ValueOf(d.Revoked)}} {
 		for i := range group.v.NumField() {
 			f := group.v.Type().Field(i)
 			key := group.name + "." + f.Name
@@ -254,7 +261,7 @@ func TestPlaceholders(t *testing.T) {
 func TestTables(t *testing.T) {
 	d := dialect(t, prefix)
 	got, migrations := statements(t, d)
-	tables := []string{leases, jobs, runs, singletons, output, revoked}
+	tables := []string{leases, jobs, runs, singletons, output, checkpoint, revoked}
 	for key, text := range got {
 		var names []string
 		for _, m := range bracketedRE.FindAllStringSubmatch(text, -1) {
@@ -341,7 +348,7 @@ func TestMigrationsIdempotent(t *testing.T) {
 			t.Errorf("migration %d is not guarded:\n%s", i+1, m)
 		}
 	}
-	for _, table := range []string{leases, jobs, runs} {
+	for _, table := range []string{leases, jobs, runs, output, checkpoint} {
 		if !created[table] {
 			t.Errorf("no migration creates %s", table)
 		}
@@ -354,7 +361,7 @@ func TestSchemaTypes(t *testing.T) {
 	_, migrations := statements(t, dialect(t, prefix))
 	all := strings.Join(migrations, "\n")
 	for _, col := range []string{"acquired_at", "renewed_at", "expires_at", "next_run_at", "last_run_at", "locked_at",
-		"not_before", "created_at", "last_modified_at", "scheduled_for", "started_at", "finished_at"} {
+		"not_before", "created_at", "last_modified_at", "scheduled_for", "started_at", "finished_at", "saved_at"} {
 		if !regexp.MustCompile(`\n\t` + col + `\s+datetime2\(7\)`).MatchString(all) {
 			t.Errorf("column %s is not datetime2(7)", col)
 		}
@@ -387,7 +394,7 @@ func TestOneClock(t *testing.T) {
 		"Jobs.AbandonRunning", "Jobs.AbandonDeleted", "Jobs.StartJob", "Jobs.InsertRun", "Jobs.Heartbeat", "Jobs.FinishRun", "Jobs.ReleaseJob", "Jobs.PauseLike", "Jobs.SetBreaker",
 		"Jobs.Stats", "Jobs.PruneRuns", "Jobs.DueWindow",
 		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat",
-		"Singletons.Fail", "Singletons.Page", "Singletons.Create", "Output.Insert", "Output.Prune", "Revoked.Insert", "Revoked.Check", "Revoked.Prune"}
+		"Singletons.Fail", "Singletons.Page", "Singletons.Create", "Output.Insert", "Output.Prune", "Checkpoints.Save", "Checkpoints.Prune", "Revoked.Insert", "Revoked.Check", "Revoked.Prune"}
 	for key, text := range got {
 		n := strings.Count(text, "SYSUTCDATETIME()")
 		want := 0

@@ -258,6 +258,9 @@ type JobQueries struct {
 
 	// Output is the run output table's statements (see OutputQueries).
 	Output OutputQueries
+	// Checkpoints is the run checkpoint table's statements (see
+	// CheckpointQueries).
+	Checkpoints CheckpointQueries
 }
 
 // JobColumns is the select list every job query returns, in order.
@@ -707,7 +710,10 @@ func (s *Store) DeleteJob(ctx context.Context, name string) error {
 		if _, err := tx.ExecContext(ctx, s.q().AbandonDeleted, js.j.ID); err != nil {
 			return s.classify(err)
 		}
-		return s.deleteOutputs(ctx, tx, js.j.ID)
+		if err := s.deleteOutputs(ctx, tx, js.j.ID); err != nil {
+			return err
+		}
+		return s.deleteCheckpoints(ctx, tx, js.j.ID)
 	})
 	if err != nil {
 		return fmt.Errorf("delete job %q: %w", name, err)
@@ -1382,6 +1388,9 @@ func (s *Store) scanRuns(ctx context.Context, job string, rows *sql.Rows, err er
 	if err := s.addOutputs(ctx, out); err != nil {
 		return nil, fmt.Errorf("list runs of %q: %w", job, err)
 	}
+	if err := s.addCheckpoints(ctx, out); err != nil {
+		return nil, fmt.Errorf("list runs of %q: %w", job, err)
+	}
 	return out, nil
 }
 
@@ -1393,6 +1402,9 @@ func (s *Store) PruneRuns(ctx context.Context, retention time.Duration) (int64, 
 		return 0, fmt.Errorf("prune runs: %w", s.classify(err))
 	}
 	if _, err := s.pruneOutputs(ctx, retention); err != nil {
+		return 0, err
+	}
+	if err := s.pruneCheckpoints(ctx, retention); err != nil {
 		return 0, err
 	}
 	return res.RowsAffected()

@@ -99,6 +99,7 @@ func Run(t *testing.T, h Harness) {
 		{"DeleteWhileRunning", testDeleteWhileRunning},
 		{"DeleteRacingStart", testDeleteRacingStart},
 		{"RunOutput", testRunOutput},
+		{"RunCheckpoint", testRunCheckpoint},
 		{"SingletonState", testSingletonState},
 		{"RevokedSessions", testRevokedSessions},
 		{"SingletonPages", testSingletonPages},

@@ -52,6 +52,7 @@ type Node struct {
 	elector    *election.Elector
 	sched      *scheduler.Scheduler
 	singletons *singletonHost
+	runs       *runHost          // the job actions running here, for their checkpoint calls
 	worker     *election.Elector // claim mode: this worker's own lease
 	repl       *replicationWatch // how durable a 2xx is
 	// singletonChanges signals changed singleton definitions (PostgreSQL).
@@ -168,8 +169,11 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	// singleton routes, and what this node runs — a row another node or
 	// the CLI wrote does not run here when this node refuses commands.
 	execPolicy := cfg.execPolicy()
+	// Each attempt of a job action gets its own secret for its checkpoint
+	// calls (the node's API URL is set below, once it listens).
+	n.runs = newRunHost()
 	n.sched, err = scheduler.New(scheduler.Config{
-		Store: store, Holder: holder, Handler: execPolicy.Handler(action.Handle), ValidateAction: action.ValidateJSON,
+		Store: store, Holder: holder, Handler: execPolicy.Handler(n.runs.Handler(action.Handle)), ValidateAction: action.ValidateJSON,
 		PollInterval: cfg.PollInterval, RefreshInterval: cfg.RefreshInterval, Changes: changes, MaxConcurrent: cfg.MaxConcurrent,
 		ShutdownTimeout: cfg.ShutdownTimeout, RunRetention: cfg.RunRetention, OutputLimit: outputLimit(cfg.RunOutputLimit),
 		// Leading means dispatching: a leader whose schedule cannot be
@@ -259,6 +263,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	smetrics.node = snode
 	n.singletonChanges = singletonChanges
 	n.singletons = newSingletonHost(singletonAdmin{store: store, leases: store}, snode, "http://"+localAddr(ln.Addr()), cfg.LeaseDuration, log)
+	n.runs.api = "http://" + localAddr(ln.Addr())
 	n.singletons.exec = execPolicy
 
 	dash, err := dashboard.New(dashboard.Config{Store: store, Scheduler: n.sched, Elector: n.elector, Singletons: n.singletons,
@@ -274,7 +279,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		Scheduler: n.sched, Leases: store, Elector: n.elector,
 		Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		APIToken: cfg.APIToken, Stopping: n.stopping.Load, Logger: log,
-		LeaderDispatch: cfg.Dispatch == "leader", Singletons: n.singletons, Durability: n.repl.Current, WriteCheck: n.writeCheck(),
+		LeaderDispatch: cfg.Dispatch == "leader", Singletons: n.singletons, Checkpoints: n.runs, Durability: n.repl.Current, WriteCheck: n.writeCheck(),
 		ListenAddr: cfg.HTTP, AllowedHosts: cfg.allowedHosts(), Exec: execPolicy,
 	}))
 	action.SetDestinationPolicy(destinations)

@@ -1,0 +1,103 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/sqlease/sqlease/action"
+	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// Checkpoints serves PUT /v1/jobs/{name}/checkpoint: the runs of job
+// actions this node executes, each with its own secret (the action's
+// SQLEASE_RUN_TOKEN or Sqlease-Run-Token).
+type Checkpoints interface {
+	// Authenticate checks a running action's secret (in constant time)
+	// before anything else of the call is looked at, its body included:
+	// ErrUnauthorized unless secret is that of the attempt of job name
+	// running on this node — one error, whether the job exists, runs
+	// here or not.
+	Authenticate(name, secret string) error
+	// SaveCheckpoint saves v as the checkpoint of that attempt, which
+	// runs under epoch. It returns an error wrapping sqlease.ErrConflict,
+	// and saves nothing, when the attempt is no longer current (another
+	// epoch, a lost lease or lock, a run that ended);
+	// sqlease.ErrInvalidConfig for an invalid v; ErrUnauthorized when the
+	// attempt ended since Authenticate.
+	SaveCheckpoint(ctx context.Context, name string, epoch int64, secret string, v []byte) error
+}
+
+// routeCheckpoints registers the checkpoint route when the node runs job
+// actions that may call it.
+func (a *api) routeCheckpoints() {
+	c := a.cfg.Checkpoints
+	if c == nil {
+		return
+	}
+	a.handleFunc("PUT /v1/jobs/{name}/checkpoint", func(w http.ResponseWriter, r *http.Request) {
+		// The secret first, before the epoch and before the body is read
+		// (a slow body must not hold a request slot for a caller without
+		// credentials); every failure of a caller without the attempt's
+		// secret is the same 401, so that nobody learns which jobs run
+		// where. Only the holder of the secret learns that its attempt is
+		// no longer current (409).
+		secret, ok := bearerCredential(r)
+		if !ok || c.Authenticate(r.PathValue("name"), secret) != nil {
+			refuseRunSecret(w, r)
+			dropBody(w, r)
+			return
+		}
+		epoch, err := strconv.ParseInt(r.Header.Get("Sqlease-Epoch"), 10, 64)
+		if err != nil || epoch < 1 {
+			a.fail(w, r, badRequest("Sqlease-Epoch: the epoch the attempt runs under (SQLEASE_EPOCH) is required"))
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, scheduler.MaxCheckpointBytes))
+		if err != nil {
+			a.fail(w, r, bodyError(err))
+			return
+		}
+		// Refused here with the field named (the store would say the
+		// same, as a wrapped error).
+		if err := sqlstore.CheckCheckpoint(body); err != nil {
+			a.fail(w, r, badRequest("checkpoint: must be one JSON value in UTF-8 without NUL characters, of at most %d bytes", scheduler.MaxCheckpointBytes))
+			return
+		}
+		err = c.SaveCheckpoint(r.Context(), r.PathValue("name"), epoch, secret, body)
+		if errors.Is(err, ErrUnauthorized) { // the attempt ended since Authenticate
+			refuseRunSecret(w, r)
+			return
+		}
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// checkpointView is a run's checkpoint as the API and the dashboard show
+// it: the JSON as saved, but for the node's secrets (its API token, its
+// database password, its SQLEASE_SECRET_* values), redacted as in a run's
+// output. A checkpoint is the action's own data, handed back verbatim to
+// the next attempt; but an action that has the node's secrets (a header
+// that references one) could save one in it, and the runs listing is read
+// by more people than the action's author. Null when there is none; a
+// redaction that breaks the JSON (a secret outside a string) shows the
+// redacted text as a string.
+func checkpointView(v json.RawMessage) json.RawMessage {
+	if len(v) == 0 {
+		return nil
+	}
+	red := action.RedactOutput(string(v))
+	if red == string(v) || json.Valid([]byte(red)) {
+		return json.RawMessage(red)
+	}
+	b, _ := json.Marshal(red)
+	return b
+}

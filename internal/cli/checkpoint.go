@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/action"
+	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/scheduler"
+)
+
+// runHost hands each attempt of a job action this node runs a secret of
+// its own and the node's API (action.RunAccess: SQLEASE_RUN_TOKEN and
+// SQLEASE_API, or the Sqlease-Run-Token and Sqlease-Api headers), and
+// serves the attempt's checkpoint calls (httpapi.Checkpoints): a call with
+// the secret of an attempt running here saves through that run's
+// scheduler.Checkpoint, fenced like the run's other writes.
+//
+// Only a hash of each secret is kept, compared in constant time; the
+// secret itself lives in the action's environment or request only, is
+// never logged nor stored, and is redacted from the run's output.
+type runHost struct {
+	api string // this node's base URL
+
+	mu   sync.Mutex
+	runs map[string]*jobRun // by job name: one run of a job at a time (its lock)
+}
+
+// jobRun is an attempt running here.
+type jobRun struct {
+	epoch  int64
+	secret [32]byte // sha256 of the token
+	ctx    context.Context
+}
+
+func newRunHost() *runHost { return &runHost{runs: map[string]*jobRun{}} }
+
+// Handler wraps next (the action's handler) so that each attempt gets its
+// secret and is known here while it runs.
+func (h *runHost) Handler(next scheduler.Handler) scheduler.Handler {
+	return func(ctx context.Context, run sqlease.Run) error {
+		var raw [24]byte
+		_, _ = rand.Read(raw[:])
+		token := hex.EncodeToString(raw[:])
+		r := &jobRun{epoch: run.Epoch, secret: sha256.Sum256([]byte(token)), ctx: ctx}
+		h.mu.Lock()
+		h.runs[run.Job] = r
+		h.mu.Unlock()
+		defer func() {
+			h.mu.Lock()
+			if h.runs[run.Job] == r {
+				delete(h.runs, run.Job)
+			}
+			h.mu.Unlock()
+		}()
+		return next(action.WithRunAccess(ctx, action.RunAccess{API: h.api, Token: token}), run)
+	}
+}
+
+// Authenticate checks an action's secret against the attempt of job name
+// running here, in constant time whether or not one is (a missing one is
+// compared with a secret nobody holds): httpapi.ErrUnauthorized for every
+// caller without the attempt's secret.
+func (h *runHost) Authenticate(name, secret string) error {
+	_, err := h.find(name, secret)
+	return err
+}
+
+func (h *runHost) find(name, secret string) (*jobRun, error) {
+	got := sha256.Sum256([]byte(secret))
+	h.mu.Lock()
+	r := h.runs[name]
+	h.mu.Unlock()
+	want := noSecret
+	if r != nil {
+		want = r.secret
+	}
+	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || r == nil {
+		return nil, httpapi.ErrUnauthorized
+	}
+	return r, nil
+}
+
+// SaveCheckpoint saves v for the attempt of job name that holds secret:
+// ErrConflict when it runs under another epoch than the caller says, or
+// is no longer current (scheduler.Checkpoint's ErrLeaseLost: a lost lease
+// or lock, a run that ended).
+func (h *runHost) SaveCheckpoint(ctx context.Context, name string, epoch int64, secret string, v []byte) error {
+	r, err := h.find(name, secret)
+	if err != nil {
+		return err
+	}
+	if r.epoch != epoch {
+		return fmt.Errorf("%w: job %q: this attempt runs under epoch %d, not %d", sqlease.ErrConflict, name, r.epoch, epoch)
+	}
+	// The run's context: the write is the run's, fenced by its gate and
+	// cancelled with it; the request's context bounds it too.
+	wctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	err = scheduler.Checkpoint(wctx, json.RawMessage(v))
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil: // the caller went away
+		return fmt.Errorf("checkpoint of job %q: %w", name, ctx.Err())
+	case errors.Is(err, sqlease.ErrLeaseLost):
+		return fmt.Errorf("%w: job %q: the attempt under epoch %d is no longer current: %w", sqlease.ErrConflict, name, epoch, err)
+	}
+	return err
+}
