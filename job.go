@@ -20,7 +20,40 @@ type Schedule struct {
 	Timezone string `json:"timezone,omitempty"`
 	// At is the single occurrence of a one-off job.
 	At time.Time `json:"at,omitzero"`
+	// Overlap says what happens to an occurrence that falls due while the
+	// previous one still runs; empty is OverlapWait. It is kept with the
+	// schedule, as Temporal keeps it among a schedule's policies: a job
+	// without one stores and hashes as before.
+	Overlap Overlap `json:"overlap,omitempty"`
 }
+
+// Overlap is a job's policy for an occurrence that falls due while the
+// previous occurrence still runs. Occurrences of one job never run at the
+// same time under any of them.
+type Overlap string
+
+const (
+	// OverlapWait (the default, also the empty value) runs the occurrence
+	// once the running one is done, as the missed-runs policy says.
+	OverlapWait Overlap = "wait"
+	// OverlapSkip records each occurrence that fell due while one ran as
+	// skipped (OverlapSkippedError) when that run is done: none runs late,
+	// none is silently dropped.
+	OverlapSkip Overlap = "skip"
+	// OverlapCancelRunning cancels the running occurrence when the next
+	// falls due (it ends OutcomeCancelled, not retried), and runs the next.
+	OverlapCancelRunning Overlap = "cancel_running"
+	// OverlapAllow would run occurrences concurrently: accepted by the API
+	// contract but not supported yet (a job is refused with it).
+	OverlapAllow Overlap = "allow"
+)
+
+// OverlapSkippedError is the error of an occurrence its overlap policy
+// skipped; OverlapCancelledError that of a run it cancelled.
+const (
+	OverlapSkippedError   = "overlap skip: fell due while the previous occurrence ran"
+	OverlapCancelledError = "overlap cancel_running: the next occurrence fell due"
+)
 
 // MissedRuns is a job's policy for occurrences that fell due while no one
 // could run them (an outage, a leader crash).

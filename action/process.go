@@ -235,13 +235,7 @@ func ParseProcessSpec(raw []byte) (ProcessSpec, error) {
 // argument --NAME=VALUE whose NAME looks secret. p is not changed.
 func RedactProcess(p ProcessSpec) ProcessSpec {
 	out := p
-	out.Command = make([]string, len(p.Command))
-	for i, a := range p.Command {
-		if name, _, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "-") && SecretName(name) {
-			a = name + "=" + Redacted
-		}
-		out.Command[i] = redactURL(a)
-	}
+	out.Command = RedactArgs(p.Command)
 	if p.Env != nil {
 		out.Env = make(map[string]EnvValue, len(p.Env))
 		for k, v := range p.Env {
@@ -415,7 +409,7 @@ func processEnv(p ProcessSpec, run []string) (env, secrets []string, err error) 
 			env = append(env, kv)
 		}
 	}
-	secrets = nodeSecrets()
+	secrets = append(nodeSecrets(), ArgSecrets(p.Command)...)
 	for k, v := range p.Env {
 		value := v.Value
 		if v.Ref != nil {

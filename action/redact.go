@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -34,6 +35,9 @@ func Redact(raw json.RawMessage) json.RawMessage {
 	var secrets []string
 	s, err := parseCached(raw) // Parse, shared with Handle: listings redact every job
 	if err == nil {
+		if s.Exec != nil {
+			return redactExec(raw, s.Exec)
+		}
 		if s.HTTP == nil {
 			return raw
 		}
@@ -64,6 +68,74 @@ func Redact(raw json.RawMessage) json.RawMessage {
 	// A refused action is shown as decoded, never as stored: of members
 	// given twice only the last is left (the one encoding/json reads).
 	out, err := json.Marshal(v)
+	if err != nil {
+		return json.RawMessage(`"` + Redacted + `"`)
+	}
+	return out
+}
+
+// RedactArgs returns a command line as reads may show it: the value of an
+// option whose name looks secret (SecretName) replaced by ***, whether
+// written --password=x or --password x, and every URL's password. One rule
+// for the commands of exec actions and of singletons. The program (args[0])
+// is kept but for a URL password.
+func RedactArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		switch v, ok := argSecret(args, i); {
+		case ok && strings.Contains(a, "="):
+			name, _, _ := strings.Cut(a, "=")
+			out[i] = name + "=" + Redacted
+		case ok && v != "":
+			out[i] = Redacted
+		default:
+			out[i] = redactURL(a)
+		}
+	}
+	return out
+}
+
+// argSecret reports whether args[i] is a secret value: --name=value with a
+// secret-looking name (the value returned), or the argument after a lone
+// --name with one.
+func argSecret(args []string, i int) (string, bool) {
+	if i == 0 {
+		return "", false
+	}
+	a := args[i]
+	if name, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "-") && SecretName(name) {
+		return v, true
+	}
+	if p := args[i-1]; i > 1 && strings.HasPrefix(p, "-") && !strings.Contains(p, "=") && SecretName(p) && !strings.HasPrefix(a, "-") {
+		return a, true
+	}
+	return "", false
+}
+
+// ArgSecrets are the values RedactArgs hides in args, for RedactOutput: a
+// command that echoes its own arguments must not show them in its output.
+func ArgSecrets(args []string) []string {
+	var out []string
+	for i, a := range args {
+		if v, ok := argSecret(args, i); ok && v != "" {
+			out = append(out, v)
+		}
+		out = append(out, urlPasswords(a)...)
+	}
+	return out
+}
+
+// redactExec is Redact of a parsed exec action: its command through
+// RedactArgs, the rest as stored. Unchanged when no argument holds a
+// secret.
+func redactExec(raw json.RawMessage, e *Exec) json.RawMessage {
+	cmd := RedactArgs(e.Command)
+	if slices.Equal(cmd, e.Command) {
+		return raw
+	}
+	c := *e
+	c.Command = cmd
+	out, err := json.Marshal(Spec{Exec: &c})
 	if err != nil {
 		return json.RawMessage(`"` + Redacted + `"`)
 	}

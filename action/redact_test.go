@@ -3,6 +3,7 @@
 package action
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -268,5 +269,42 @@ func walkStrings(v any, f func(string)) {
 		}
 	case string:
 		f(x)
+	}
+}
+
+// An exec action's own arguments may carry secrets (--password=x,
+// --token x, a URL's password): reads show them as ***, as singletons'
+// commands were, and the run's output and error never show them.
+func TestRedactExecArguments(t *testing.T) {
+	raw := []byte(`{"exec":{"command":["sh","-c","echo \"$@\" >&2; exit 1","sh","--password=pw-secret","--api-token","tok-secret","postgres://u:url-secret@db/x","--verbose","plain"],"timeout":"5s"}}`)
+	red := string(Redact(raw))
+	for _, s := range []string{"pw-secret", "tok-secret", "url-secret"} {
+		if strings.Contains(red, s) {
+			t.Errorf("Redact shows %s: %s", s, red)
+		}
+	}
+	for _, s := range []string{`"--password=***"`, `"--api-token","***"`, `"postgres://u:***@db/x"`, `"--verbose","plain"`, `"timeout":"5s"`} {
+		if !strings.Contains(red, s) {
+			t.Errorf("Redact = %s, want %s in it", red, s)
+		}
+	}
+	if plain := []byte(`{"exec":{"command":["echo","--verbose","hi"]}}`); string(Redact(plain)) != string(plain) {
+		t.Errorf("an exec action without secrets changed: %s", Redact(plain))
+	}
+	s, err := Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Run(context.Background(), testRun(t))
+	if err == nil {
+		t.Fatal("the command failed, want an error")
+	}
+	for _, sec := range []string{"pw-secret", "tok-secret", "url-secret"} {
+		if strings.Contains(err.Error(), sec) {
+			t.Errorf("the run's error shows %s: %v", sec, err)
+		}
+	}
+	if !strings.Contains(err.Error(), "--verbose plain") {
+		t.Errorf("the run's error %q lost what the command wrote", err)
 	}
 }

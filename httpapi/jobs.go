@@ -38,6 +38,9 @@ type JobRequest struct {
 	LockTimeout     string    `json:"lock_timeout,omitempty"`
 	// Paused creates the job paused.
 	Paused bool `json:"paused,omitempty"`
+	// Overlap is wait (default), skip or cancel_running: what happens to
+	// an occurrence that falls due while the previous one runs.
+	Overlap string `json:"overlap,omitempty"`
 	// Breaker, optional: after failures consecutive failed occurrences,
 	// the next ones are recorded as skipped until cool_down has passed;
 	// then one probe runs.
@@ -83,6 +86,8 @@ type Job struct {
 	SkipIfOlderThan string          `json:"skip_if_older_than,omitempty"`
 	Retry           RetryJSON       `json:"retry"`
 	LockTimeout     string          `json:"lock_timeout"`
+	// Overlap is wait, skip or cancel_running.
+	Overlap string `json:"overlap"`
 	// State is "active" or "paused".
 	State string `json:"state"`
 	// PauseReason is what the pause said, if it said anything.
@@ -178,6 +183,7 @@ func JobOutAt(j sqlease.Job, now time.Time) Job {
 		SkipIfOlderThan: duration(j.SkipIfOlderThan),
 		Retry:           RetryJSON{MaxAttempts: j.Retry.MaxAttempts, Backoff: duration(j.Retry.Backoff)},
 		LockTimeout:     j.LockTimeout.String(),
+		Overlap:         string(sqlease.OverlapWait),
 		State:           "active",
 		NextRunAt:       timestamp(j.NextRunAt),
 		LastRunAt:       timestamp(j.LastRunAt),
@@ -188,6 +194,9 @@ func JobOutAt(j sqlease.Job, now time.Time) Job {
 	}
 	if j.LockedBy != "" {
 		out.LockedAt = timestamp(j.LockedAt)
+	}
+	if j.Schedule.Overlap != "" {
+		out.Overlap = string(j.Schedule.Overlap)
 	}
 	if j.Paused {
 		out.State, out.PauseReason = "paused", j.PauseReason
@@ -243,6 +252,7 @@ type wireJob struct {
 	} `json:"retry"`
 	LockTimeout json.RawMessage `json:"lock_timeout"`
 	Paused      bool            `json:"paused"`
+	Overlap     string          `json:"overlap"`
 	Breaker     *struct {
 		Failures int             `json:"failures"`
 		CoolDown json.RawMessage `json:"cool_down"`
@@ -286,6 +296,7 @@ func DecodeJob(body io.Reader) (sqlease.Job, error) {
 	}
 
 	j := sqlease.Job{Name: w.Name, Key: w.Key, MissedRuns: sqlease.MissedRuns(w.MissedRuns), Paused: w.Paused}
+	j.Schedule.Overlap = sqlease.Overlap(w.Overlap)
 	var errs []error
 	dur := func(field string, raw json.RawMessage, d *time.Duration) {
 		if err := parseDuration(field, raw, d); err != nil {

@@ -163,3 +163,42 @@ func TestBreakerOverHTTP(t *testing.T) {
 		t.Fatalf("half open since %v, want the end of the cool-down %v", since, opened.Add(2*time.Second))
 	}
 }
+
+// TestOverlapOverHTTP: a job's overlap policy is taken on creation
+// (validated, naming the field; allow refused as not supported) and shown
+// on every job, wait when none was given.
+func TestOverlapOverHTTP(t *testing.T) {
+	n := newNode(t, filepath.Join(t.TempDir(), "db"), nodeOpts{noElector: true})
+	for _, bad := range []struct{ body, detail string }{
+		{`{"name":"o","schedule":{"every":"1h"},"action":` + hookAction + `,"overlap":"allow"}`, `overlap "allow" is not supported yet`},
+		{`{"name":"o","schedule":{"every":"1h"},"action":` + hookAction + `,"overlap":"buffer_one"}`, "overlap must be wait, skip or cancel_running"},
+		{`{"name":"o","action":` + hookAction + `,"overlap":"skip"}`, "overlap \"skip\" needs a repeating schedule"},
+		{`{"name":"o","schedule":{"every":"1h"},"action":` + hookAction + `,"overlap":7}`, "overlap"},
+	} {
+		if p := n.do("POST", "/v1/jobs", bad.body).problem(t, 400); !strings.Contains(p.Detail, bad.detail) {
+			t.Errorf("%s: detail %q, want %q", bad.body, p.Detail, bad.detail)
+		}
+	}
+	if names := n.jobNames(); len(names) != 0 {
+		t.Fatalf("refused jobs were stored: %v", names)
+	}
+	var j httpapi.Job
+	res := n.do("POST", "/v1/jobs", `{"name":"o","schedule":{"every":"1h"},"action":`+hookAction+`,"overlap":"cancel_running"}`)
+	res.json(t, &j)
+	if res.status != 201 || j.Overlap != "cancel_running" {
+		t.Fatalf("create with overlap: %d %s", res.status, res.body)
+	}
+	res = n.do("POST", "/v1/jobs", `{"name":"w","schedule":{"every":"1h"},"action":`+hookAction+`}`)
+	res.json(t, &j)
+	if res.status != 201 || j.Overlap != "wait" {
+		t.Fatalf("create without overlap: %d %s", res.status, res.body)
+	}
+	// wait given is the job created without it: the same content.
+	if res := n.do("POST", "/v1/jobs", `{"name":"w","schedule":{"every":"1h"},"action":`+hookAction+`,"overlap":"wait"}`); res.status != 200 {
+		t.Fatalf("the same job with overlap wait: %d %s", res.status, res.body)
+	}
+	n.do("GET", "/v1/jobs/o", "").json(t, &j)
+	if j.Overlap != "cancel_running" {
+		t.Fatalf("GET: overlap %q", j.Overlap)
+	}
+}

@@ -185,3 +185,67 @@ func TestBreakerValidation(t *testing.T) {
 		t.Fatalf("hash of a job without a breaker changed: %s", h0)
 	}
 }
+
+// TestTriggerProbesOpenBreaker: a trigger while the breaker is open runs
+// (an operator asked for a run now) as the probe: its success closes the
+// breaker; a due regular occurrence in the cool-down is still skipped. In
+// claim mode on every dialect, and under a leader.
+func TestTriggerProbesOpenBreaker(t *testing.T) {
+	run := func(t *testing.T, st *sqlstore.Store, lead bool) {
+		ctx := context.Background()
+		var failing atomic.Bool
+		failing.Store(true)
+		handled := make(chan time.Time, 100)
+		s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: func(ctx context.Context, r sqlease.Run) error {
+			handled <- r.ScheduledFor.UTC()
+			if failing.Load() {
+				return errors.New("downstream is down")
+			}
+			return nil
+		}})
+		// Its first occurrence is due now; the next an hour later, and the
+		// cool-down is an hour: nothing but a trigger can run it again soon.
+		if _, _, err := s.Create(ctx, sqlease.Job{Name: "hourly", Schedule: sqlease.Schedule{Every: time.Hour},
+			Retry: sqlease.Retry{MaxAttempts: 1}, Breaker: sqlease.Breaker{Failures: 1, CoolDown: time.Hour}}); err != nil {
+			t.Fatal(err)
+		}
+		if lead {
+			l, err := st.Acquire(ctx, "lead", "w", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leadTerm(t, s, &settledGate{st: st, tok: l.Token()}, l.Token())
+		} else {
+			runClaim(t, s)
+		}
+		job := func() sqlease.Job {
+			j, err := s.Job(ctx, "hourly")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return j
+		}
+		waitFor(t, 10*time.Second, "the breaker to open", func() bool { return !job().BreakerOpenedAt.IsZero() })
+		regular := job().NextRunAt
+		failing.Store(false)
+		if _, err := s.Trigger(ctx, "hourly"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the triggered probe to close the breaker", func() bool {
+			j := job()
+			return j.BreakerOpenedAt.IsZero() && j.LockedBy == "" && j.Attempt == 0
+		})
+		if j := job(); !j.NextRunAt.Equal(regular) || j.BreakerFailures != 0 {
+			t.Fatalf("after the probe: next %v (want the regular %v), failures %d", j.NextRunAt, regular, j.BreakerFailures)
+		}
+		out := breakerLedger(t, st, "hourly", nil)
+		if len(out) != 2 || out[0] != sqlease.OutcomeFailed || out[1] != sqlease.OutcomeSucceeded {
+			t.Fatalf("ledger %v, want [failed succeeded]", out)
+		}
+		if n := len(handled); n != 2 {
+			t.Fatalf("handler ran %d times, want 2", n)
+		}
+	}
+	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) { run(t, newStore(t), false) })
+	t.Run("leader", func(t *testing.T) { run(t, sqliteStore(t), true) })
+}

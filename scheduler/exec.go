@@ -220,7 +220,7 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 			}
 		}
 	}
-	if breakerOpen(c) {
+	if breakerSkips(c) {
 		return s.skipOpen(ctx, c, run, attempt, d, log)
 	}
 	var r sqlease.Run
@@ -247,12 +247,18 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 	return s.runStarted(ctx, c, r, d, log)
 }
 
-// breakerOpen reports whether c's breaker is open at the claim (database
-// time): opened, and its cool-down not over. Once it is over the breaker is
-// half open and the due occurrence runs as the probe.
-func breakerOpen(c *sqlstore.Claimed) bool {
+// breakerSkips reports whether c's due occurrence is skipped by its
+// breaker: open at the claim (database time), that is opened and its
+// cool-down not over — once it is over the breaker is half open and the
+// due occurrence runs as the probe — and not triggered. A trigger is an
+// operator asking for a run now, so it runs as a probe whatever the
+// cool-down (Temporal's "trigger immediately" likewise ignores the
+// schedule's state): its success closes the breaker, its failure opens it
+// again from now. A triggered occurrence is the one that moved a regular
+// occurrence still to come aside (RegularNextAt, after it).
+func breakerSkips(c *sqlstore.Claimed) bool {
 	state, _ := c.BreakerState(c.Now)
-	return state == sqlease.BreakerOpen
+	return state == sqlease.BreakerOpen && !c.RegularNextAt.After(c.NextRunAt)
 }
 
 // skipOpen records the due occurrence of a job whose breaker is open as
@@ -276,6 +282,51 @@ func (s *Scheduler) skipOpen(ctx context.Context, c *sqlstore.Claimed, run time.
 	log.Info("run_skipped", slog.Time("scheduled_for", run), slog.Time("next_run_at", next), slog.String("reason", sqlease.BreakerOpenError),
 		slog.Time("breaker_opened_at", c.BreakerOpenedAt))
 	return next
+}
+
+// errOverlapCancel is the cancellation cause of a run its next occurrence
+// cancelled (sqlease.OverlapCancelRunning).
+var errOverlapCancel = errors.New(sqlease.OverlapCancelledError)
+
+// cancelAtNext cancels a cancel_running job's run when its next occurrence
+// falls due, and returns the timer (nil when there is no next one). The
+// due time is on the database clock: it becomes a local instant by the
+// claim's database now and its send time, so a run is cancelled early by
+// at most the claim's round trip, never late by a clock skew; a leader's
+// claim without a send time counts from now, late by the time since the
+// claim.
+func (s *Scheduler) cancelAtNext(c *sqlstore.Claimed, run time.Time, cancel context.CancelCauseFunc) *time.Timer {
+	due, ok := nextAfter(c, run)
+	if !ok || due.IsZero() {
+		return nil
+	}
+	from := c.SentAt
+	if from.IsZero() {
+		from = time.Now()
+	}
+	return time.AfterFunc(time.Until(from.Add(due.Sub(c.Now))), func() { cancel(errOverlapCancel) })
+}
+
+// overlapSkipped returns the occurrences of c from next on that fell due by
+// now (database time) — the ones a skip job's run overlapped — and the
+// first occurrence after now, the job's next. At most
+// sqlstore.MaxSkippedPerFinish are listed; the rest are counted.
+func overlapSkipped(c *sqlstore.Claimed, next, now time.Time) (sqlstore.Skipped, time.Time) {
+	skip := sqlstore.Skipped{Reason: sqlease.OverlapSkippedError}
+	for !next.IsZero() && !next.After(now) {
+		if len(skip.At) < sqlstore.MaxSkippedPerFinish {
+			skip.At = append(skip.At, next)
+		} else {
+			skip.More++
+			skip.Last = next
+		}
+		n, ok := Next(c.Schedule, next)
+		if !ok {
+			n = time.Time{}
+		}
+		next = n
+	}
+	return skip, next
 }
 
 // nextAfter is the job's next occurrence once the occurrence at run is
@@ -350,7 +401,7 @@ func fastStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
 // (the missed-runs policy does not move on) with attempts left — the start
 // execute would make, without its other cases — and with which request.
 func onTimeStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
-	if c.Attempt+1 > c.Retry.MaxAttempts || breakerOpen(&c) {
+	if c.Attempt+1 > c.Retry.MaxAttempts || breakerSkips(&c) {
 		return sqlstore.StartReq{}, false
 	}
 	run, ok, _, _ := Plan(c.Schedule, c.MissedRuns, c.SkipIfOlderThan, c.NextRunAt, c.Now)
@@ -426,6 +477,11 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	}
 
 	started := time.Now()
+	if c.Schedule.Overlap == sqlease.OverlapCancelRunning {
+		if t := s.cancelAtNext(c, run, cancel); t != nil {
+			defer t.Stop()
+		}
+	}
 	herr := s.resumeFrom(runCtx, &r)
 	if herr == nil {
 		herr = s.callHandler(runCtx, r)
@@ -444,6 +500,11 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		// Cancelled from outside (shutdown, leadership or lock lost): the
 		// occurrence is retried by the next owner with the same key.
 		f = sqlstore.Finish{Outcome: sqlease.OutcomeAbandoned, Error: herr.Error(), Next: run, Attempt: attempt}
+	case errors.Is(context.Cause(runCtx), errOverlapCancel):
+		// Cancelled on purpose by the next occurrence (cancel_running):
+		// done, not retried; the next occurrence is due now.
+		f = sqlstore.Finish{Outcome: sqlease.OutcomeCancelled, Error: sqlease.OverlapCancelledError}
+		f.Next, _ = nextAfter(c, run)
 	default:
 		f.Outcome, f.Error = sqlease.OutcomeFailed, herr.Error()
 		if errors.Is(herr, sqlease.ErrTimedOut) {
@@ -467,8 +528,17 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		// change notification).
 		next = c.Now.Add(time.Since(started) + f.Backoff + 50*time.Millisecond)
 	}
+	var skip sqlstore.Skipped
+	if c.Schedule.Overlap == sqlease.OverlapSkip && f.Attempt == 0 && !f.Next.IsZero() {
+		// What fell due while this run ran is skipped, not run late: on
+		// the database clock from the claim, early rather than late (time
+		// since the handler started, not since the claim was sent), so
+		// that no occurrence still to come is skipped.
+		skip, f.Next = overlapSkipped(c, f.Next, c.Now.Add(time.Since(started)))
+		next = f.Next
+	}
 	bu, breaker := breakerAfter(c, f)
-	if d.batch != nil && !breaker {
+	if d.batch != nil && !breaker && len(skip.At) == 0 {
 		// The finisher writes and logs the outcome, then calls d.done.
 		*d.queued = true
 		d.batch.finish(finishItem{req: sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, took: took, log: log, next: next, done: d.done}, d.release)
@@ -478,6 +548,13 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	fr := r // the copy the closure takes, so that the batched path allocates none
 	err := retryTransient(wctx, func() error {
 		return d.fenced(wctx, func(tx *sql.Tx) error {
+			if len(skip.At) > 0 {
+				var b *sqlstore.BreakerUpdate
+				if breaker {
+					b = &bu
+				}
+				return s.store.FinishRunSkipping(wctx, tx, c.Lock, fr, f, skip, b)
+			}
 			if breaker {
 				// The breaker's state changes with the finish, in its
 				// transaction and under its lock (and lease).
@@ -489,6 +566,12 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	wcancel()
 	s.cfg.Observer.RunFinished(c.Name, f.Outcome, took)
 	logFinish(log, f, took, err)
+	if n := len(skip.At) + skip.More; n > 0 && err == nil {
+		for range n {
+			s.cfg.Observer.RunFinished(c.Name, sqlease.OutcomeSkipped, 0)
+		}
+		log.Info("run_overlap_skipped", slog.Int("occurrences", n), slog.Time("first", skip.At[0]), slog.Time("next_run_at", f.Next))
+	}
 	if breaker && err == nil && bu.Changed {
 		state := sqlease.BreakerClosed
 		if bu.Open {

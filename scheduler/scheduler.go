@@ -35,6 +35,15 @@
 // stamped earlier but committed later is not skipped — and executes due jobs,
 // each claim fenced by the lease.
 //
+// # Overlap
+//
+// Occurrences of one job never run at once: the job row holds one lock. A
+// job's overlap policy (sqlease.Schedule.Overlap) says what becomes of an
+// occurrence that falls due while one runs: wait (run it after, as the
+// missed-runs policy says), skip (recorded as skipped with the finish of
+// the run it overlapped, in its fenced transaction) or cancel_running (the
+// run's context is cancelled when the next falls due; it ends cancelled).
+//
 // # Trigger, pause and breaker
 //
 // Trigger makes a job due now, once. The regular occurrence it moves aside
@@ -50,7 +59,8 @@
 // fall due are recorded as skipped ("breaker open"), each once like a run,
 // until the cool-down has passed in database time (the claim's clock);
 // then the next one runs as the probe, and its finish closes the breaker
-// or opens it again. Its state changes only in the transaction that
+// or opens it again. A triggered occurrence is a probe at once, whatever
+// the cool-down: the operator asked for a run. Its state changes only in the transaction that
 // finishes a run, under the run's lock and (leader mode) its lease, so
 // every node and the next leader agree on it. failsafe-go's breaker, which
 // the daemon's other code uses, keeps its state in process memory: one per
@@ -670,12 +680,39 @@ func normalize(j sqlease.Job, validateAction func(json.RawMessage) error) (sqlea
 	if err := validateBreaker(&j); err != nil {
 		errs = append(errs, err)
 	}
+	if err := validateOverlap(&j.Schedule); err != nil {
+		errs = append(errs, err)
+	}
 	if validateAction != nil && len(j.Action) <= MaxActionBytes {
 		if err := validateAction(j.Action); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return j, errors.Join(errs...)
+}
+
+// validateOverlap checks a schedule's overlap policy and stores the default
+// as empty, so that a job created with "wait" is the job created without
+// it (same row, same content hash as before the policy existed).
+func validateOverlap(s *sqlease.Schedule) error {
+	switch s.Overlap {
+	case "", sqlease.OverlapWait:
+		s.Overlap = ""
+		return nil
+	case sqlease.OverlapSkip, sqlease.OverlapCancelRunning:
+		if s.Every == 0 && s.Cron == "" {
+			return fmt.Errorf("%w: overlap %q needs a repeating schedule (every or cron): a one-off job has no next occurrence", sqlease.ErrInvalidConfig, s.Overlap)
+		}
+		return nil
+	case sqlease.OverlapAllow:
+		// Concurrent occurrences of one job need a lock per occurrence
+		// rather than the job row's one: refused rather than run as wait.
+		return fmt.Errorf("%w: overlap \"allow\" is not supported yet (occurrences of one job run one at a time); use wait, skip or cancel_running", sqlease.ErrInvalidConfig)
+	}
+	if len(s.Overlap) > 64 {
+		return fmt.Errorf("%w: overlap must be wait, skip or cancel_running, got %d bytes", sqlease.ErrInvalidConfig, len(s.Overlap))
+	}
+	return fmt.Errorf("%w: overlap must be wait, skip or cancel_running, got %q", sqlease.ErrInvalidConfig, s.Overlap)
 }
 
 // Bounds of a job's breaker (sqlease.Breaker).

@@ -110,6 +110,7 @@ func Run(t *testing.T, h Harness) {
 		{"TriggerKeepsPhase", testTriggerKeepsPhase},
 		{"BreakerState", testBreakerState},
 		{"SkippedAndCancelled", testSkippedAndCancelled},
+		{"FinishRunSkipping", testFinishRunSkipping},
 		{"Linearizable", testLinearizable},
 	}
 	for _, tc := range tests {

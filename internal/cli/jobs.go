@@ -169,14 +169,7 @@ func jobsCmd(env Env) *cobra.Command {
 		return out, nil
 	})
 	get.Flags().BoolVar(&getText, "text", false, "print the job's fields and its latest runs for reading instead of JSON")
-	pause := one("pause", "Pause a job (a run in flight finishes)", func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error) {
-		j, err := s.Pause(ctx, name)
-		return httpapi.JobOut(j), err
-	})
-	resume := one("resume", "Resume a paused job", func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error) {
-		j, err := s.Resume(ctx, name)
-		return httpapi.JobOut(j), err
-	})
+	pause, resume := pauseCmds(withSched)
 	trigger := one("trigger", "Make a job due now, once", func(ctx context.Context, s *scheduler.Scheduler, name string) (any, error) {
 		j, err := s.Trigger(ctx, name)
 		return httpapi.JobOut(j), err
@@ -229,4 +222,52 @@ func withStore(env Env, cmd *cobra.Command, fn func(ctx context.Context, st *sql
 // refuses).
 func cliExecPolicy(env Env) action.ExecPolicy {
 	return action.NewExecPolicy(env.Getenv("SQLEASE_ALLOW_EXEC"), true, true)
+}
+
+// pauseCmds are jobs pause and jobs resume: one job by name, or with
+// --prefix every job whose name starts with it in one statement (all or
+// nothing, as POST /v1/jobs:pause and :resume), answering the count.
+func pauseCmds(withSched func(*cobra.Command, func(context.Context, *scheduler.Scheduler) (any, error)) error) (pause, resume *cobra.Command) {
+	var reason string
+	var prefixes [2]string
+	mk := func(use, short string, paused bool, prefix *string) *cobra.Command {
+		c := &cobra.Command{
+			Use:   use + " NAME | --prefix PREFIX",
+			Short: short,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				byPrefix := cmd.Flags().Changed("prefix")
+				switch {
+				case byPrefix && len(args) > 0:
+					return usagef("%s: give a NAME or --prefix, not both", cmd.CommandPath())
+				case !byPrefix && len(args) != 1:
+					return usagef("%s takes exactly one argument: NAME (or --prefix PREFIX)", cmd.CommandPath())
+				}
+				return withSched(cmd, func(ctx context.Context, s *scheduler.Scheduler) (any, error) {
+					var out httpapi.PrefixResult
+					switch {
+					case byPrefix && paused:
+						n, err := s.PausePrefix(ctx, *prefix, reason)
+						out.Paused = &n
+						return out, err
+					case byPrefix:
+						n, err := s.ResumePrefix(ctx, *prefix)
+						out.Resumed = &n
+						return out, err
+					case paused:
+						j, err := s.PauseWithReason(ctx, args[0], reason)
+						return httpapi.JobOut(j), err
+					}
+					j, err := s.Resume(ctx, args[0])
+					return httpapi.JobOut(j), err
+				})
+			},
+		}
+		c.Flags().StringVar(prefix, "prefix", "", "act on every job whose name starts with PREFIX, all or nothing (--prefix \"\" is every job)")
+		addFlags(c.Flags(), false)
+		return c
+	}
+	pause = mk("pause", "Pause a job, or every job of a name prefix (a run in flight finishes)", true, &prefixes[0])
+	pause.Flags().StringVar(&reason, "reason", "", "why, shown with the job's state (at most 512 bytes)")
+	resume = mk("resume", "Resume a paused job, or every job of a name prefix", false, &prefixes[1])
+	return pause, resume
 }

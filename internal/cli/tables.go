@@ -55,14 +55,46 @@ func scheduleText(s httpapi.ScheduleJSON) string {
 	return "once"
 }
 
+// breakerText is a job's breaker in one cell: its state, since when, the
+// failures counted against the threshold and the cool-down; "" for none.
+func breakerText(b *httpapi.BreakerJSON) string {
+	if b == nil {
+		return ""
+	}
+	s := b.State
+	if s == "" {
+		s = "closed"
+	}
+	if b.ConsecutiveFailures != nil {
+		s += fmt.Sprintf(" %d/%d", *b.ConsecutiveFailures, b.Failures)
+	}
+	if b.CoolDown != "" {
+		s += " cool-down " + b.CoolDown
+	}
+	if b.Since != "" {
+		s += " since " + b.Since
+	}
+	return s
+}
+
 // printJobs is jobs list --text.
 func printJobs(w io.Writer, l httpapi.JobList) error {
-	t := newTable(w, "NAME", "STATE", "SCHEDULE", "NEXT RUN AT", "LAST RUN AT", "ATTEMPTS", "LOCKED BY")
+	t := newTable(w, "NAME", "STATE", "SCHEDULE", "NEXT RUN AT", "LAST RUN AT", "ATTEMPTS", "LOCKED BY", "BREAKER")
 	for _, j := range l.Jobs {
-		t.row(j.Name, j.State, scheduleText(j.Schedule), j.NextRunAt, j.LastRunAt, fmt.Sprint(j.AttemptCount), j.LockedBy)
+		t.row(j.Name, j.State, scheduleText(j.Schedule), j.NextRunAt, j.LastRunAt, fmt.Sprint(j.AttemptCount), j.LockedBy, breakerText(j.Breaker))
 	}
 	if err := t.flush(); err != nil {
 		return err
+	}
+	// The reasons go below the table, after a blank line: a free-text
+	// cell would stretch every row's columns.
+	sep := "\n"
+	for _, j := range l.Jobs {
+		if j.PauseReason != "" {
+			fmt.Fprint(w, sep)
+			sep = ""
+			fmt.Fprintf(w, "paused %s: %s\n", j.Name, printable(j.PauseReason))
+		}
 	}
 	if len(l.Jobs) == 0 {
 		fmt.Fprintln(w, "no jobs")
@@ -85,6 +117,14 @@ func printSingletons(w io.Writer, l httpapi.SingletonList) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
+	sep := "\n"
+	for _, s := range l.Singletons {
+		if s.LastError != "" {
+			fmt.Fprint(w, sep)
+			sep = ""
+			fmt.Fprintf(w, "last error of %s at %s: %s\n", s.Name, s.LastErrorAt, printable(s.LastError))
+		}
+	}
 	if len(l.Singletons) == 0 {
 		fmt.Fprintln(w, "no singletons")
 	}
@@ -99,7 +139,8 @@ func printSingletons(w io.Writer, l httpapi.SingletonList) error {
 func printJob(w io.Writer, j httpapi.Job, runs []sqlease.Run) error {
 	t := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, f := range [][2]string{
-		{"name", j.Name}, {"state", j.State}, {"schedule", scheduleText(j.Schedule)},
+		{"name", j.Name}, {"state", j.State}, {"pause reason", j.PauseReason}, {"breaker", breakerText(j.Breaker)},
+		{"schedule", scheduleText(j.Schedule)},
 		{"action", string(j.Action)}, {"missed runs", j.MissedRuns}, {"lock timeout", j.LockTimeout},
 		{"next run at", j.NextRunAt}, {"last run at", j.LastRunAt}, {"attempts", fmt.Sprint(j.AttemptCount)},
 		{"locked by", j.LockedBy}, {"created at", j.CreatedAt}, {"modified at", j.LastModifiedAt},
