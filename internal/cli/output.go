@@ -90,8 +90,8 @@ func runsCmd(env Env, withSched func(*cobra.Command, func(context.Context, *sche
 	return c
 }
 
-// printRuns writes runs for reading: one line per run, then its error and
-// its output, each line indented.
+// printRuns writes runs for reading: one line per run, then its error, its
+// output and its checkpoint, each line indented.
 func printRuns(w io.Writer, runs []sqlease.Run, next string) {
 	if len(runs) == 0 {
 		fmt.Fprintln(w, "no runs")
@@ -111,6 +111,9 @@ func printRuns(w io.Writer, runs []sqlease.Run, next string) {
 			for _, l := range strings.Split(strings.TrimSuffix(printable(r.Output), "\n"), "\n") {
 				fmt.Fprintln(w, "      "+l)
 			}
+		}
+		if cp := httpapi.RunOut(r).Checkpoint; cp != nil { // as the API shows it
+			fmt.Fprintln(w, "    checkpoint: "+printable(string(cp)))
 		}
 	}
 	if next != "" {

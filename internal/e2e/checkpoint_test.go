@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/sqlite"
 )
 
@@ -90,14 +92,22 @@ func TestCheckpointAfterKill(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed: the action script uses it")
 	}
-	for _, mode := range []string{"leader", "claim"} {
-		t.Run(mode, func(t *testing.T) {
+	pg := postgresDB(t)
+	for _, c := range []struct {
+		backend
+		mode string
+	}{
+		{backend{name: "sqlite", db: sqliteDB}, "leader"}, {backend{name: "sqlite", db: sqliteDB}, "claim"},
+		{backend{name: "postgres", db: pg}, "leader"}, {backend{name: "postgres", db: pg}, "claim"},
+	} {
+		mode := c.mode
+		t.Run(c.name+"-"+mode, func(t *testing.T) {
 			dir := t.TempDir()
 			script, logPath := filepath.Join(dir, "job.sh"), filepath.Join(dir, "attempts.log")
 			if err := os.WriteFile(script, []byte(checkpointScript), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			db := sqliteDB(t)
+			db := c.db(t)
 			f := newFleet(t, db, "--dispatch", mode)
 			nodes := f.start("a", "b")
 			def := fmt.Sprintf(`{"name":"ckpt","schedule":{},"retry":{"max_attempts":3,"backoff":"100ms"},"lock_timeout":"3s",`+
@@ -197,8 +207,13 @@ func TestCheckpointAfterKill(t *testing.T) {
 
 			// The attempt is deposed in the database: its job lock moves on,
 			// as when another node reclaims the job.
-			path := strings.TrimPrefix(db, "sqlite:")
-			sdb, err := sqlite.Open(path)
+			var sdb *sql.DB
+			var err error
+			if path, ok := strings.CutPrefix(db, "sqlite:"); ok {
+				sdb, err = sqlite.Open(path)
+			} else {
+				sdb, err = postgres.Open(db)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
