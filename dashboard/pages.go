@@ -59,6 +59,7 @@ var funcs = template.FuncMap{
 	"dur":  human,
 	"path": url.PathEscape,
 	"size": size,
+	"add":  func(a, b int) int { return a + b },
 }
 
 // human writes a duration for people: 1.8 s, 4 min 12 s, 3 h 5 min.
@@ -99,15 +100,6 @@ type leaderView struct {
 	Progress int // percent of the lease duration left
 }
 
-// nodeRow is one node seen recently.
-type nodeRow struct {
-	Holder   string
-	Roles    []string
-	Live     bool
-	LastSeen time.Time
-	ThisNode bool
-}
-
 type overviewData struct {
 	Now        time.Time
 	LeaseName  string
@@ -119,8 +111,20 @@ type overviewData struct {
 	// Durability is how durable this node's writes are (Config.Durability;
 	// zero Mode when not known).
 	Durability sqlease.Durability
+	// FailingJobs: of the first JobsChecked jobs by name (JobsUnchecked:
+	// there are more), those whose newest finished runs failed;
+	// FailingSingletons: failing, stale or unplaced.
+	FailingJobs       []jobRow
+	FailingSingletons []singletonRow
+	JobsChecked       int
+	JobsUnchecked     bool
+	// Unreachable and NotReady count the nodes in those states.
+	Unreachable, NotReady int
 	// The rows left out at the page's byte budget.
-	MoreNodes, MoreSingletons, MoreOthers int
+	MoreNodes, MoreSingletons, MoreOthers  int
+	MoreFailingJobs, MoreFailingSingletons int
+
+	allSingletons []httpapi.Singleton
 }
 
 // singletonRow is a singleton as a page shows it: its state cut to
@@ -173,49 +177,19 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 	if d.cfg.Durability != nil {
 		data.Durability = d.cfg.Durability()
 	}
-	nodes := map[string]*nodeRow{}
-	seen := func(holder, role string, l sqlease.Lease) {
-		n := nodes[holder]
-		if n == nil {
-			n = &nodeRow{Holder: holder}
-			nodes[holder] = n
-		}
-		if !l.Expired() {
-			n.Live = true
-			if role != "" {
-				n.Roles = append(n.Roles, role)
-			}
-		}
-		if l.RenewedAt.After(n.LastSeen) {
-			n.LastSeen = l.RenewedAt
-		}
-	}
 	for _, l := range leases {
 		if data.Now.IsZero() {
 			data.Now = l.ObservedAt
 		}
-		recent := !l.Expired() || l.ObservedAt.Sub(l.ExpiresAt) < seenWithin
 		switch {
 		case l.Name == name:
 			data.Leader = leaderView{Found: true, Lease: l, Live: !l.Expired(), Left: l.ExpiresAt.Sub(l.ObservedAt)}
 			if total := l.ExpiresAt.Sub(l.RenewedAt); total > 0 && data.Leader.Live {
 				data.Leader.Progress = int(100 * data.Leader.Left / total)
 			}
-			if recent {
-				seen(l.Holder, "leader", l)
-			}
-		case strings.HasPrefix(l.Name, workerPrefix) && recent:
-			seen(l.Holder, "claim worker", l)
-		case strings.HasPrefix(l.Name, memberPrefix) && recent:
-			seen(l.Holder, "member", l)
-		case strings.HasPrefix(l.Name, singletonPrefix) && recent:
-			seen(l.Holder, "runs "+strings.TrimPrefix(l.Name, singletonPrefix), l)
-		case strings.HasPrefix(l.Name, nodePrefix):
-			// A node's presence (history.Presence): up, whatever its role.
-			if recent {
-				seen(l.Holder, "", l)
-			}
-		case !strings.HasPrefix(l.Name, workerPrefix) && !strings.HasPrefix(l.Name, memberPrefix) && !strings.HasPrefix(l.Name, singletonPrefix):
+		case strings.HasPrefix(l.Name, workerPrefix), strings.HasPrefix(l.Name, memberPrefix),
+			strings.HasPrefix(l.Name, singletonPrefix), strings.HasPrefix(l.Name, nodePrefix):
+		default:
 			data.Others = append(data.Others, l)
 		}
 	}
@@ -224,68 +198,43 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 			return "", err
 		}
 	}
-	// This node is seen: it is serving this page.
-	me := d.cfg.Elector.HolderID()
-	if nodes[me] == nil {
-		nodes[me] = &nodeRow{Holder: me, LastSeen: data.Now}
-	}
-	nodes[me].Live, nodes[me].ThisNode = true, true
-	if len(nodes[me].Roles) == 0 {
-		nodes[me].Roles = []string{"follower"}
-	}
 	if data.History, err = d.cfg.Store.LeaseHistory(ctx, name, 0, overviewHist); err != nil {
 		return "", err
 	}
+	data.Nodes = d.nodes(ctx, leases, data.History, data.Now)
 	b := &budget{left: d.cfg.PageBudget}
 	b.take(4 * rowMarkup) // the leader's card
 	data.History = eventsWithin(b, data.History)
-	// Recent leaders that hold nothing now (killed, stopped, cut off):
-	// the on-call engineer wants to see them gone.
-	for _, e := range data.History {
-		if n := nodes[e.Holder]; n == nil && data.Now.Sub(e.At) < seenWithin {
-			nodes[e.Holder] = &nodeRow{Holder: e.Holder, LastSeen: e.At}
-		}
+	// Within the budget: what is failing, the nodes, then the singletons
+	// (the rest on their own pages), then the other leases.
+	if err := d.failing(ctx, b, &data); err != nil {
+		return "", err
 	}
-	for _, n := range nodes {
-		switch {
-		case len(n.Roles) == 0 && n.Live:
-			n.Roles = []string{"follower"}
-		case len(n.Roles) == 0:
-			n.Roles = []string{"not seen since: stopped, killed or cut off"}
-		}
-		data.Nodes = append(data.Nodes, *n)
-	}
-	sort.Slice(data.Nodes, func(i, j int) bool {
-		a, b := data.Nodes[i], data.Nodes[j]
-		if a.Live != b.Live {
-			return a.Live
-		}
-		return a.Holder < b.Holder
-	})
-	// Within the budget: the nodes, then the singletons (the rest on their
-	// own pages), then the other leases.
 	for i, n := range data.Nodes {
-		c := rowMarkup + escapedAll(n.Holder) + escapedAll(n.Roles...) + 2*len(n.Roles)
+		c := rowMarkup + escapedAll(n.Holder, n.Why, n.Version, n.Durability) + escapedAll(n.Roles...) + 2*len(n.Roles)
 		if !b.take(c) {
 			data.MoreNodes = len(data.Nodes) - i
 			data.Nodes = data.Nodes[:i]
 			break
 		}
 	}
-	if d.cfg.Singletons != nil {
-		ss, err := d.cfg.Singletons.List(ctx)
-		if err != nil {
-			return "", err
-		}
-		for i, s := range ss {
-			row := singletonRowOf(s, data.Now, false)
-			if !b.take(row.cost()) {
-				data.MoreSingletons = len(ss) - i
-				break
-			}
-			data.Singletons = append(data.Singletons, row)
+	for _, n := range data.Nodes {
+		switch n.State {
+		case nodeUnreachable:
+			data.Unreachable++
+		case nodeNotReady:
+			data.NotReady++
 		}
 	}
+	for i, s := range data.allSingletons {
+		row := singletonRowOf(s, data.Now, false)
+		if !b.take(row.cost()) {
+			data.MoreSingletons = len(data.allSingletons) - i
+			break
+		}
+		data.Singletons = append(data.Singletons, row)
+	}
+	data.allSingletons = nil
 	for i, l := range data.Others {
 		if !b.take(rowMarkup + escapedAll(l.Name, l.Holder)) {
 			data.MoreOthers = len(data.Others) - i
@@ -296,6 +245,62 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 	v.Title, v.Nav, v.Data = "Overview", "overview", data
 	return "overview", nil
 }
+
+// overviewJobScan bounds the jobs the overview looks at for failures (by
+// name, each one index range of its newest runs); the jobs page's
+// "failing" filter goes through all of them.
+const overviewJobScan = 200
+
+// failing fills the overview's failing jobs and singletons.
+func (d *Dashboard) failing(ctx context.Context, b *budget, data *overviewData) error {
+	js, _, _, err := d.cfg.Scheduler.JobsChecked(ctx, "", overviewJobScan+1)
+	if err != nil {
+		return err
+	}
+	if len(js) > overviewJobScan {
+		js, data.JobsUnchecked = js[:overviewJobScan], true
+	}
+	data.JobsChecked = len(js)
+	for _, j := range js {
+		row, ok := d.jobRow(ctx, j, "failing", data.Now)
+		if !ok {
+			continue
+		}
+		row.LastError = cutHead(row.LastError, failingErrorShown)
+		if !b.take(rowMarkup + 2*escaped(row.Name) + escaped(row.LastError)) {
+			data.MoreFailingJobs++
+			continue
+		}
+		data.FailingJobs = append(data.FailingJobs, row)
+	}
+	if d.cfg.Singletons == nil {
+		return nil
+	}
+	ss, err := d.cfg.Singletons.List(ctx)
+	if err != nil {
+		return err
+	}
+	data.allSingletons = ss
+	for _, s := range ss {
+		switch s.Status {
+		case "failing", "stale", "unplaced":
+		default:
+			continue
+		}
+		row := singletonRowOf(s, data.Now, false)
+		row.LastError = cutHead(row.LastError, failingErrorShown)
+		if !b.take(rowMarkup + 2*escaped(row.Name) + escapedAll(row.LastError, row.Holder)) {
+			data.MoreFailingSingletons++
+			continue
+		}
+		data.FailingSingletons = append(data.FailingSingletons, row)
+	}
+	return nil
+}
+
+// failingErrorShown bounds a last error on the overview (bytes); the job's
+// page has it whole.
+const failingErrorShown = 2000
 
 type historyData struct {
 	LeaseName string
@@ -356,6 +361,20 @@ type jobRow struct {
 	// time ("" without one), since BreakerSince.
 	Breaker      string
 	BreakerSince time.Time
+	// Failures counts its newest finished runs that failed in a row (of
+	// the last recentRuns); LastError is the newest one's error, as the
+	// API shows it (for the overview).
+	Failures  int
+	LastError string
+}
+
+// recentRuns is how many of a job's newest runs its row reads: enough to
+// see failures in a row through retries, one index range.
+const recentRuns = 5
+
+// failed reports whether o is a failed outcome.
+func failed(o sqlease.Outcome) bool {
+	return o == sqlease.OutcomeFailed || o == sqlease.OutcomeTimedOut || o == sqlease.OutcomeAbandoned
 }
 
 type jobsData struct {
@@ -457,33 +476,50 @@ func (r jobRow) cost() int {
 }
 
 // jobRow builds a row, its breaker's state as of now (database time), and
-// reports whether it passes the state filter. The last run is one index
-// lookup. The row holds no action: a page that shows one takes it
+// reports whether it passes the state filter. Its newest runs are one
+// index range. The row holds no action: a page that shows one takes it
 // redacted from httpapi.JobOut.
+//
+// Its state is, first that applies: paused; failing (its newest finished
+// run failed: a green "active" must not hide a job failing every run);
+// running; done (a one-off that ran); active.
 func (d *Dashboard) jobRow(ctx context.Context, j sqlease.Job, state string, now time.Time) (jobRow, bool) {
 	j.Action = nil
 	row := jobRow{Job: j, State: "active", Schedule: scheduleText(j.Schedule)}
 	row.Breaker, row.BreakerSince = j.BreakerState(now)
+	if state == "paused" && !j.Paused {
+		return row, false // no need to read its runs
+	}
+	if runs, err := d.cfg.Scheduler.Runs(ctx, j.Name, recentRuns); err == nil && len(runs) > 0 {
+		last := runView(runs[0])
+		last.Output, last.Error = "", "" // the jobs page shows the outcome only
+		row.Last = &last
+	scan:
+		for _, r := range runs {
+			switch {
+			case r.Outcome == sqlease.OutcomeRunning || r.Outcome == sqlease.OutcomeSkipped || r.Outcome == sqlease.OutcomeCancelled:
+				continue // not a verdict on the job's health
+			case failed(r.Outcome):
+				if row.Failures == 0 {
+					row.LastError = runView(r).Error
+				}
+				row.Failures++
+				continue
+			}
+			break scan
+		}
+	}
 	switch {
 	case j.Paused:
 		row.State = "paused"
+	case row.Failures > 0:
+		row.State = "failing"
 	case j.LockedBy != "":
 		row.State = "running"
 	case j.NextRunAt.IsZero():
 		row.State = "done"
 	}
-	if state != "" && state != "failing" && row.State != state {
-		return row, false
-	}
-	if runs, err := d.cfg.Scheduler.Runs(ctx, j.Name, 1); err == nil && len(runs) == 1 {
-		last := runView(runs[0])
-		last.Output, last.Error = "", "" // the jobs page shows the outcome only
-		row.Last = &last
-	}
-	if state == "failing" {
-		return row, row.Last != nil && row.Last.Outcome != sqlease.OutcomeSucceeded && row.Last.Outcome != sqlease.OutcomeRunning
-	}
-	return row, true
+	return row, state == "" || row.State == state
 }
 
 func scheduleText(s sqlease.Schedule) string {

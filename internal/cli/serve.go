@@ -61,6 +61,9 @@ type Node struct {
 	listener         net.Listener
 	stopping         atomic.Bool
 	close            func()
+	// readiness is the API's (httpapi.Readiness); version is shortVersion.
+	readiness func() (bool, string)
+	version   string
 }
 
 // NewNode opens the database (migrating it when configured), builds the
@@ -261,7 +264,11 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	n.singletons = newSingletonHost(singletonAdmin{store: store, leases: store}, snode, "http://"+localAddr(ln.Addr()), cfg.LeaseDuration, log)
 	n.singletons.exec = execPolicy
 
+	// The API handler computes readiness; it is made after the dashboard
+	// it serves, hence the indirection.
+	n.version = shortVersion()
 	dash, err := dashboard.New(dashboard.Config{Store: store, Scheduler: n.sched, Elector: n.elector, Singletons: n.singletons,
+		Readiness: func() (bool, string) { return n.readiness() }, Version: n.version,
 		APIToken: cfg.APIToken, ListenAddr: cfg.HTTP, Logger: log,
 		SecureCookies: cfg.SecureCookies, TrustForwardedProto: cfg.TrustForwardedProto, Durability: n.repl.Current})
 	if err != nil {
@@ -269,14 +276,16 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		return nil, err
 	}
 	n.listener = ln
-	n.server = newHTTPServer(log, ln, httpapi.New(httpapi.Config{
+	api := httpapi.New(httpapi.Config{
 		Dashboard: dash,
 		Scheduler: n.sched, Leases: store, Elector: n.elector,
 		Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		APIToken: cfg.APIToken, Stopping: n.stopping.Load, Logger: log,
 		LeaderDispatch: cfg.Dispatch == "leader", Singletons: n.singletons, Durability: n.repl.Current, WriteCheck: n.writeCheck(),
 		ListenAddr: cfg.HTTP, AllowedHosts: cfg.allowedHosts(), Exec: execPolicy,
-	}))
+	})
+	n.server = newHTTPServer(log, ln, api)
+	n.readiness = httpapi.Readiness(api)
 	action.SetDestinationPolicy(destinations)
 	built = true
 	return n, nil
@@ -323,7 +332,12 @@ func (n *Node) Run(ctx context.Context) error {
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		history.Presence(workCtx, n.store, n.elector.HolderID(), history.DefaultPresenceEvery, history.DefaultPresenceTTL, n.log)
+		// Readiness and version ride on the presence as status records
+		// written only when they change (history.RunPresence), so that
+		// every node's dashboard shows every node's readiness at no idle
+		// cost.
+		history.RunPresence(workCtx, history.PresenceConfig{Store: n.store, Holder: n.elector.HolderID(),
+			Status: n.readiness, Version: n.version, Recorder: n.store, Logger: n.log})
 	}()
 	go func() { defer wg.Done(); _ = n.singletons.node.Run(workCtx) }()
 	go func() { defer wg.Done(); n.singletons.run(workCtx, n.singletonChanges) }()

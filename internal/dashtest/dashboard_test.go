@@ -268,10 +268,15 @@ func TestFailoverOnPage(t *testing.T) {
 		if n == lead {
 			role = "leader"
 		}
-		waitFor(t, ctx, 5*time.Second, n.Holder+" listed as "+role,
+		waitFor(t, ctx, 5*time.Second, n.Holder+" listed as "+role+", ready, with its version",
 			fmt.Sprintf(`[...document.querySelectorAll("section[aria-labelledby=nodes-h] tbody tr")].some(r =>
-				r.querySelector("th").textContent.startsWith(%q) && r.querySelector("td").textContent === %q && !r.classList.contains("gone"))`, n.Holder, role))
+				r.querySelector("th").textContent.startsWith(%q) && r.querySelector("td.role").textContent === %q && !r.classList.contains("gone") &&
+				r.querySelector("td.status .badge").textContent === "ready" && r.querySelector("td code") && r.querySelector("td code").textContent.length > 0)`, n.Holder, role))
 	}
+	// Both jobs post to a port that refuses: every run fails, and the
+	// overview leads with them.
+	waitFor(t, ctx, 10*time.Second, "the failing jobs at the top", `document.querySelector("#verdict").textContent.startsWith("Yes") &&
+		document.querySelectorAll("#failing-jobs tbody tr").length === 2 && document.querySelector("#failing-jobs td.err").textContent.includes("connection refused")`)
 	shoot(t, ctx, "overview")
 	// Readable without JavaScript: the leader is in the served HTML.
 	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
@@ -309,6 +314,16 @@ func TestFailoverOnPage(t *testing.T) {
 	}
 	if row := text(t, ctx, ".events tbody tr:first-child"); !strings.Contains(row, "expired without a release") || !strings.Contains(row, lead.Holder) {
 		t.Errorf("the takeover row does not explain itself: %q", row)
+	}
+	// The killed node is marked unreachable within the failover bound (its
+	// presence lease is live for 90 s more), and the verdict says so.
+	gone := waitFor(t, ctx, bound, lead.Holder+" marked unreachable",
+		fmt.Sprintf(`[...document.querySelectorAll("section[aria-labelledby=nodes-h] tbody tr")].some(r =>
+			r.querySelector("th").textContent.startsWith(%q) && r.querySelector("td.status .badge").textContent === "unreachable" &&
+			r.querySelector("td.status").textContent.includes("taken over by"))`, lead.Holder))
+	t.Logf("kill -9 of %s → the page marks it unreachable after %v (bound %v; its presence lease would have taken 90 s)", lead.Holder, gone.Sub(killed).Round(time.Millisecond), bound)
+	if v := text(t, ctx, "#verdict"); !strings.HasPrefix(v, "Yes") || !strings.Contains(text(t, ctx, "#health"), "1 node unreachable") {
+		t.Errorf("the verdict after the kill: %q", text(t, ctx, "#health"))
 	}
 	shoot(t, ctx, "overview-after-failover")
 
@@ -466,4 +481,52 @@ func TestNoTokenNoChange(t *testing.T) {
 	if err != nil || code != 200 || json.Unmarshal(body, &got) != nil || got.State != "paused" {
 		t.Fatalf("job after the attempts: %d %s %v", code, body, err)
 	}
+}
+
+// TestBrokenFirst: what is broken leads the overview, from real nodes — a
+// job failing every run (its HTTP endpoint refuses) with its last error
+// and a failing badge, a singleton that never heartbeats (stale) and the
+// node running it not ready with /readyz's own reason, singleton_stale.
+func TestBrokenFirst(t *testing.T) {
+	url := database(t)
+	d := fleettest.NewDaemons(t, binary, url, timing...)
+	d.Start("node-a", "node-b")
+	leader(t, d, 10*time.Second, "")
+	n := d.Running()[0]
+	createJob(t, n, "payments-export") // to 127.0.0.1:9: refused, every run
+	code, body, err := n.Do("POST", "/v1/singletons", map[string]any{"name": "ingest", "command": []string{"sleep", "600"},
+		"heartbeat": "1s", "stop_timeout": "1s"})
+	if err != nil || code != http.StatusCreated {
+		t.Fatalf("create singleton: %d %s %v", code, body, err)
+	}
+	ctx := browser(t)
+	run(t, ctx, chromedp.Navigate(n.URL("/")))
+	waitFor(t, ctx, 15*time.Second, "the failing job, the stale singleton and a node not ready at the top",
+		`(() => {
+			const h = document.querySelector("#health"); if (!h) return false;
+			const job = document.querySelector("#failing-jobs a[href='/ui/jobs/payments-export']");
+			const err = job && job.closest("tr").querySelector("td.err").textContent;
+			const s = [...document.querySelectorAll("#failing-singletons tbody tr")].find(r => r.querySelector("th").textContent === "ingest");
+			const nr = [...document.querySelectorAll(".nodes tbody tr")].find(r => r.querySelector("td.status .badge").textContent === "not ready");
+			return document.querySelector("#verdict").textContent.startsWith("Yes") && !!err && err.length > 0 &&
+				!!s && s.textContent.includes("stale") && !!nr && nr.textContent.includes("singleton_stale") && nr.textContent.includes("ingest");
+		})()`)
+	// The page's reason is that node's /readyz.
+	holder := eval[string](t, ctx, `[...document.querySelectorAll(".nodes tbody tr")].find(r => r.querySelector("td.status .badge").textContent === "not ready").querySelector("th").firstChild.textContent.trim()`)
+	node := d.Node(holder)
+	if node == nil {
+		t.Fatalf("the page names %q, not a node", holder)
+	}
+	if res, err := http.Get(node.URL("/readyz")); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 503 || !strings.Contains(string(b), "singleton_stale=ingest") {
+			t.Errorf("%s's /readyz: %d %s, the page says not ready: singleton_stale", holder, res.StatusCode, b)
+		}
+	}
+	shoot(t, ctx, "overview-broken")
+	run(t, ctx, chromedp.Navigate(n.URL("/ui/jobs")))
+	waitFor(t, ctx, 5*time.Second, "the failing badge", `[...document.querySelectorAll("tbody tr")].some(r => r.textContent.includes("payments-export") && r.querySelector(".badge").textContent === "failing")`)
 }
