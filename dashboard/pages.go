@@ -55,11 +55,12 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format(time.RFC3339Nano)
 	},
-	"ago":  ago,
-	"dur":  human,
-	"path": url.PathEscape,
-	"size": size,
-	"add":  func(a, b int) int { return a + b },
+	"ago":          ago,
+	"dur":          human,
+	"path":         url.PathEscape,
+	"size":         size,
+	"add":          func(a, b int) int { return a + b },
+	"outcomeNames": func() []sqlease.Outcome { return outcomes },
 }
 
 // human writes a duration for people: 1.8 s, 4 min 12 s, 3 h 5 min.
@@ -124,7 +125,12 @@ type overviewData struct {
 	MoreNodes, MoreSingletons, MoreOthers  int
 	MoreFailingJobs, MoreFailingSingletons int
 
+	// Timeline: who led over the last hour (SVG); RunsPerNode: runs
+	// executed per node in the last hour, among the runs read (SVG).
+	Timeline, RunsPerNode template.HTML
+
 	allSingletons []httpapi.Singleton
+	recent        []sqlease.Run
 }
 
 // singletonRow is a singleton as a page shows it: its state cut to
@@ -204,6 +210,12 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 	data.Nodes = d.nodes(ctx, leases, data.History, data.Now)
 	b := &budget{left: d.cfg.PageBudget}
 	b.take(4 * rowMarkup) // the leader's card
+	if data.Timeline, err = d.timeline(ctx, "timeline-hour", name, data.Leader.Lease, data.Leader.Found, time.Hour, data.Now); err != nil {
+		return "", err
+	}
+	if !b.take(len(data.Timeline)) {
+		data.Timeline = ""
+	}
 	data.History = eventsWithin(b, data.History)
 	// Within the budget: what is failing, the nodes, then the singletons
 	// (the rest on their own pages), then the other leases.
@@ -216,6 +228,15 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 			data.MoreNodes = len(data.Nodes) - i
 			data.Nodes = data.Nodes[:i]
 			break
+		}
+	}
+	if len(data.recent) > 0 {
+		labels, counts := perHolder(data.recent)
+		data.RunsPerNode = barsSVG("runs-per-node", "Runs executed per node in the last hour",
+			fmt.Sprintf("Among the newest %d runs of each of the first %d jobs, those started in the last hour: %s.", recentRuns, data.JobsChecked, countsText(labels, counts)),
+			labels, counts)
+		if !b.take(len(data.RunsPerNode)) {
+			data.RunsPerNode = ""
 		}
 	}
 	for _, n := range data.Nodes {
@@ -263,6 +284,11 @@ func (d *Dashboard) failing(ctx context.Context, b *budget, data *overviewData) 
 	data.JobsChecked = len(js)
 	for _, j := range js {
 		row, ok := d.jobRow(ctx, j, "failing", data.Now)
+		for _, r := range row.recent {
+			if data.Now.Sub(r.StartedAt) < time.Hour {
+				data.recent = append(data.recent, r)
+			}
+		}
 		if !ok {
 			continue
 		}
@@ -307,6 +333,37 @@ type historyData struct {
 	Events    []sqlstore.LeaseEvent
 	Next      string
 	First     bool
+	// Hour and Day: who led over the last hour and day (SVG).
+	Hour, Day template.HTML
+}
+
+// timelines draws the history page's pictures, within b.
+func (d *Dashboard) timelines(ctx context.Context, b *budget, data *historyData) error {
+	l, err := d.cfg.Store.Lease(ctx, data.LeaseName)
+	found := err == nil
+	if err != nil && !errors.Is(err, sqlease.ErrNoLease) {
+		return err
+	}
+	now := l.ObservedAt
+	if !found || now.IsZero() {
+		if now, err = d.cfg.Store.Now(ctx); err != nil {
+			return err
+		}
+	}
+	for _, p := range []struct {
+		to     *template.HTML
+		id     string
+		window time.Duration
+	}{{&data.Hour, "timeline-hour", time.Hour}, {&data.Day, "timeline-day", 24 * time.Hour}} {
+		svg, err := d.timeline(ctx, p.id, data.LeaseName, l, found, p.window, now)
+		if err != nil {
+			return err
+		}
+		if b.take(len(svg)) {
+			*p.to = svg
+		}
+	}
+	return nil
 }
 
 func (d *Dashboard) history(r *http.Request, v *view) (string, error) {
@@ -329,6 +386,11 @@ func (d *Dashboard) history(r *http.Request, v *view) (string, error) {
 	data := historyData{LeaseName: name, First: before == 0}
 	b := &budget{left: d.cfg.PageBudget}
 	b.take(escaped(name) * 3)
+	if data.First && !strings.HasPrefix(name, nodePrefix) {
+		if err := d.timelines(r.Context(), b, &data); err != nil {
+			return "", err
+		}
+	}
 	shown := eventsWithin(b, events[:min(len(events), historyPage)])
 	if len(shown) < len(events) && len(shown) > 0 {
 		data.Next = strconv.FormatInt(shown[len(shown)-1].ID, 10)
@@ -366,6 +428,7 @@ type jobRow struct {
 	// API shows it (for the overview).
 	Failures  int
 	LastError string
+	recent    []sqlease.Run // its newest runs, for the overview's picture
 }
 
 // recentRuns is how many of a job's newest runs its row reads: enough to
@@ -491,6 +554,7 @@ func (d *Dashboard) jobRow(ctx context.Context, j sqlease.Job, state string, now
 		return row, false // no need to read its runs
 	}
 	if runs, err := d.cfg.Scheduler.Runs(ctx, j.Name, recentRuns); err == nil && len(runs) > 0 {
+		row.recent = runs
 		last := runView(runs[0])
 		last.Output, last.Error = "", "" // the jobs page shows the outcome only
 		row.Last = &last
@@ -548,6 +612,44 @@ type jobData struct {
 	First      bool
 	// Budget: the page stopped at its byte budget before its last run.
 	Budget bool
+	// The first page's pictures of its newest runs (SVG, Charted of
+	// them).
+	RunsChart, Durations, PerNode template.HTML
+	Charted                       int
+}
+
+// chartRuns bounds the runs the job page's pictures show (one index range).
+const chartRuns = 300
+
+// charts draws the job page's pictures of runs (newest first), within b.
+func (data *jobData) charts(b *budget, runs []sqlease.Run, now time.Time) {
+	if len(runs) == 0 {
+		return
+	}
+	data.Charted = len(runs)
+	labels, counts := perHolder(runs)
+	for _, p := range []struct {
+		to  *template.HTML
+		svg template.HTML
+	}{
+		{&data.RunsChart, runsSVG("runs-chart", runs, now)},
+		{&data.Durations, durationsSVG("durations-chart", runs, now)},
+		{&data.PerNode, barsSVG("runs-per-node", "Runs executed per node",
+			fmt.Sprintf("Of the newest %d runs: %s.", len(runs), countsText(labels, counts)), labels, counts)},
+	} {
+		if b.take(len(p.svg)) {
+			*p.to = p.svg
+		}
+	}
+}
+
+// countsText says counts per label in words.
+func countsText(labels []string, counts []int) string {
+	parts := make([]string, len(labels))
+	for i, l := range labels {
+		parts[i] = fmt.Sprintf("%s %d", l, counts[i])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // runRow is a run as the job page shows it: its error and output as the
@@ -599,18 +701,24 @@ func (d *Dashboard) job(r *http.Request, v *view) (string, error) {
 	}
 	b.take(escaped(data.Action))
 	var runs []sqlease.Run
-	if after := r.URL.Query().Get("after"); after != "" {
+	if after := r.URL.Query().Get("after"); after == "" {
+		// The first page: the pictures' runs, the table's among them.
+		var all []sqlease.Run
+		if all, err = d.cfg.Scheduler.Runs(ctx, name, chartRuns); err != nil {
+			return "", err
+		}
+		data.charts(b, all, now)
+		runs = all[:min(len(all), runsPage+1)]
+	} else {
 		at, attempt, ok := httpapi.ParseRunCursor(after)
 		if !ok {
 			return "", fmt.Errorf("%w: after: %q is not a page cursor", errBadParam, after)
 		}
 		data.First = false
 		runs, err = d.cfg.Scheduler.RunsBefore(ctx, name, at, attempt, runsPage+1)
-	} else {
-		runs, err = d.cfg.Scheduler.Runs(ctx, name, runsPage+1)
-	}
-	if err != nil {
-		return "", err
+		if err != nil {
+			return "", err
+		}
 	}
 	more := len(runs) > runsPage
 	for i, r := range runs[:min(len(runs), runsPage)] {

@@ -3,8 +3,9 @@
 // through chromedp, against real "sqlease serve" processes on a real
 // PostgreSQL.
 //
-// go test ./internal/dashtest -screenshots docs/ also writes screenshots of
-// the main pages (light and dark) into docs/.
+// go test ./internal/dashtest -args -screenshots docs/ also writes
+// screenshots of the main pages (light and dark) into docs/:
+// scripts/screenshots.sh does that for the README.
 package dashtest
 
 import (
@@ -286,6 +287,9 @@ func TestFailoverOnPage(t *testing.T) {
 	if got := text(t, ctx, "#leader"); got != lead.Holder {
 		t.Errorf("without JavaScript the overview names %q, want %q", got, lead.Holder)
 	}
+	if !eval[bool](t, ctx, fmt.Sprintf(`!!document.querySelector("svg#timeline-hour rect.term[data-holder='%s'][data-epoch='%d']")`, lead.Holder, epoch)) {
+		t.Errorf("without JavaScript the overview has no timeline with %s's term", lead.Holder)
+	}
 	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: false}); err != nil {
 		t.Fatal(err)
 	}
@@ -325,6 +329,19 @@ func TestFailoverOnPage(t *testing.T) {
 	if v := text(t, ctx, "#verdict"); !strings.HasPrefix(v, "Yes") || !strings.Contains(text(t, ctx, "#health"), "1 node unreachable") {
 		t.Errorf("the verdict after the kill: %q", text(t, ctx, "#health"))
 	}
+	// The timeline: the killed leader's term ran out, a gap of about a
+	// lease duration, the new leader's term from the takeover on.
+	waitFor(t, ctx, refreshEvery+time.Second, "the timeline shows the gap and the new leader", fmt.Sprintf(`(() => {
+		const svg = document.querySelector("svg#timeline-hour"); if (!svg) return false;
+		const old = svg.querySelector("rect.term[data-holder='%s'][data-epoch='%d'][data-ended=expired]");
+		const cur = svg.querySelector("rect.term[data-holder='%s'][data-epoch='%d'][data-ended=leading]");
+		if (!old || !cur) return false;
+		const gaps = [...svg.querySelectorAll("rect.gap")].map(g => [Date.parse(g.dataset.from), Date.parse(g.dataset.to)]);
+		return gaps.some(([f, t]) => t - f >= 1500 && t - f <= 3000 && parseFloat(cur.getAttribute("x")) >= parseFloat(old.getAttribute("x")));
+	})()`, lead.Holder, epoch, newLead, epoch+1))
+	if desc := text(t, ctx, "svg#timeline-hour desc"); !strings.Contains(desc, newLead+" led epoch "+strconv.FormatInt(epoch+1, 10)) {
+		t.Errorf("the timeline's text alternative does not name the new leader: %q", desc)
+	}
 	shoot(t, ctx, "overview-after-failover")
 
 	// Pause a job from the page: the link, the confirmation, the database.
@@ -356,6 +373,41 @@ func TestFailoverOnPage(t *testing.T) {
 	if paused(t, pdb, "billing-sync") {
 		t.Fatal("another job was paused")
 	}
+	// Paused, its ledger stands still: the job page's pictures count what
+	// the API lists.
+	time.Sleep(time.Second) // a run in flight at the pause finishes
+	var ledger struct {
+		Runs []struct {
+			Outcome string `json:"outcome"`
+			Holder  string `json:"holder"`
+		} `json:"runs"`
+		Next string `json:"next"`
+	}
+	code, body, err = watcher.Do("GET", "/v1/jobs/nightly-report/runs?limit=300", nil)
+	if err != nil || code != 200 || json.Unmarshal(body, &ledger) != nil || ledger.Next != "" {
+		t.Fatalf("runs: %d %s %v", code, body, err)
+	}
+	want := map[string]float64{}
+	perNode := map[string]float64{}
+	for _, r := range ledger.Runs {
+		want[r.Outcome]++
+		perNode[r.Holder]++
+	}
+	run(t, ctx, chromedp.Navigate(watcher.URL("/ui/jobs/nightly-report")))
+	got := eval[map[string]float64](t, ctx, `(() => { const c = {};
+		document.querySelectorAll("svg.runs g.bucket").forEach(g => g.dataset.runs.split(",").forEach(p => { const [n, o] = p.split(" "); c[o] = (c[o] || 0) + +n; }));
+		return c; })()`)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the runs picture counts %v, the ledger has %v", got, want)
+	}
+	gotNodes := eval[map[string]float64](t, ctx, `Object.fromEntries([...document.querySelectorAll("svg#runs-per-node rect.bar")].map(r => [r.dataset.label, +r.dataset.count]))`)
+	if fmt.Sprint(gotNodes) != fmt.Sprint(perNode) {
+		t.Errorf("runs per node drawn %v, the ledger has %v", gotNodes, perNode)
+	}
+	if n := eval[float64](t, ctx, `document.querySelectorAll("svg.durations circle").length`); n != float64(len(ledger.Runs)) {
+		t.Errorf("%v dots in the durations picture for %d finished runs", n, len(ledger.Runs))
+	}
+	shoot(t, ctx, "job-pictures")
 
 	// A graceful stop of the leader: its release and the next holder's
 	// acquisition, each with its reason, in the history every node shows.
@@ -371,6 +423,7 @@ func TestFailoverOnPage(t *testing.T) {
 		t.Fatalf("%s did not stop", newLead)
 	}
 	run(t, ctx, chromedp.Navigate(last.URL("/ui/history")))
+	waitFor(t, ctx, 5*time.Second, "the history's timelines", `!!document.querySelector("svg#timeline-hour") && !!document.querySelector("svg#timeline-day")`)
 	waitFor(t, ctx, failoverBound+refreshEvery+1500*time.Millisecond, "the release and the next acquisition in the history",
 		fmt.Sprintf(`(() => {
 			const rows = [...document.querySelectorAll(".events tbody tr")].map(r => r.textContent.replace(/\s+/g, " "));
