@@ -131,6 +131,13 @@ func terms(events []sqlstore.LeaseEvent, current sqlease.Lease, hasCurrent bool,
 // led.
 func timelineSVG(id, lease string, ts []term, window time.Duration, now time.Time) template.HTML {
 	from := now.Add(-window)
+	title := "over the last " + windowText(window)
+	// A history younger than the window: drawn from its start (and a
+	// tenth more), not squeezed against the right edge.
+	if len(ts) > 0 && !ts[0].Start.IsZero() && ts[0].Start.After(from) {
+		from = ts[0].Start.Add(-max(now.Sub(ts[0].Start)/10, time.Second))
+		title = "since " + stampTime(ts[0].Start) + ", when its history begins"
+	}
 	var lanes []string
 	lane := map[string]int{}
 	var shown []term
@@ -184,8 +191,8 @@ func timelineSVG(id, lease string, ts []term, window time.Duration, now time.Tim
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="chart timeline" id="%s" viewBox="0 0 %d %d" width="100%%" role="img" aria-labelledby="%s-t %s-d" data-from="%s" data-to="%s">`,
 		esc(id), chartW, h, esc(id), esc(id), from.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(&b, `<title id="%s-t">Who led %s over the last %s</title><desc id="%s-d">%s</desc>`,
-		esc(id), esc(lease), windowText(window), esc(id), esc(desc.String()))
+	fmt.Fprintf(&b, `<title id="%s-t">Who led %s %s</title><desc id="%s-d">%s</desc>`,
+		esc(id), esc(lease), title, esc(id), esc(desc.String()))
 	fmt.Fprintf(&b, `<defs><pattern id="%s-hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" class="gap-bg"/><line x1="0" y1="0" x2="0" y2="6" class="gap-line"/></pattern></defs>`, esc(id))
 	for i, l := range lanes {
 		fmt.Fprintf(&b, `<text class="lane" x="%d" y="%d" text-anchor="end">%s</text>`, chartLeft-8, i*laneH+19, esc(cut(l, 20)))
@@ -250,12 +257,8 @@ func runsSVG(id string, runs []sqlease.Run, now time.Time) template.HTML {
 	if len(runs) == 0 {
 		return ""
 	}
-	from := runs[len(runs)-1].StartedAt
+	from := padded(runs[len(runs)-1].StartedAt, now)
 	span := now.Sub(from)
-	if span < time.Minute {
-		span = time.Minute
-		from = now.Add(-span)
-	}
 	counts := make([]map[sqlease.Outcome]int, buckets)
 	total := map[sqlease.Outcome]int{}
 	for _, r := range runs {
@@ -317,6 +320,12 @@ func runsSVG(id string, runs []sqlease.Run, now time.Time) template.HTML {
 	return template.HTML(b.String())
 }
 
+// padded is where a picture of [oldest, now] starts: a tenth earlier (a
+// second at least), so the oldest mark is not on the edge.
+func padded(oldest, now time.Time) time.Time {
+	return oldest.Add(-max(now.Sub(oldest)/10, time.Second))
+}
+
 // durationsSVG draws each finished run's duration (runs newest first) at
 // its start: a dot per run, coloured by outcome.
 func durationsSVG(id string, runs []sqlease.Run, now time.Time) template.HTML {
@@ -337,10 +346,7 @@ func durationsSVG(id string, runs []sqlease.Run, now time.Time) template.HTML {
 		return ""
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	from := done[len(done)-1].StartedAt
-	if now.Sub(from) < time.Minute {
-		from = now.Add(-time.Minute)
-	}
+	from := padded(done[len(done)-1].StartedAt, now)
 	top := max(longest, time.Millisecond)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="chart durations" id="%s" viewBox="0 0 %d %d" width="100%%" role="img" aria-labelledby="%s-t %s-d">`, esc(id), chartW, plotH+axisH+10, esc(id), esc(id))

@@ -43,7 +43,7 @@ func TestPictures(t *testing.T) {
 	if hour == "" || !strings.Contains(body, `id="timeline-day"`) {
 		t.Fatalf("no timelines on the history page:\n%s", body)
 	}
-	for _, want := range []string{`role="img"`, `aria-labelledby="timeline-hour-t timeline-hour-d"`, `<title id="timeline-hour-t">Who led lead over the last hour</title>`,
+	for _, want := range []string{`role="img"`, `aria-labelledby="timeline-hour-t timeline-hour-d"`, `<title id="timeline-hour-t">Who led lead since `, ", when its history begins</title>",
 		`data-holder="node-a" data-epoch="1" data-ended="released"`, `data-holder="&lt;b&gt;node-x&lt;/b&gt;" data-epoch="2" data-ended="expired"`,
 		`data-holder="node-c" data-epoch="3" data-ended="leading"`, "3 terms by 3 holders"} {
 		if !strings.Contains(hour, want) {

@@ -234,7 +234,7 @@ func (d *Dashboard) nodes(ctx context.Context, leases []sqlease.Lease, events []
 		var at time.Time
 		if n.ThisNode && d.cfg.Readiness != nil {
 			ready, l := d.cfg.Readiness()
-			line, at = history.StatusLine(func() (bool, string) { return ready, l }, d.cfg.Version), now
+			line = history.StatusLine(func() (bool, string) { return ready, l }, d.cfg.Version) // since: unknown
 		} else if lookups < statusLookups && hasPresence {
 			lookups++
 			if es, err := d.cfg.Store.LeaseHistory(ctx, nodePrefix+h, 0, 1); err == nil && len(es) == 1 && es[0].Event == sqlstore.EventNodeStatus {
