@@ -140,6 +140,10 @@ type Config struct {
 	Readiness func() (ready bool, line string)
 	// Version is this node's version, shown with its readiness.
 	Version string
+	// Sessions, when set, reports which nodes have a session with the
+	// database now (postgres.NodeSessions): a node whose status record
+	// says it keeps one and has none is shown unreachable at once.
+	Sessions func(ctx context.Context) (alive func(holder string) bool, err error)
 	// Logger receives action logs and errors. Nil discards.
 	Logger *slog.Logger
 }

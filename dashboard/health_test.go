@@ -137,6 +137,10 @@ func TestNodeStates(t *testing.T) {
 	s := newSite(t, "", "127.0.0.1:0", func(c *dashboard.Config) {
 		c.Readiness = func() (bool, string) { return true, "mode=follower holder_id=node-a durability=single" }
 		c.Version = "v1.2.3"
+		// The database has node-h's session, not node-g's.
+		c.Sessions = func(context.Context) (func(string) bool, error) {
+			return func(h string) bool { return h == "node-h" }, nil
+		}
 	})
 	ctx := context.Background()
 	record := func(holder, line string) {
@@ -167,6 +171,11 @@ func TestNodeStates(t *testing.T) {
 		}
 	}
 	live("lead", "node-b")
+	// node-g and node-h keep a session (session=pg); node-g's is gone.
+	live("node:node-g", "node-g")
+	record("node-g", "ready=true mode=follower holder_id=node-g version=v1.2.3 session=pg")
+	live("node:node-h", "node-h")
+	record("node-h", "ready=true mode=follower holder_id=node-h version=v1.2.3 session=pg")
 
 	_, body, _ := s.get("/")
 	checks := []struct {
@@ -179,6 +188,8 @@ func TestNodeStates(t *testing.T) {
 		{"node-d", "unreachable", []string{"worker:node-d", "expired without a release"}},
 		{"node-e", "stopped", nil},
 		{"node-f", "unreachable", []string{"taken over by node-b"}},
+		{"node-g", "unreachable", []string{"database session is gone"}},
+		{"node-h", "ready", nil},
 	}
 	for _, c := range checks {
 		row := nodeRow(t, body, c.holder)
@@ -191,16 +202,16 @@ func TestNodeStates(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(body, "2 nodes unreachable") || !strings.Contains(body, "1 node not ready") {
+	if !strings.Contains(body, "3 nodes unreachable") || !strings.Contains(body, "1 node not ready") {
 		t.Errorf("the verdict does not count the nodes:\n%s", section(body, `id="health"`, "</section>"))
 	}
 	// Trouble first: the unreachable nodes, then the one not ready.
-	order := regexp.MustCompile(`<th scope="row">(node-[a-f])`).FindAllStringSubmatch(section(body, `<table class="nodes">`, "</table>"), -1)
+	order := regexp.MustCompile(`<th scope="row">(node-[a-h])`).FindAllStringSubmatch(section(body, `<table class="nodes">`, "</table>"), -1)
 	var got []string
 	for _, m := range order {
 		got = append(got, m[1])
 	}
-	if strings.Join(got, ",") != "node-d,node-f,node-c,node-a,node-b,node-e" {
+	if strings.Join(got, ",") != "node-d,node-f,node-g,node-c,node-a,node-b,node-h,node-e" {
 		t.Errorf("node order %v, want the unreachable, then not ready, then ready, then stopped", got)
 	}
 	// node-d's worker renews again: alive.

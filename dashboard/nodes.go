@@ -60,6 +60,9 @@ type nodeRow struct {
 	Since time.Time
 	// Version and Durability as the node's status record says.
 	Version, Durability string
+	// session: its status record says it keeps a database session
+	// (Config.Sessions can see).
+	session bool
 }
 
 // Live reports whether the node counts as up.
@@ -206,6 +209,17 @@ func (d *Dashboard) nodes(ctx context.Context, leases []sqlease.Lease, events []
 		all[me] = &nodeRow{Holder: me, LastSeen: now}
 	}
 	all[me].ThisNode = true
+	// The database's view of the node sessions (Config.Sessions): a node
+	// that keeps one (its status record says session=…) and has none now is
+	// unreachable at once, a plain follower too.
+	var alive func(string) bool
+	if d.cfg.Sessions != nil {
+		var err error
+		if alive, err = d.cfg.Sessions(ctx); err != nil {
+			d.log.Debug("dashboard_sessions_failed", errAttr(err))
+			alive = nil
+		}
+	}
 	lookups := 0
 	for h, n := range all {
 		p, hasPresence := presence[h]
@@ -243,6 +257,11 @@ func (d *Dashboard) nodes(ctx context.Context, leases []sqlease.Lease, events []
 		}
 		if line != "" {
 			n.applyStatus(line, at)
+		}
+		if !n.ThisNode && n.session && alive != nil && !alive(h) {
+			// It said it keeps a session, and the database no longer has it.
+			n.State, n.Since = nodeUnreachable, time.Time{}
+			n.Why = "its database session is gone: killed, or cut off from the database"
 		}
 	}
 	out := make([]nodeRow, 0, len(all))
@@ -284,6 +303,7 @@ func (n *nodeRow) applyStatus(line string, at time.Time) {
 		}
 	}
 	n.Version, n.Durability, n.Since = f["version"], f["durability"], at
+	n.session = f["session"] != ""
 	if f["ready"] == "true" {
 		n.State = nodeReady
 		return

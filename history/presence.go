@@ -58,6 +58,9 @@ type PresenceConfig struct {
 	Status func() (ready bool, line string)
 	// Version is recorded with the status (sqlease version, one word).
 	Version string
+	// Extra fields ("key=value") recorded with the status, e.g.
+	// "session=pg": the node keeps a database session others can see.
+	Extra []string
 	// Recorder writes the status records.
 	Recorder StatusRecorder
 	// StatusCheck: default DefaultStatusCheck.
@@ -104,7 +107,7 @@ func RunPresence(ctx context.Context, cfg PresenceConfig) {
 		if check == nil || tok.Epoch == 0 {
 			return
 		}
-		s := StatusLine(cfg.Status, cfg.Version)
+		s := StatusLine(cfg.Status, cfg.Version, cfg.Extra...)
 		if s == recorded && time.Since(recordedAt) < DefaultStatusRefresh {
 			return
 		}
@@ -160,8 +163,8 @@ func RunPresence(ctx context.Context, cfg PresenceConfig) {
 // StatusLine is the status record of a node: "ready=true|false", the
 // readiness line without its fields that change on every renewal
 // (lease_expires_at, db_last_contact_age), and "version=" with the
-// version, its blanks as '_'.
-func StatusLine(status func() (bool, string), version string) string {
+// version, its blanks as '_', then extra.
+func StatusLine(status func() (bool, string), version string, extra ...string) string {
 	ready, line := status()
 	var b strings.Builder
 	if ready {
@@ -177,6 +180,9 @@ func StatusLine(status func() (bool, string), version string) string {
 	}
 	if version != "" {
 		b.WriteString(" version=" + strings.Join(strings.Fields(version), "_"))
+	}
+	for _, e := range extra {
+		b.WriteString(" " + e)
 	}
 	return b.String()
 }

@@ -120,6 +120,10 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 			ln.Close()
 		}
 	}()
+	holder := cfg.HolderID
+	if holder == "" {
+		holder = election.DefaultHolderID()
+	}
 	var changes, leaseChanges, singletonChanges <-chan struct{}
 	var leaseFeed *postgres.LeaseFeed
 	if dialect, dsn, _ := dialectOf(cfg.DB); dialect == "postgres" {
@@ -132,7 +136,9 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		}
 		// Followers look as soon as the leader releases or loses the lease;
 		// the singletons' electors share the same connection.
-		if leaseFeed, err = postgres.ListenLeaseFeed(bg, dsn, cfg.TablePrefix, log); err != nil {
+		// Its connection is named after this node (the node's session:
+		// the dashboards see at once when it is gone).
+		if leaseFeed, err = postgres.ListenLeaseFeedAs(bg, dsn, cfg.TablePrefix, holder, log); err != nil {
 			n.close()
 			return nil, err
 		}
@@ -163,10 +169,6 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		return s
 	}
 
-	holder := cfg.HolderID
-	if holder == "" {
-		holder = election.DefaultHolderID()
-	}
 	// One decision on commands for every surface: the API's job, batch and
 	// singleton routes, and what this node runs — a row another node or
 	// the CLI wrote does not run here when this node refuses commands.
@@ -268,7 +270,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	// it serves, hence the indirection.
 	n.version = shortVersion()
 	dash, err := dashboard.New(dashboard.Config{Store: store, Scheduler: n.sched, Elector: n.elector, Singletons: n.singletons,
-		Readiness: func() (bool, string) { return n.readiness() }, Version: n.version,
+		Readiness: func() (bool, string) { return n.readiness() }, Version: n.version, Sessions: n.nodeSessions(),
 		APIToken: cfg.APIToken, ListenAddr: cfg.HTTP, Logger: log,
 		SecureCookies: cfg.SecureCookies, TrustForwardedProto: cfg.TrustForwardedProto, Durability: n.repl.Current})
 	if err != nil {
@@ -289,6 +291,30 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	action.SetDestinationPolicy(destinations)
 	built = true
 	return n, nil
+}
+
+// nodeSessions is the dashboard's Config.Sessions: on PostgreSQL, where
+// each node's lease feed connection is named after it; nil elsewhere.
+func (n *Node) nodeSessions() func(ctx context.Context) (func(string) bool, error) {
+	if d, _, _ := dialectOf(n.cfg.DB); d != "postgres" {
+		return nil
+	}
+	return func(ctx context.Context) (func(string) bool, error) {
+		live, err := postgres.NodeSessions(ctx, n.store.DB())
+		if err != nil {
+			return nil, err
+		}
+		return func(holder string) bool { return live[postgres.NodeSessionName(holder)] }, nil
+	}
+}
+
+// presenceExtra is what the node's status record adds: session=pg when
+// it keeps a named session (nodeSessions).
+func (n *Node) presenceExtra() []string {
+	if d, _, _ := dialectOf(n.cfg.DB); d == "postgres" {
+		return []string{"session=pg"}
+	}
+	return nil
 }
 
 // writeCheck is the API's WriteCheck: the replication requirement, or nil.
@@ -337,7 +363,7 @@ func (n *Node) Run(ctx context.Context) error {
 		// every node's dashboard shows every node's readiness at no idle
 		// cost.
 		history.RunPresence(workCtx, history.PresenceConfig{Store: n.store, Holder: n.elector.HolderID(),
-			Status: n.readiness, Version: n.version, Recorder: n.store, Logger: n.log})
+			Status: n.readiness, Version: n.version, Extra: n.presenceExtra(), Recorder: n.store, Logger: n.log})
 	}()
 	go func() { defer wg.Done(); _ = n.singletons.node.Run(workCtx) }()
 	go func() { defer wg.Done(); n.singletons.run(workCtx, n.singletonChanges) }()

@@ -583,3 +583,52 @@ func TestBrokenFirst(t *testing.T) {
 	run(t, ctx, chromedp.Navigate(n.URL("/ui/jobs")))
 	waitFor(t, ctx, 5*time.Second, "the failing badge", `[...document.querySelectorAll("tbody tr")].some(r => r.textContent.includes("payments-export") && r.querySelector(".badge").textContent === "failing")`)
 }
+
+// TestFollowerKilled: a follower holds no lease but its presence (renewed
+// every 30 s for 90 s); killed with -9, it is marked unreachable within
+// moments all the same, from the database's sessions (its lease feed
+// connection is named after it), and its presence is still live then.
+func TestFollowerKilled(t *testing.T) {
+	url := database(t)
+	d := fleettest.NewDaemons(t, binary, url, timing...)
+	d.Start("node-a", "node-b", "node-c")
+	lead, _ := leader(t, d, 10*time.Second, "")
+	var watcher, victim *fleettest.Node
+	for _, n := range d.Running() {
+		switch {
+		case n == lead:
+		case watcher == nil:
+			watcher = n
+		default:
+			victim = n
+		}
+	}
+	ctx := browser(t)
+	run(t, ctx, chromedp.Navigate(watcher.URL("/")))
+	row := func(state string) string {
+		return fmt.Sprintf(`[...document.querySelectorAll(".nodes tbody tr")].some(r =>
+			r.querySelector("th").textContent.startsWith(%q) && r.querySelector("td.status .badge").textContent === %q)`, victim.Holder, state)
+	}
+	waitFor(t, ctx, 10*time.Second, victim.Holder+" ready", row("ready"))
+	victim.Kill()
+	killed := victim.KilledAt()
+	bound := refreshEvery + 1500*time.Millisecond
+	seen := waitFor(t, ctx, bound, victim.Holder+" unreachable", row("unreachable"))
+	t.Logf("kill -9 of the follower %s → the page marks it unreachable after %v (bound %v; its presence lease lives 90 s)", victim.Holder, seen.Sub(killed).Round(time.Millisecond), bound)
+	if why := eval[string](t, ctx, fmt.Sprintf(`[...document.querySelectorAll(".nodes tbody tr")].find(r => r.querySelector("th").textContent.startsWith(%q)).querySelector("td.status").textContent`, victim.Holder)); !strings.Contains(why, "database session is gone") {
+		t.Errorf("the reason: %q", why)
+	}
+	// Its presence lease is live still: the page did not wait for it.
+	pdb, err := postgres.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pdb.Close()
+	var live bool
+	if err := pdb.QueryRow(`SELECT expires_at > clock_timestamp() FROM sqlease_leases WHERE lease_name = $1`, "node:"+victim.Holder).Scan(&live); err != nil || !live {
+		t.Errorf("the presence lease of %s is not live (%v): the test proves nothing", victim.Holder, err)
+	}
+	if v := text(t, ctx, "#verdict"); !strings.HasPrefix(v, "Yes") {
+		t.Errorf("the verdict after killing a follower: %q", v)
+	}
+}
