@@ -161,6 +161,7 @@ type Dashboard struct {
 	limits  *limiter
 	revoked revocations
 	gone    goneMemo
+	scan    failScan
 }
 
 // New returns the dashboard.

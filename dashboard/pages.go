@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sqlease/sqlease"
@@ -219,7 +220,7 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 	data.History = eventsWithin(b, data.History)
 	// Within the budget: what is failing, the nodes, then the singletons
 	// (the rest on their own pages), then the other leases.
-	if err := d.failing(ctx, b, &data); err != nil {
+	if err := d.failing(ctx, b, &data, r.URL.Query().Get("fragment") == "1"); err != nil {
 		return "", err
 	}
 	for i, n := range data.Nodes {
@@ -272,26 +273,63 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 // "failing" filter goes through all of them.
 const overviewJobScan = 200
 
-// failing fills the overview's failing jobs and singletons.
-func (d *Dashboard) failing(ctx context.Context, b *budget, data *overviewData) error {
+// failScan is the overview's scan of the jobs for failures: a statement
+// per job (up to overviewJobScan), so the live refresh of every open
+// overview reuses one for failScanFor; a page loaded by a person scans
+// afresh.
+type failScan struct {
+	mu        sync.Mutex
+	at        time.Time // local clock
+	failing   []jobRow
+	recent    []sqlease.Run
+	checked   int
+	unchecked bool
+}
+
+const failScanFor = 5 * time.Second
+
+// scanFailing returns the failing jobs among the first overviewJobScan,
+// the runs read started in the last hour, how many jobs it checked and
+// whether there are more.
+func (d *Dashboard) scanFailing(ctx context.Context, now time.Time, reuse bool) (failing []jobRow, recent []sqlease.Run, checked int, unchecked bool, err error) {
+	f := &d.scan
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if reuse && !f.at.IsZero() && time.Since(f.at) < failScanFor {
+		return f.failing, f.recent, f.checked, f.unchecked, nil
+	}
 	js, _, _, err := d.cfg.Scheduler.JobsChecked(ctx, "", overviewJobScan+1)
+	if err != nil {
+		return nil, nil, 0, false, err
+	}
+	if len(js) > overviewJobScan {
+		js, unchecked = js[:overviewJobScan], true
+	}
+	for _, j := range js {
+		row, ok := d.jobRow(ctx, j, "failing", now)
+		for _, r := range row.recent {
+			if now.Sub(r.StartedAt) < time.Hour {
+				recent = append(recent, r)
+			}
+		}
+		row.recent = nil
+		if ok {
+			failing = append(failing, row)
+		}
+	}
+	f.at, f.failing, f.recent, f.checked, f.unchecked = time.Now(), failing, recent, len(js), unchecked
+	return failing, recent, len(js), unchecked, nil
+}
+
+// failing fills the overview's failing jobs and singletons; reuse: a live
+// refresh, which may reuse a recent scan of the jobs.
+func (d *Dashboard) failing(ctx context.Context, b *budget, data *overviewData, reuse bool) error {
+	rows, recent, checked, unchecked, err := d.scanFailing(ctx, data.Now, reuse)
 	if err != nil {
 		return err
 	}
-	if len(js) > overviewJobScan {
-		js, data.JobsUnchecked = js[:overviewJobScan], true
-	}
-	data.JobsChecked = len(js)
-	for _, j := range js {
-		row, ok := d.jobRow(ctx, j, "failing", data.Now)
-		for _, r := range row.recent {
-			if data.Now.Sub(r.StartedAt) < time.Hour {
-				data.recent = append(data.recent, r)
-			}
-		}
-		if !ok {
-			continue
-		}
+	data.recent, data.JobsChecked, data.JobsUnchecked = recent, checked, unchecked
+	for _, row := range rows {
 		row.LastError = cutHead(row.LastError, failingErrorShown)
 		if !b.take(rowMarkup + 2*escaped(row.Name) + escaped(row.LastError)) {
 			data.MoreFailingJobs++
@@ -553,7 +591,7 @@ func (d *Dashboard) jobRow(ctx context.Context, j sqlease.Job, state string, now
 	if state == "paused" && !j.Paused {
 		return row, false // no need to read its runs
 	}
-	if runs, err := d.cfg.Scheduler.Runs(ctx, j.Name, recentRuns); err == nil && len(runs) > 0 {
+	if runs, err := d.cfg.Store.RunsWithoutOutput(ctx, j.Name, recentRuns); err == nil && len(runs) > 0 {
 		row.recent = runs
 		last := runView(runs[0])
 		last.Output, last.Error = "", "" // the jobs page shows the outcome only
@@ -702,13 +740,16 @@ func (d *Dashboard) job(r *http.Request, v *view) (string, error) {
 	b.take(escaped(data.Action))
 	var runs []sqlease.Run
 	if after := r.URL.Query().Get("after"); after == "" {
-		// The first page: the pictures' runs, the table's among them.
-		var all []sqlease.Run
-		if all, err = d.cfg.Scheduler.Runs(ctx, name, chartRuns); err != nil {
+		// The first page: the pictures of the newest runs (without their
+		// outputs), then the table's with them.
+		all, err := d.cfg.Store.RunsWithoutOutput(ctx, name, chartRuns)
+		if err != nil {
 			return "", err
 		}
 		data.charts(b, all, now)
-		runs = all[:min(len(all), runsPage+1)]
+		if runs, err = d.cfg.Scheduler.Runs(ctx, name, runsPage+1); err != nil {
+			return "", err
+		}
 	} else {
 		at, attempt, ok := httpapi.ParseRunCursor(after)
 		if !ok {
