@@ -54,7 +54,7 @@ func num(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
 func axis(b *strings.Builder, from, to time.Time, y int) {
 	span := to.Sub(from)
 	step := time.Minute
-	for _, s := range []time.Duration{10 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute, 10 * time.Minute,
+	for _, s := range []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 15 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute, 10 * time.Minute,
 		30 * time.Minute, time.Hour, 3 * time.Hour, 6 * time.Hour, 24 * time.Hour} {
 		step = s
 		if span/s <= 8 {
