@@ -214,6 +214,33 @@ func TestNodeStates(t *testing.T) {
 	if strings.Join(got, ",") != "node-d,node-f,node-g,node-c,node-a,node-b,node-h,node-e" {
 		t.Errorf("node order %v, want the unreachable, then not ready, then ready, then stopped", got)
 	}
+	// node-i ran singleton ingest, whose lease ran out unreleased; node-b
+	// takes it over: the row no longer names node-i, which stays
+	// unreachable (the page remembers the evidence) until it shows a later
+	// sign of life.
+	live("node:node-i", "node-i")
+	s.setLease("singleton:ingest", "node-i", 7*time.Second, -time.Second)
+	_, body, _ = s.get("/")
+	if row := nodeRow(t, body, "node-i"); !strings.Contains(row, ">unreachable</span>") {
+		t.Errorf("node-i's singleton lease ran out, yet:\n%s", row)
+	}
+	if _, err := s.store.DB().Exec(`DELETE FROM sqlease_leases WHERE lease_name = 'singleton:ingest'`); err != nil {
+		t.Fatal(err)
+	}
+	s.setLease("singleton:ingest", "node-b", 0, 6*time.Second)
+	_, body, _ = s.get("/")
+	if row := nodeRow(t, body, "node-i"); !strings.Contains(row, ">unreachable</span>") || !strings.Contains(row, "singleton:ingest") {
+		t.Errorf("node-i looks alive again once its singleton was taken over:\n%s", row)
+	}
+	// It renews its presence just now: a sign of life after the evidence.
+	if _, err := s.store.DB().Exec(`UPDATE sqlease_leases SET renewed_at = strftime('%Y-%m-%d %H:%M:%f','now'),
+		expires_at = strftime('%Y-%m-%d %H:%M:%f','now','+90 seconds') WHERE lease_name = 'node:node-i'`); err != nil {
+		t.Fatal(err)
+	}
+	_, body, _ = s.get("/")
+	if row := nodeRow(t, body, "node-i"); strings.Contains(row, ">unreachable</span>") {
+		t.Errorf("node-i renewed its presence after the evidence and is still unreachable:\n%s", row)
+	}
 	// node-d's worker renews again: alive.
 	s.setLease("worker:node-d", "node-d", 0, 6*time.Second)
 	_, body, _ = s.get("/")
