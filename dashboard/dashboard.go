@@ -133,6 +133,17 @@ type Config struct {
 	// overview shows it as a badge (a 2xx survives a failover only with
 	// synchronous replication).
 	Durability func() sqlease.Durability
+	// Readiness, when set, is this node's readiness as its /readyz
+	// computes it (httpapi.Readiness): the overview shows it for this
+	// node; other nodes' come from their status records
+	// (history.RunPresence).
+	Readiness func() (ready bool, line string)
+	// Version is this node's version, shown with its readiness.
+	Version string
+	// Sessions, when set, reports which nodes have a session with the
+	// database now (postgres.NodeSessions): a node whose status record
+	// says it keeps one and has none is shown unreachable at once.
+	Sessions func(ctx context.Context) (alive func(holder string) bool, err error)
 	// Logger receives action logs and errors. Nil discards.
 	Logger *slog.Logger
 }
@@ -149,6 +160,8 @@ type Dashboard struct {
 
 	limits  *limiter
 	revoked revocations
+	gone    goneMemo
+	scan    failScan
 }
 
 // New returns the dashboard.

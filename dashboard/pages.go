@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sqlease/sqlease"
@@ -55,10 +56,12 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format(time.RFC3339Nano)
 	},
-	"ago":  ago,
-	"dur":  human,
-	"path": url.PathEscape,
-	"size": size,
+	"ago":          ago,
+	"dur":          human,
+	"path":         url.PathEscape,
+	"size":         size,
+	"add":          func(a, b int) int { return a + b },
+	"outcomeNames": func() []sqlease.Outcome { return outcomes },
 }
 
 // human writes a duration for people: 1.8 s, 4 min 12 s, 3 h 5 min.
@@ -99,15 +102,6 @@ type leaderView struct {
 	Progress int // percent of the lease duration left
 }
 
-// nodeRow is one node seen recently.
-type nodeRow struct {
-	Holder   string
-	Roles    []string
-	Live     bool
-	LastSeen time.Time
-	ThisNode bool
-}
-
 type overviewData struct {
 	Now        time.Time
 	LeaseName  string
@@ -119,8 +113,25 @@ type overviewData struct {
 	// Durability is how durable this node's writes are (Config.Durability;
 	// zero Mode when not known).
 	Durability sqlease.Durability
+	// FailingJobs: of the first JobsChecked jobs by name (JobsUnchecked:
+	// there are more), those whose newest finished runs failed;
+	// FailingSingletons: failing, stale or unplaced.
+	FailingJobs       []jobRow
+	FailingSingletons []singletonRow
+	JobsChecked       int
+	JobsUnchecked     bool
+	// Unreachable and NotReady count the nodes in those states.
+	Unreachable, NotReady int
 	// The rows left out at the page's byte budget.
-	MoreNodes, MoreSingletons, MoreOthers int
+	MoreNodes, MoreSingletons, MoreOthers  int
+	MoreFailingJobs, MoreFailingSingletons int
+
+	// Timeline: who led over the last hour (SVG); RunsPerNode: runs
+	// executed per node in the last hour, among the runs read (SVG).
+	Timeline, RunsPerNode template.HTML
+
+	allSingletons []httpapi.Singleton
+	recent        []sqlease.Run
 }
 
 // singletonRow is a singleton as a page shows it: its state cut to
@@ -173,49 +184,19 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 	if d.cfg.Durability != nil {
 		data.Durability = d.cfg.Durability()
 	}
-	nodes := map[string]*nodeRow{}
-	seen := func(holder, role string, l sqlease.Lease) {
-		n := nodes[holder]
-		if n == nil {
-			n = &nodeRow{Holder: holder}
-			nodes[holder] = n
-		}
-		if !l.Expired() {
-			n.Live = true
-			if role != "" {
-				n.Roles = append(n.Roles, role)
-			}
-		}
-		if l.RenewedAt.After(n.LastSeen) {
-			n.LastSeen = l.RenewedAt
-		}
-	}
 	for _, l := range leases {
 		if data.Now.IsZero() {
 			data.Now = l.ObservedAt
 		}
-		recent := !l.Expired() || l.ObservedAt.Sub(l.ExpiresAt) < seenWithin
 		switch {
 		case l.Name == name:
 			data.Leader = leaderView{Found: true, Lease: l, Live: !l.Expired(), Left: l.ExpiresAt.Sub(l.ObservedAt)}
 			if total := l.ExpiresAt.Sub(l.RenewedAt); total > 0 && data.Leader.Live {
 				data.Leader.Progress = int(100 * data.Leader.Left / total)
 			}
-			if recent {
-				seen(l.Holder, "leader", l)
-			}
-		case strings.HasPrefix(l.Name, workerPrefix) && recent:
-			seen(l.Holder, "claim worker", l)
-		case strings.HasPrefix(l.Name, memberPrefix) && recent:
-			seen(l.Holder, "member", l)
-		case strings.HasPrefix(l.Name, singletonPrefix) && recent:
-			seen(l.Holder, "runs "+strings.TrimPrefix(l.Name, singletonPrefix), l)
-		case strings.HasPrefix(l.Name, nodePrefix):
-			// A node's presence (history.Presence): up, whatever its role.
-			if recent {
-				seen(l.Holder, "", l)
-			}
-		case !strings.HasPrefix(l.Name, workerPrefix) && !strings.HasPrefix(l.Name, memberPrefix) && !strings.HasPrefix(l.Name, singletonPrefix):
+		case strings.HasPrefix(l.Name, workerPrefix), strings.HasPrefix(l.Name, memberPrefix),
+			strings.HasPrefix(l.Name, singletonPrefix), strings.HasPrefix(l.Name, nodePrefix):
+		default:
 			data.Others = append(data.Others, l)
 		}
 	}
@@ -224,68 +205,58 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 			return "", err
 		}
 	}
-	// This node is seen: it is serving this page.
-	me := d.cfg.Elector.HolderID()
-	if nodes[me] == nil {
-		nodes[me] = &nodeRow{Holder: me, LastSeen: data.Now}
-	}
-	nodes[me].Live, nodes[me].ThisNode = true, true
-	if len(nodes[me].Roles) == 0 {
-		nodes[me].Roles = []string{"follower"}
-	}
 	if data.History, err = d.cfg.Store.LeaseHistory(ctx, name, 0, overviewHist); err != nil {
 		return "", err
 	}
+	data.Nodes = d.nodes(ctx, leases, data.History, data.Now)
 	b := &budget{left: d.cfg.PageBudget}
 	b.take(4 * rowMarkup) // the leader's card
+	if data.Timeline, err = d.timeline(ctx, "timeline-hour", name, data.Leader.Lease, data.Leader.Found, time.Hour, data.Now); err != nil {
+		return "", err
+	}
+	if !b.take(len(data.Timeline)) {
+		data.Timeline = ""
+	}
 	data.History = eventsWithin(b, data.History)
-	// Recent leaders that hold nothing now (killed, stopped, cut off):
-	// the on-call engineer wants to see them gone.
-	for _, e := range data.History {
-		if n := nodes[e.Holder]; n == nil && data.Now.Sub(e.At) < seenWithin {
-			nodes[e.Holder] = &nodeRow{Holder: e.Holder, LastSeen: e.At}
-		}
+	// Within the budget: what is failing, the nodes, then the singletons
+	// (the rest on their own pages), then the other leases.
+	if err := d.failing(ctx, b, &data, r.URL.Query().Get("fragment") == "1"); err != nil {
+		return "", err
 	}
-	for _, n := range nodes {
-		switch {
-		case len(n.Roles) == 0 && n.Live:
-			n.Roles = []string{"follower"}
-		case len(n.Roles) == 0:
-			n.Roles = []string{"not seen since: stopped, killed or cut off"}
-		}
-		data.Nodes = append(data.Nodes, *n)
-	}
-	sort.Slice(data.Nodes, func(i, j int) bool {
-		a, b := data.Nodes[i], data.Nodes[j]
-		if a.Live != b.Live {
-			return a.Live
-		}
-		return a.Holder < b.Holder
-	})
-	// Within the budget: the nodes, then the singletons (the rest on their
-	// own pages), then the other leases.
 	for i, n := range data.Nodes {
-		c := rowMarkup + escapedAll(n.Holder) + escapedAll(n.Roles...) + 2*len(n.Roles)
+		c := rowMarkup + escapedAll(n.Holder, n.Why, n.Version, n.Durability) + escapedAll(n.Roles...) + 2*len(n.Roles)
 		if !b.take(c) {
 			data.MoreNodes = len(data.Nodes) - i
 			data.Nodes = data.Nodes[:i]
 			break
 		}
 	}
-	if d.cfg.Singletons != nil {
-		ss, err := d.cfg.Singletons.List(ctx)
-		if err != nil {
-			return "", err
-		}
-		for i, s := range ss {
-			row := singletonRowOf(s, data.Now, false)
-			if !b.take(row.cost()) {
-				data.MoreSingletons = len(ss) - i
-				break
-			}
-			data.Singletons = append(data.Singletons, row)
+	if len(data.recent) > 0 {
+		labels, counts := perHolder(data.recent)
+		data.RunsPerNode = barsSVG("runs-per-node", "Runs executed per node in the last hour",
+			fmt.Sprintf("Among the newest %d runs of each of the first %d jobs, those started in the last hour: %s.", recentRuns, data.JobsChecked, countsText(labels, counts)),
+			labels, counts)
+		if !b.take(len(data.RunsPerNode)) {
+			data.RunsPerNode = ""
 		}
 	}
+	for _, n := range data.Nodes {
+		switch n.State {
+		case nodeUnreachable:
+			data.Unreachable++
+		case nodeNotReady:
+			data.NotReady++
+		}
+	}
+	for i, s := range data.allSingletons {
+		row := singletonRowOf(s, data.Now, false)
+		if !b.take(row.cost()) {
+			data.MoreSingletons = len(data.allSingletons) - i
+			break
+		}
+		data.Singletons = append(data.Singletons, row)
+	}
+	data.allSingletons = nil
 	for i, l := range data.Others {
 		if !b.take(rowMarkup + escapedAll(l.Name, l.Holder)) {
 			data.MoreOthers = len(data.Others) - i
@@ -297,11 +268,140 @@ func (d *Dashboard) overview(r *http.Request, v *view) (string, error) {
 	return "overview", nil
 }
 
+// overviewJobScan bounds the jobs the overview looks at for failures (by
+// name, each one index range of its newest runs); the jobs page's
+// "failing" filter goes through all of them.
+const overviewJobScan = 200
+
+// failScan is the overview's scan of the jobs for failures: a statement
+// per job (up to overviewJobScan), so the live refresh of every open
+// overview reuses one for failScanFor; a page loaded by a person scans
+// afresh.
+type failScan struct {
+	mu        sync.Mutex
+	at        time.Time // local clock
+	failing   []jobRow
+	recent    []sqlease.Run
+	checked   int
+	unchecked bool
+}
+
+const failScanFor = 5 * time.Second
+
+// scanFailing returns the failing jobs among the first overviewJobScan,
+// the runs read started in the last hour, how many jobs it checked and
+// whether there are more.
+func (d *Dashboard) scanFailing(ctx context.Context, now time.Time, reuse bool) (failing []jobRow, recent []sqlease.Run, checked int, unchecked bool, err error) {
+	f := &d.scan
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if reuse && !f.at.IsZero() && time.Since(f.at) < failScanFor {
+		return f.failing, f.recent, f.checked, f.unchecked, nil
+	}
+	js, _, _, err := d.cfg.Scheduler.JobsChecked(ctx, "", overviewJobScan+1)
+	if err != nil {
+		return nil, nil, 0, false, err
+	}
+	if len(js) > overviewJobScan {
+		js, unchecked = js[:overviewJobScan], true
+	}
+	for _, j := range js {
+		row, ok := d.jobRow(ctx, j, "failing", now)
+		for _, r := range row.recent {
+			if now.Sub(r.StartedAt) < time.Hour {
+				recent = append(recent, r)
+			}
+		}
+		row.recent = nil
+		if ok {
+			failing = append(failing, row)
+		}
+	}
+	f.at, f.failing, f.recent, f.checked, f.unchecked = time.Now(), failing, recent, len(js), unchecked
+	return failing, recent, len(js), unchecked, nil
+}
+
+// failing fills the overview's failing jobs and singletons; reuse: a live
+// refresh, which may reuse a recent scan of the jobs.
+func (d *Dashboard) failing(ctx context.Context, b *budget, data *overviewData, reuse bool) error {
+	rows, recent, checked, unchecked, err := d.scanFailing(ctx, data.Now, reuse)
+	if err != nil {
+		return err
+	}
+	data.recent, data.JobsChecked, data.JobsUnchecked = recent, checked, unchecked
+	for _, row := range rows {
+		row.LastError = cutHead(row.LastError, failingErrorShown)
+		if !b.take(rowMarkup + 2*escaped(row.Name) + escaped(row.LastError)) {
+			data.MoreFailingJobs++
+			continue
+		}
+		data.FailingJobs = append(data.FailingJobs, row)
+	}
+	if d.cfg.Singletons == nil {
+		return nil
+	}
+	ss, err := d.cfg.Singletons.List(ctx)
+	if err != nil {
+		return err
+	}
+	data.allSingletons = ss
+	for _, s := range ss {
+		switch s.Status {
+		case "failing", "stale", "unplaced":
+		default:
+			continue
+		}
+		row := singletonRowOf(s, data.Now, false)
+		row.LastError = cutHead(row.LastError, failingErrorShown)
+		if !b.take(rowMarkup + 2*escaped(row.Name) + escapedAll(row.LastError, row.Holder)) {
+			data.MoreFailingSingletons++
+			continue
+		}
+		data.FailingSingletons = append(data.FailingSingletons, row)
+	}
+	return nil
+}
+
+// failingErrorShown bounds a last error on the overview (bytes); the job's
+// page has it whole.
+const failingErrorShown = 2000
+
 type historyData struct {
 	LeaseName string
 	Events    []sqlstore.LeaseEvent
 	Next      string
 	First     bool
+	// Hour and Day: who led over the last hour and day (SVG).
+	Hour, Day template.HTML
+}
+
+// timelines draws the history page's pictures, within b.
+func (d *Dashboard) timelines(ctx context.Context, b *budget, data *historyData) error {
+	l, err := d.cfg.Store.Lease(ctx, data.LeaseName)
+	found := err == nil
+	if err != nil && !errors.Is(err, sqlease.ErrNoLease) {
+		return err
+	}
+	now := l.ObservedAt
+	if !found || now.IsZero() {
+		if now, err = d.cfg.Store.Now(ctx); err != nil {
+			return err
+		}
+	}
+	for _, p := range []struct {
+		to     *template.HTML
+		id     string
+		window time.Duration
+	}{{&data.Hour, "timeline-hour", time.Hour}, {&data.Day, "timeline-day", 24 * time.Hour}} {
+		svg, err := d.timeline(ctx, p.id, data.LeaseName, l, found, p.window, now)
+		if err != nil {
+			return err
+		}
+		if b.take(len(svg)) {
+			*p.to = svg
+		}
+	}
+	return nil
 }
 
 func (d *Dashboard) history(r *http.Request, v *view) (string, error) {
@@ -324,6 +424,11 @@ func (d *Dashboard) history(r *http.Request, v *view) (string, error) {
 	data := historyData{LeaseName: name, First: before == 0}
 	b := &budget{left: d.cfg.PageBudget}
 	b.take(escaped(name) * 3)
+	if data.First && !strings.HasPrefix(name, nodePrefix) {
+		if err := d.timelines(r.Context(), b, &data); err != nil {
+			return "", err
+		}
+	}
 	shown := eventsWithin(b, events[:min(len(events), historyPage)])
 	if len(shown) < len(events) && len(shown) > 0 {
 		data.Next = strconv.FormatInt(shown[len(shown)-1].ID, 10)
@@ -356,6 +461,21 @@ type jobRow struct {
 	// time ("" without one), since BreakerSince.
 	Breaker      string
 	BreakerSince time.Time
+	// Failures counts its newest finished runs that failed in a row (of
+	// the last recentRuns); LastError is the newest one's error, as the
+	// API shows it (for the overview).
+	Failures  int
+	LastError string
+	recent    []sqlease.Run // its newest runs, for the overview's picture
+}
+
+// recentRuns is how many of a job's newest runs its row reads: enough to
+// see failures in a row through retries, one index range.
+const recentRuns = 5
+
+// failed reports whether o is a failed outcome.
+func failed(o sqlease.Outcome) bool {
+	return o == sqlease.OutcomeFailed || o == sqlease.OutcomeTimedOut || o == sqlease.OutcomeAbandoned
 }
 
 type jobsData struct {
@@ -457,33 +577,51 @@ func (r jobRow) cost() int {
 }
 
 // jobRow builds a row, its breaker's state as of now (database time), and
-// reports whether it passes the state filter. The last run is one index
-// lookup. The row holds no action: a page that shows one takes it
+// reports whether it passes the state filter. Its newest runs are one
+// index range. The row holds no action: a page that shows one takes it
 // redacted from httpapi.JobOut.
+//
+// Its state is, first that applies: paused; failing (its newest finished
+// run failed: a green "active" must not hide a job failing every run);
+// running; done (a one-off that ran); active.
 func (d *Dashboard) jobRow(ctx context.Context, j sqlease.Job, state string, now time.Time) (jobRow, bool) {
 	j.Action = nil
 	row := jobRow{Job: j, State: "active", Schedule: scheduleText(j.Schedule)}
 	row.Breaker, row.BreakerSince = j.BreakerState(now)
+	if state == "paused" && !j.Paused {
+		return row, false // no need to read its runs
+	}
+	if runs, err := d.cfg.Store.RunsWithoutOutput(ctx, j.Name, recentRuns); err == nil && len(runs) > 0 {
+		row.recent = runs
+		last := runView(runs[0])
+		last.Output, last.Error = "", "" // the jobs page shows the outcome only
+		row.Last = &last
+	scan:
+		for _, r := range runs {
+			switch {
+			case r.Outcome == sqlease.OutcomeRunning || r.Outcome == sqlease.OutcomeSkipped || r.Outcome == sqlease.OutcomeCancelled:
+				continue // not a verdict on the job's health
+			case failed(r.Outcome):
+				if row.Failures == 0 {
+					row.LastError = runView(r).Error
+				}
+				row.Failures++
+				continue
+			}
+			break scan
+		}
+	}
 	switch {
 	case j.Paused:
 		row.State = "paused"
+	case row.Failures > 0:
+		row.State = "failing"
 	case j.LockedBy != "":
 		row.State = "running"
 	case j.NextRunAt.IsZero():
 		row.State = "done"
 	}
-	if state != "" && state != "failing" && row.State != state {
-		return row, false
-	}
-	if runs, err := d.cfg.Scheduler.Runs(ctx, j.Name, 1); err == nil && len(runs) == 1 {
-		last := runView(runs[0])
-		last.Output, last.Error = "", "" // the jobs page shows the outcome only
-		row.Last = &last
-	}
-	if state == "failing" {
-		return row, row.Last != nil && row.Last.Outcome != sqlease.OutcomeSucceeded && row.Last.Outcome != sqlease.OutcomeRunning
-	}
-	return row, true
+	return row, state == "" || row.State == state
 }
 
 func scheduleText(s sqlease.Schedule) string {
@@ -512,6 +650,44 @@ type jobData struct {
 	First      bool
 	// Budget: the page stopped at its byte budget before its last run.
 	Budget bool
+	// The first page's pictures of its newest runs (SVG, Charted of
+	// them).
+	RunsChart, Durations, PerNode template.HTML
+	Charted                       int
+}
+
+// chartRuns bounds the runs the job page's pictures show (one index range).
+const chartRuns = 300
+
+// charts draws the job page's pictures of runs (newest first), within b.
+func (data *jobData) charts(b *budget, runs []sqlease.Run, now time.Time) {
+	if len(runs) == 0 {
+		return
+	}
+	data.Charted = len(runs)
+	labels, counts := perHolder(runs)
+	for _, p := range []struct {
+		to  *template.HTML
+		svg template.HTML
+	}{
+		{&data.RunsChart, runsSVG("runs-chart", runs, now)},
+		{&data.Durations, durationsSVG("durations-chart", runs, now)},
+		{&data.PerNode, barsSVG("runs-per-node", "Runs executed per node",
+			fmt.Sprintf("Of the newest %d runs: %s.", len(runs), countsText(labels, counts)), labels, counts)},
+	} {
+		if b.take(len(p.svg)) {
+			*p.to = p.svg
+		}
+	}
+}
+
+// countsText says counts per label in words.
+func countsText(labels []string, counts []int) string {
+	parts := make([]string, len(labels))
+	for i, l := range labels {
+		parts[i] = fmt.Sprintf("%s %d", l, counts[i])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // runRow is a run as the job page shows it: its error and output as the
@@ -564,18 +740,27 @@ func (d *Dashboard) job(r *http.Request, v *view) (string, error) {
 	}
 	b.take(escaped(data.Action))
 	var runs []sqlease.Run
-	if after := r.URL.Query().Get("after"); after != "" {
+	if after := r.URL.Query().Get("after"); after == "" {
+		// The first page: the pictures of the newest runs (without their
+		// outputs), then the table's with them.
+		all, err := d.cfg.Store.RunsWithoutOutput(ctx, name, chartRuns)
+		if err != nil {
+			return "", err
+		}
+		data.charts(b, all, now)
+		if runs, err = d.cfg.Scheduler.Runs(ctx, name, runsPage+1); err != nil {
+			return "", err
+		}
+	} else {
 		at, attempt, ok := httpapi.ParseRunCursor(after)
 		if !ok {
 			return "", fmt.Errorf("%w: after: %q is not a page cursor", errBadParam, after)
 		}
 		data.First = false
 		runs, err = d.cfg.Scheduler.RunsBefore(ctx, name, at, attempt, runsPage+1)
-	} else {
-		runs, err = d.cfg.Scheduler.Runs(ctx, name, runsPage+1)
-	}
-	if err != nil {
-		return "", err
+		if err != nil {
+			return "", err
+		}
 	}
 	more := len(runs) > runsPage
 	for i, r := range runs[:min(len(runs), runsPage)] {

@@ -297,3 +297,84 @@ func TestPresence(t *testing.T) {
 		})
 	}
 }
+
+// countingRecorder counts the status records written.
+type countingRecorder struct {
+	*sqlstore.Store
+	mu sync.Mutex
+	n  int
+}
+
+func (c *countingRecorder) RecordLeaseEvent(ctx context.Context, e sqlstore.LeaseEvent, ago time.Duration) error {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+	return c.Store.RecordLeaseEvent(ctx, e, ago)
+}
+
+func (c *countingRecorder) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// TestPresenceStatus: the status record is written when the presence is
+// taken and then only when the status changes — the renewal-driven fields
+// (lease_expires_at) do not count — so an idle node writes nothing more;
+// the newest record is the node's current status, with its version.
+func TestPresenceStatus(t *testing.T) {
+	for name, s := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			var mu sync.Mutex
+			ready, tick := true, 0
+			status := func() (bool, string) {
+				mu.Lock()
+				defer mu.Unlock()
+				tick++
+				line := "mode=follower holder_id=node-s lease_expires_at=2026-01-01T00:00:0" + string(rune('0'+tick%10)) + "Z"
+				if !ready {
+					line += " reason=singleton_stale singleton_stale=ingest"
+				}
+				return ready, line
+			}
+			rec := &countingRecorder{Store: s}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				history.RunPresence(ctx, history.PresenceConfig{Store: s, Holder: "node-s", Every: time.Second, TTL: 3 * time.Second,
+					Status: status, Version: "v1.2.3 (commit x)", Recorder: rec, StatusCheck: 20 * time.Millisecond})
+			}()
+			newest := func() string {
+				es, err := s.LeaseHistory(t.Context(), sqlstore.NodeLeasePrefix+"node-s", 0, 1)
+				if err != nil || len(es) == 0 {
+					return ""
+				}
+				return es[0].Event + " " + es[0].Reason
+			}
+			waitFor := func(want string) {
+				t.Helper()
+				for deadline := time.Now().Add(3 * time.Second); newest() != want; time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("newest status %q, want %q", newest(), want)
+					}
+				}
+			}
+			waitFor("status ready=true mode=follower holder_id=node-s version=v1.2.3_(commit_x)")
+			time.Sleep(300 * time.Millisecond) // 15 checks, the expiry changing every time
+			if n := rec.count(); n != 1 {
+				t.Fatalf("%d status records for one unchanged status", n)
+			}
+			mu.Lock()
+			ready = false
+			mu.Unlock()
+			waitFor("status ready=false mode=follower holder_id=node-s reason=singleton_stale singleton_stale=ingest version=v1.2.3_(commit_x)")
+			time.Sleep(200 * time.Millisecond)
+			if n := rec.count(); n != 2 {
+				t.Fatalf("%d status records for two statuses", n)
+			}
+			cancel()
+			<-done
+		})
+	}
+}

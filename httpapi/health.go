@@ -67,9 +67,32 @@ func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
 // session lock), so when its last contact is older than half of
 // DBUnreachableAfter the probe reads the lease row itself, once at a time.
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
+	status, line := a.readiness(r.Context(), false)
+	writeText(w, status, line)
+}
+
+// Readiness returns a function that computes the readiness line GET
+// /readyz would answer on h (a handler New returned) and whether it would
+// be 200, for the node's status record (history.Presence): it never
+// probes the database and leaves the database contact out of the verdict
+// (the record's own write proves it; a node that cannot write it goes
+// stale instead). It returns nil for any other handler.
+func Readiness(h http.Handler) func() (ready bool, line string) {
+	a, ok := h.(*api)
+	if !ok {
+		return nil
+	}
+	return func() (bool, string) {
+		status, line := a.readiness(context.Background(), true)
+		return status == http.StatusOK, line
+	}
+}
+
+// readiness is the status and body of /readyz; record: as Readiness says.
+func (a *api) readiness(ctx context.Context, record bool) (int, string) {
 	st := a.cfg.Elector.Status()
-	if now := a.clock.Now(); !a.cfg.Stopping() && (st.LastContact.IsZero() || now.Sub(st.LastContact) > a.cfg.DBUnreachableAfter/2) {
-		pctx, cancel := context.WithTimeout(r.Context(), min(2*time.Second, a.cfg.DBUnreachableAfter/4))
+	if now := a.clock.Now(); !record && !a.cfg.Stopping() && (st.LastContact.IsZero() || now.Sub(st.LastContact) > a.cfg.DBUnreachableAfter/2) {
+		pctx, cancel := context.WithTimeout(ctx, min(2*time.Second, a.cfg.DBUnreachableAfter/4))
 		_ = a.cfg.Elector.Probe(pctx)
 		cancel()
 		st = a.cfg.Elector.Status()
@@ -84,10 +107,11 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 		mode, reason = "unavailable", "renew_deadline_missed"
 	case st.LastContact.IsZero():
 		mode, reason = "unavailable", "starting"
-		if now.Sub(a.start) > a.cfg.DBUnreachableAfter {
+		if !record && now.Sub(a.start) > a.cfg.DBUnreachableAfter {
 			reason, contact = "db_unreachable", "never"
 		}
-	case now.Sub(st.LastContact) > a.cfg.DBUnreachableAfter:
+	case !record && now.Sub(st.LastContact) > a.cfg.DBUnreachableAfter:
+		// (A record does not judge the contact: see Readiness.)
 		mode, reason = "unavailable", "db_unreachable"
 		contact = now.Sub(st.LastContact).Round(time.Millisecond).String()
 	case a.cfg.WriteCheck != nil && a.cfg.WriteCheck() != nil:
@@ -154,7 +178,7 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	if mode != "leader" && mode != "follower" || reason != "" {
 		status = http.StatusServiceUnavailable
 	}
-	writeText(w, status, b.String())
+	return status, b.String()
 }
 
 // listLeases is GET /v1/leases.

@@ -49,8 +49,20 @@ type LeaseFeed struct {
 // ListenLeaseFeed starts a LeaseFeed for the leases table under prefix; it
 // runs until ctx ends.
 func ListenLeaseFeed(ctx context.Context, dsn, prefix string, log *slog.Logger) (*LeaseFeed, error) {
+	return ListenLeaseFeedAs(ctx, dsn, prefix, "", log)
+}
+
+// ListenLeaseFeedAs is ListenLeaseFeed whose connection, when holder is
+// not empty, is named NodeSessionName(holder): the node's session, which
+// the dashboard looks for (NodeSessions) to tell a live node from a dead
+// one within moments, at no statement at all while idle.
+func ListenLeaseFeedAs(ctx context.Context, dsn, prefix, holder string, log *slog.Logger) (*LeaseFeed, error) {
 	f := &LeaseFeed{subs: map[string]map[chan struct{}]struct{}{}}
-	if err := listenPayloads(ctx, dsn, prefix, "_leases", log, f.signal); err != nil {
+	app := "sqlease-listen"
+	if holder != "" {
+		app = NodeSessionName(holder)
+	}
+	if err := listenPayloads(ctx, dsn, prefix, "_leases", app, log, f.signal); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -103,7 +115,7 @@ func listenTable(ctx context.Context, dsn, prefix, table string, log *slog.Logge
 		default:
 		}
 	}
-	if err := listenPayloads(ctx, dsn, prefix, table, log, signal); err != nil {
+	if err := listenPayloads(ctx, dsn, prefix, table, "sqlease-listen", log, signal); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -111,8 +123,8 @@ func listenTable(ctx context.Context, dsn, prefix, table string, log *slog.Logge
 
 // listenPayloads keeps a connection LISTENing on the channel of table and
 // calls signal with each notification's payload, and with "" after every
-// (re)connect.
-func listenPayloads(ctx context.Context, dsn, prefix, table string, log *slog.Logger, signal func(payload string)) error {
+// (re)connect; app is the connection's application_name.
+func listenPayloads(ctx context.Context, dsn, prefix, table, app string, log *slog.Logger, signal func(payload string)) error {
 	if err := sqlease.ValidateTablePrefix(prefix); err != nil {
 		return err
 	}
@@ -120,7 +132,7 @@ func listenPayloads(ctx context.Context, dsn, prefix, table string, log *slog.Lo
 	if err != nil {
 		return err
 	}
-	cfg.RuntimeParams["application_name"] = "sqlease-listen"
+	cfg.RuntimeParams["application_name"] = app
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

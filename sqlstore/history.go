@@ -37,6 +37,11 @@ const (
 	EventReleased  = "released"
 	EventLost      = "lost"
 	EventTakenOver = "taken_over"
+	// EventNodeStatus is not a change of hands: a node's readiness and
+	// version, recorded under its presence lease's name (NodeLeasePrefix +
+	// holder) by history.Presence when they change, so that every node's
+	// dashboard can show every node's /readyz without calling it.
+	EventNodeStatus = "status"
 )
 
 // LeaseEvent is one row of the leadership history.
@@ -44,7 +49,7 @@ type LeaseEvent struct {
 	// ID orders the rows of one database: a later write has a greater ID.
 	ID     int64
 	Lease  string
-	Event  string // EventAcquired, EventReleased, EventLost or EventTakenOver
+	Event  string // EventAcquired, EventReleased, EventLost, EventTakenOver or EventNodeStatus
 	Holder string
 	Epoch  int64
 	// At is the database clock when the event happened.
@@ -61,7 +66,7 @@ func (s *Store) RecordLeaseEvent(ctx context.Context, e LeaseEvent, ago time.Dur
 		return fmt.Errorf("record %s of lease %q: %w: the %s dialect keeps no leadership history", e.Event, e.Lease, sqlease.ErrInvalidConfig, s.d.Name)
 	}
 	switch e.Event {
-	case EventAcquired, EventReleased, EventLost, EventTakenOver:
+	case EventAcquired, EventReleased, EventLost, EventTakenOver, EventNodeStatus:
 	default:
 		return fmt.Errorf("record lease event: %w: unknown event %q", sqlease.ErrInvalidConfig, e.Event)
 	}

@@ -1362,7 +1362,28 @@ func (s *Store) RunsBefore(ctx context.Context, job string, scheduledFor time.Ti
 	return s.scanRuns(ctx, job, rows, err)
 }
 
+// RunsWithoutOutput is Runs without the runs' kept output (one query,
+// not two): for the dashboard's pictures of many runs.
+func (s *Store) RunsWithoutOutput(ctx context.Context, job string, limit int) ([]sqlease.Run, error) {
+	rows, err := s.db.QueryContext(ctx, s.q().Runs, job, limit)
+	return s.scanRunRows(job, rows, err)
+}
+
 func (s *Store) scanRuns(ctx context.Context, job string, rows *sql.Rows, err error) ([]sqlease.Run, error) {
+	out, err := s.scanRunRows(job, rows, err)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.addOutputs(ctx, out); err != nil {
+		return nil, fmt.Errorf("list runs of %q: %w", job, err)
+	}
+	if err := s.addCheckpoints(ctx, out); err != nil {
+		return nil, fmt.Errorf("list runs of %q: %w", job, err)
+	}
+	return out, nil
+}
+
+func (s *Store) scanRunRows(job string, rows *sql.Rows, err error) ([]sqlease.Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list runs of %q: %w", job, s.classify(err))
 	}
@@ -1385,12 +1406,6 @@ func (s *Store) scanRuns(ctx context.Context, job string, rows *sql.Rows, err er
 		return nil, fmt.Errorf("list runs of %q: %w", job, s.classify(err))
 	}
 	rows.Close()
-	if err := s.addOutputs(ctx, out); err != nil {
-		return nil, fmt.Errorf("list runs of %q: %w", job, err)
-	}
-	if err := s.addCheckpoints(ctx, out); err != nil {
-		return nil, fmt.Errorf("list runs of %q: %w", job, err)
-	}
 	return out, nil
 }
 

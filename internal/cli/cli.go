@@ -220,5 +220,27 @@ func versionOf(ldflags string, info *debug.BuildInfo) string {
 	return v + " (" + strings.Join(details, "; ") + ")"
 }
 
+// shortVersion is the version a node shows its fleet (the dashboard): the
+// version and, when stamped, the commit's first 12 digits, "+dirty" with
+// local changes.
+func shortVersion() string {
+	info, _ := debug.ReadBuildInfo()
+	v := strings.Fields(versionOf(Version, info))[0]
+	if info == nil {
+		return v
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 && !strings.Contains(v, s.Value[:12]) {
+			v += "-" + s.Value[:12]
+		}
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.modified" && s.Value == "true" {
+			v += "+dirty"
+		}
+	}
+	return v
+}
+
 // dbFlags is the flag set of the commands that only need a database.
 var _ = pflag.ContinueOnError

@@ -62,6 +62,9 @@ type Node struct {
 	listener         net.Listener
 	stopping         atomic.Bool
 	close            func()
+	// readiness is the API's (httpapi.Readiness); version is shortVersion.
+	readiness func() (bool, string)
+	version   string
 }
 
 // NewNode opens the database (migrating it when configured), builds the
@@ -118,6 +121,10 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 			ln.Close()
 		}
 	}()
+	holder := cfg.HolderID
+	if holder == "" {
+		holder = election.DefaultHolderID()
+	}
 	var changes, leaseChanges, singletonChanges <-chan struct{}
 	var leaseFeed *postgres.LeaseFeed
 	if dialect, dsn, _ := dialectOf(cfg.DB); dialect == "postgres" {
@@ -130,7 +137,9 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		}
 		// Followers look as soon as the leader releases or loses the lease;
 		// the singletons' electors share the same connection.
-		if leaseFeed, err = postgres.ListenLeaseFeed(bg, dsn, cfg.TablePrefix, log); err != nil {
+		// Its connection is named after this node (the node's session:
+		// the dashboards see at once when it is gone).
+		if leaseFeed, err = postgres.ListenLeaseFeedAs(bg, dsn, cfg.TablePrefix, holder, log); err != nil {
 			n.close()
 			return nil, err
 		}
@@ -161,10 +170,6 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		return s
 	}
 
-	holder := cfg.HolderID
-	if holder == "" {
-		holder = election.DefaultHolderID()
-	}
 	// One decision on commands for every surface: the API's job, batch and
 	// singleton routes, and what this node runs — a row another node or
 	// the CLI wrote does not run here when this node refuses commands.
@@ -266,7 +271,11 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	n.runs.api = "http://" + localAddr(ln.Addr())
 	n.singletons.exec = execPolicy
 
+	// The API handler computes readiness; it is made after the dashboard
+	// it serves, hence the indirection.
+	n.version = shortVersion()
 	dash, err := dashboard.New(dashboard.Config{Store: store, Scheduler: n.sched, Elector: n.elector, Singletons: n.singletons,
+		Readiness: func() (bool, string) { return n.readiness() }, Version: n.version, Sessions: n.nodeSessions(),
 		APIToken: cfg.APIToken, ListenAddr: cfg.HTTP, Logger: log,
 		SecureCookies: cfg.SecureCookies, TrustForwardedProto: cfg.TrustForwardedProto, Durability: n.repl.Current})
 	if err != nil {
@@ -274,17 +283,43 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 		return nil, err
 	}
 	n.listener = ln
-	n.server = newHTTPServer(log, ln, httpapi.New(httpapi.Config{
+	api := httpapi.New(httpapi.Config{
 		Dashboard: dash,
 		Scheduler: n.sched, Leases: store, Elector: n.elector,
 		Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		APIToken: cfg.APIToken, Stopping: n.stopping.Load, Logger: log,
 		LeaderDispatch: cfg.Dispatch == "leader", Singletons: n.singletons, Checkpoints: n.runs, Durability: n.repl.Current, WriteCheck: n.writeCheck(),
 		ListenAddr: cfg.HTTP, AllowedHosts: cfg.allowedHosts(), Exec: execPolicy,
-	}))
+	})
+	n.server = newHTTPServer(log, ln, api)
+	n.readiness = httpapi.Readiness(api)
 	action.SetDestinationPolicy(destinations)
 	built = true
 	return n, nil
+}
+
+// nodeSessions is the dashboard's Config.Sessions: on PostgreSQL, where
+// each node's lease feed connection is named after it; nil elsewhere.
+func (n *Node) nodeSessions() func(ctx context.Context) (func(string) bool, error) {
+	if d, _, _ := dialectOf(n.cfg.DB); d != "postgres" {
+		return nil
+	}
+	return func(ctx context.Context) (func(string) bool, error) {
+		live, err := postgres.NodeSessions(ctx, n.store.DB())
+		if err != nil {
+			return nil, err
+		}
+		return func(holder string) bool { return live[postgres.NodeSessionName(holder)] }, nil
+	}
+}
+
+// presenceExtra is what the node's status record adds: session=pg when
+// it keeps a named session (nodeSessions).
+func (n *Node) presenceExtra() []string {
+	if d, _, _ := dialectOf(n.cfg.DB); d == "postgres" {
+		return []string{"session=pg"}
+	}
+	return nil
 }
 
 // writeCheck is the API's WriteCheck: the replication requirement, or nil.
@@ -328,7 +363,12 @@ func (n *Node) Run(ctx context.Context) error {
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		history.Presence(workCtx, n.store, n.elector.HolderID(), history.DefaultPresenceEvery, history.DefaultPresenceTTL, n.log)
+		// Readiness and version ride on the presence as status records
+		// written only when they change (history.RunPresence), so that
+		// every node's dashboard shows every node's readiness at no idle
+		// cost.
+		history.RunPresence(workCtx, history.PresenceConfig{Store: n.store, Holder: n.elector.HolderID(),
+			Status: n.readiness, Version: n.version, Extra: n.presenceExtra(), Recorder: n.store, Logger: n.log})
 	}()
 	go func() { defer wg.Done(); _ = n.singletons.node.Run(workCtx) }()
 	go func() { defer wg.Done(); n.singletons.run(workCtx, n.singletonChanges) }()

@@ -3,8 +3,9 @@
 // through chromedp, against real "sqlease serve" processes on a real
 // PostgreSQL.
 //
-// go test ./internal/dashtest -screenshots docs/ also writes screenshots of
-// the main pages (light and dark) into docs/.
+// go test ./internal/dashtest -args -screenshots docs/ also writes
+// screenshots of the main pages (light and dark) into docs/:
+// scripts/screenshots.sh does that for the README.
 package dashtest
 
 import (
@@ -268,10 +269,15 @@ func TestFailoverOnPage(t *testing.T) {
 		if n == lead {
 			role = "leader"
 		}
-		waitFor(t, ctx, 5*time.Second, n.Holder+" listed as "+role,
+		waitFor(t, ctx, 5*time.Second, n.Holder+" listed as "+role+", ready, with its version",
 			fmt.Sprintf(`[...document.querySelectorAll("section[aria-labelledby=nodes-h] tbody tr")].some(r =>
-				r.querySelector("th").textContent.startsWith(%q) && r.querySelector("td").textContent === %q && !r.classList.contains("gone"))`, n.Holder, role))
+				r.querySelector("th").textContent.startsWith(%q) && r.querySelector("td.role").textContent === %q && !r.classList.contains("gone") &&
+				r.querySelector("td.status .badge").textContent === "ready" && r.querySelector("td code") && r.querySelector("td code").textContent.length > 0)`, n.Holder, role))
 	}
+	// Both jobs post to a port that refuses: every run fails, and the
+	// overview leads with them.
+	waitFor(t, ctx, 10*time.Second, "the failing jobs at the top", `document.querySelector("#verdict").textContent.startsWith("Yes") &&
+		document.querySelectorAll("#failing-jobs tbody tr").length === 2 && document.querySelector("#failing-jobs td.err").textContent.includes("connection refused")`)
 	shoot(t, ctx, "overview")
 	// Readable without JavaScript: the leader is in the served HTML.
 	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
@@ -280,6 +286,9 @@ func TestFailoverOnPage(t *testing.T) {
 	run(t, ctx, chromedp.Navigate(watcher.URL("/")))
 	if got := text(t, ctx, "#leader"); got != lead.Holder {
 		t.Errorf("without JavaScript the overview names %q, want %q", got, lead.Holder)
+	}
+	if !eval[bool](t, ctx, fmt.Sprintf(`!!document.querySelector("svg#timeline-hour rect.term[data-holder='%s'][data-epoch='%d']")`, lead.Holder, epoch)) {
+		t.Errorf("without JavaScript the overview has no timeline with %s's term", lead.Holder)
 	}
 	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: false}); err != nil {
 		t.Fatal(err)
@@ -309,6 +318,29 @@ func TestFailoverOnPage(t *testing.T) {
 	}
 	if row := text(t, ctx, ".events tbody tr:first-child"); !strings.Contains(row, "expired without a release") || !strings.Contains(row, lead.Holder) {
 		t.Errorf("the takeover row does not explain itself: %q", row)
+	}
+	// The killed node is marked unreachable within the failover bound (its
+	// presence lease is live for 90 s more), and the verdict says so.
+	gone := waitFor(t, ctx, bound, lead.Holder+" marked unreachable",
+		fmt.Sprintf(`[...document.querySelectorAll("section[aria-labelledby=nodes-h] tbody tr")].some(r =>
+			r.querySelector("th").textContent.startsWith(%q) && r.querySelector("td.status .badge").textContent === "unreachable" &&
+			r.querySelector("td.status").textContent.includes("taken over by"))`, lead.Holder))
+	t.Logf("kill -9 of %s → the page marks it unreachable after %v (bound %v; its presence lease would have taken 90 s)", lead.Holder, gone.Sub(killed).Round(time.Millisecond), bound)
+	if v := text(t, ctx, "#verdict"); !strings.HasPrefix(v, "Yes") || !strings.Contains(text(t, ctx, "#health"), "1 node unreachable") {
+		t.Errorf("the verdict after the kill: %q", text(t, ctx, "#health"))
+	}
+	// The timeline: the killed leader's term ran out, a gap of about a
+	// lease duration, the new leader's term from the takeover on.
+	waitFor(t, ctx, refreshEvery+time.Second, "the timeline shows the gap and the new leader", fmt.Sprintf(`(() => {
+		const svg = document.querySelector("svg#timeline-hour"); if (!svg) return false;
+		const old = svg.querySelector("rect.term[data-holder='%s'][data-epoch='%d'][data-ended=expired]");
+		const cur = svg.querySelector("rect.term[data-holder='%s'][data-epoch='%d'][data-ended=leading]");
+		if (!old || !cur) return false;
+		const gaps = [...svg.querySelectorAll("rect.gap")].map(g => [Date.parse(g.dataset.from), Date.parse(g.dataset.to)]);
+		return gaps.some(([f, t]) => t - f >= 1500 && t - f <= 3000 && parseFloat(cur.getAttribute("x")) >= parseFloat(old.getAttribute("x")));
+	})()`, lead.Holder, epoch, newLead, epoch+1))
+	if desc := text(t, ctx, "svg#timeline-hour desc"); !strings.Contains(desc, newLead+" led epoch "+strconv.FormatInt(epoch+1, 10)) {
+		t.Errorf("the timeline's text alternative does not name the new leader: %q", desc)
 	}
 	shoot(t, ctx, "overview-after-failover")
 
@@ -341,6 +373,41 @@ func TestFailoverOnPage(t *testing.T) {
 	if paused(t, pdb, "billing-sync") {
 		t.Fatal("another job was paused")
 	}
+	// Paused, its ledger stands still: the job page's pictures count what
+	// the API lists.
+	time.Sleep(time.Second) // a run in flight at the pause finishes
+	var ledger struct {
+		Runs []struct {
+			Outcome string `json:"outcome"`
+			Holder  string `json:"holder"`
+		} `json:"runs"`
+		Next string `json:"next"`
+	}
+	code, body, err = watcher.Do("GET", "/v1/jobs/nightly-report/runs?limit=300", nil)
+	if err != nil || code != 200 || json.Unmarshal(body, &ledger) != nil || ledger.Next != "" {
+		t.Fatalf("runs: %d %s %v", code, body, err)
+	}
+	want := map[string]float64{}
+	perNode := map[string]float64{}
+	for _, r := range ledger.Runs {
+		want[r.Outcome]++
+		perNode[r.Holder]++
+	}
+	run(t, ctx, chromedp.Navigate(watcher.URL("/ui/jobs/nightly-report")))
+	got := eval[map[string]float64](t, ctx, `(() => { const c = {};
+		document.querySelectorAll("svg.runs g.bucket").forEach(g => g.dataset.runs.split(",").forEach(p => { const [n, o] = p.split(" "); c[o] = (c[o] || 0) + +n; }));
+		return c; })()`)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the runs picture counts %v, the ledger has %v", got, want)
+	}
+	gotNodes := eval[map[string]float64](t, ctx, `Object.fromEntries([...document.querySelectorAll("svg#runs-per-node rect.bar")].map(r => [r.dataset.label, +r.dataset.count]))`)
+	if fmt.Sprint(gotNodes) != fmt.Sprint(perNode) {
+		t.Errorf("runs per node drawn %v, the ledger has %v", gotNodes, perNode)
+	}
+	if n := eval[float64](t, ctx, `document.querySelectorAll("svg.durations circle").length`); n != float64(len(ledger.Runs)) {
+		t.Errorf("%v dots in the durations picture for %d finished runs", n, len(ledger.Runs))
+	}
+	shoot(t, ctx, "job-pictures")
 
 	// A graceful stop of the leader: its release and the next holder's
 	// acquisition, each with its reason, in the history every node shows.
@@ -356,6 +423,7 @@ func TestFailoverOnPage(t *testing.T) {
 		t.Fatalf("%s did not stop", newLead)
 	}
 	run(t, ctx, chromedp.Navigate(last.URL("/ui/history")))
+	waitFor(t, ctx, 5*time.Second, "the history's timelines", `!!document.querySelector("svg#timeline-hour") && !!document.querySelector("svg#timeline-day")`)
 	waitFor(t, ctx, failoverBound+refreshEvery+1500*time.Millisecond, "the release and the next acquisition in the history",
 		fmt.Sprintf(`(() => {
 			const rows = [...document.querySelectorAll(".events tbody tr")].map(r => r.textContent.replace(/\s+/g, " "));
@@ -465,5 +533,102 @@ func TestNoTokenNoChange(t *testing.T) {
 	code, body, err := open.Do("GET", "/v1/jobs/payroll", nil)
 	if err != nil || code != 200 || json.Unmarshal(body, &got) != nil || got.State != "paused" {
 		t.Fatalf("job after the attempts: %d %s %v", code, body, err)
+	}
+}
+
+// TestBrokenFirst: what is broken leads the overview, from real nodes — a
+// job failing every run (its HTTP endpoint refuses) with its last error
+// and a failing badge, a singleton that never heartbeats (stale) and the
+// node running it not ready with /readyz's own reason, singleton_stale.
+func TestBrokenFirst(t *testing.T) {
+	url := database(t)
+	d := fleettest.NewDaemons(t, binary, url, timing...)
+	d.Start("node-a", "node-b")
+	leader(t, d, 10*time.Second, "")
+	n := d.Running()[0]
+	createJob(t, n, "payments-export") // to 127.0.0.1:9: refused, every run
+	code, body, err := n.Do("POST", "/v1/singletons", map[string]any{"name": "ingest", "command": []string{"sleep", "600"},
+		"heartbeat": "1s", "stop_timeout": "1s"})
+	if err != nil || code != http.StatusCreated {
+		t.Fatalf("create singleton: %d %s %v", code, body, err)
+	}
+	ctx := browser(t)
+	run(t, ctx, chromedp.Navigate(n.URL("/")))
+	waitFor(t, ctx, 15*time.Second, "the failing job, the stale singleton and a node not ready at the top",
+		`(() => {
+			const h = document.querySelector("#health"); if (!h) return false;
+			const job = document.querySelector("#failing-jobs a[href='/ui/jobs/payments-export']");
+			const err = job && job.closest("tr").querySelector("td.err").textContent;
+			const s = [...document.querySelectorAll("#failing-singletons tbody tr")].find(r => r.querySelector("th").textContent === "ingest");
+			const nr = [...document.querySelectorAll(".nodes tbody tr")].find(r => r.querySelector("td.status .badge").textContent === "not ready");
+			return document.querySelector("#verdict").textContent.startsWith("Yes") && !!err && err.length > 0 &&
+				!!s && s.textContent.includes("stale") && !!nr && nr.textContent.includes("singleton_stale") && nr.textContent.includes("ingest");
+		})()`)
+	// The page's reason is that node's /readyz.
+	holder := eval[string](t, ctx, `[...document.querySelectorAll(".nodes tbody tr")].find(r => r.querySelector("td.status .badge").textContent === "not ready").querySelector("th").firstChild.textContent.trim()`)
+	node := d.Node(holder)
+	if node == nil {
+		t.Fatalf("the page names %q, not a node", holder)
+	}
+	if res, err := http.Get(node.URL("/readyz")); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 503 || !strings.Contains(string(b), "singleton_stale=ingest") {
+			t.Errorf("%s's /readyz: %d %s, the page says not ready: singleton_stale", holder, res.StatusCode, b)
+		}
+	}
+	shoot(t, ctx, "overview-broken")
+	run(t, ctx, chromedp.Navigate(n.URL("/ui/jobs")))
+	waitFor(t, ctx, 5*time.Second, "the failing badge", `[...document.querySelectorAll("tbody tr")].some(r => r.textContent.includes("payments-export") && r.querySelector(".badge").textContent === "failing")`)
+}
+
+// TestFollowerKilled: a follower holds no lease but its presence (renewed
+// every 30 s for 90 s); killed with -9, it is marked unreachable within
+// moments all the same, from the database's sessions (its lease feed
+// connection is named after it), and its presence is still live then.
+func TestFollowerKilled(t *testing.T) {
+	url := database(t)
+	d := fleettest.NewDaemons(t, binary, url, timing...)
+	d.Start("node-a", "node-b", "node-c")
+	lead, _ := leader(t, d, 10*time.Second, "")
+	var watcher, victim *fleettest.Node
+	for _, n := range d.Running() {
+		switch {
+		case n == lead:
+		case watcher == nil:
+			watcher = n
+		default:
+			victim = n
+		}
+	}
+	ctx := browser(t)
+	run(t, ctx, chromedp.Navigate(watcher.URL("/")))
+	row := func(state string) string {
+		return fmt.Sprintf(`[...document.querySelectorAll(".nodes tbody tr")].some(r =>
+			r.querySelector("th").textContent.startsWith(%q) && r.querySelector("td.status .badge").textContent === %q)`, victim.Holder, state)
+	}
+	waitFor(t, ctx, 10*time.Second, victim.Holder+" ready", row("ready"))
+	victim.Kill()
+	killed := victim.KilledAt()
+	bound := refreshEvery + 1500*time.Millisecond
+	seen := waitFor(t, ctx, bound, victim.Holder+" unreachable", row("unreachable"))
+	t.Logf("kill -9 of the follower %s → the page marks it unreachable after %v (bound %v; its presence lease lives 90 s)", victim.Holder, seen.Sub(killed).Round(time.Millisecond), bound)
+	if why := eval[string](t, ctx, fmt.Sprintf(`[...document.querySelectorAll(".nodes tbody tr")].find(r => r.querySelector("th").textContent.startsWith(%q)).querySelector("td.status").textContent`, victim.Holder)); !strings.Contains(why, "database session is gone") {
+		t.Errorf("the reason: %q", why)
+	}
+	// Its presence lease is live still: the page did not wait for it.
+	pdb, err := postgres.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pdb.Close()
+	var live bool
+	if err := pdb.QueryRow(`SELECT expires_at > clock_timestamp() FROM sqlease_leases WHERE lease_name = $1`, "node:"+victim.Holder).Scan(&live); err != nil || !live {
+		t.Errorf("the presence lease of %s is not live (%v): the test proves nothing", victim.Holder, err)
+	}
+	if v := text(t, ctx, "#verdict"); !strings.HasPrefix(v, "Yes") {
+		t.Errorf("the verdict after killing a follower: %q", v)
 	}
 }
