@@ -2,6 +2,8 @@ package dashboard_test
 
 import (
 	"context"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -47,5 +49,45 @@ func TestJobStateShown(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("jobs page lacks %q:\n%s", want, body)
 		}
+	}
+}
+
+// TestPauseWithReasonAndOverlapShown: the pause confirmation takes a
+// reason, checked as the API checks it (too long: 400, nothing paused),
+// shown on the job page; the page says the job's overlap policy.
+func TestPauseWithReasonAndOverlapShown(t *testing.T) {
+	s := newSite(t, "", "127.0.0.1:0")
+	s.job("payroll", false)
+	ctx := context.Background()
+	if _, _, err := s.sched.Create(ctx, sqlease.Job{Name: "poll", Schedule: sqlease.Schedule{Every: time.Minute, Overlap: sqlease.OverlapSkip}}); err != nil {
+		t.Fatal(err)
+	}
+	code, body, _ := s.get("/ui/jobs/payroll/confirm?action=pause")
+	m := csrfRe.FindStringSubmatch(body)
+	if code != 200 || m == nil || !strings.Contains(body, `name="reason"`) {
+		t.Fatalf("pause confirmation: %d, reason field %v", code, strings.Contains(body, `name="reason"`))
+	}
+	if code, _, _ := s.get("/ui/jobs/payroll/confirm?action=trigger"); code != 200 {
+		t.Fatalf("trigger confirmation: %d", code)
+	} else if _, body, _ := s.get("/ui/jobs/payroll/confirm?action=trigger"); strings.Contains(body, `name="reason"`) {
+		t.Error("the trigger confirmation asks for a reason")
+	}
+	if code, _, _ := s.post("/ui/jobs/payroll/pause", url.Values{"csrf": {m[1]}, "reason": {strings.Repeat("x", 513)}}); code != 400 {
+		t.Fatalf("a reason over 512 bytes: %d, want 400", code)
+	}
+	if j, _ := s.sched.Job(ctx, "payroll"); j.Paused {
+		t.Fatal("a refused pause paused the job")
+	}
+	if code, _, _ := s.post("/ui/jobs/payroll/pause", url.Values{"csrf": {m[1]}, "reason": {" vendor <outage> "}}); code != http.StatusSeeOther {
+		t.Fatalf("the confirmed pause: %d", code)
+	}
+	if j, _ := s.sched.Job(ctx, "payroll"); !j.Paused || j.PauseReason != "vendor <outage>" {
+		t.Fatalf("after the pause: paused %v reason %q", j.Paused, j.PauseReason)
+	}
+	if _, body, _ := s.get("/ui/jobs/payroll"); !strings.Contains(body, `id="pause-reason">Paused: vendor &lt;outage&gt;`) || !strings.Contains(body, `id="overlap">wait<`) {
+		t.Errorf("job page lacks the reason or the overlap")
+	}
+	if _, body, _ := s.get("/ui/jobs/poll"); !strings.Contains(body, `id="overlap">skip: an occurrence due while one runs is recorded as skipped<`) {
+		t.Errorf("job page of a skip job does not say so")
 	}
 }

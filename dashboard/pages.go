@@ -993,7 +993,8 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	switch action {
 	case "pause":
-		_, err = d.cfg.Scheduler.Pause(ctx, name)
+		// The reason is the API's: bounded and checked by the scheduler.
+		_, err = d.cfg.Scheduler.PauseWithReason(ctx, name, strings.TrimSpace(r.PostFormValue("reason")))
 	case "resume":
 		_, err = d.cfg.Scheduler.Resume(ctx, name)
 	case "trigger":
