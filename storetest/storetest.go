@@ -109,6 +109,7 @@ func Run(t *testing.T, h Harness) {
 		{"TriggerKeepsPhase", testTriggerKeepsPhase},
 		{"BreakerState", testBreakerState},
 		{"SkippedAndCancelled", testSkippedAndCancelled},
+		{"NextDue", testNextDue},
 		{"Linearizable", testLinearizable},
 	}
 	for _, tc := range tests {
