@@ -140,14 +140,14 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	// With a change feed (Config.Changes) the worker also learns when the
-	// next job falls due and claims then rather than at the next poll: a
-	// job created for 12:00:00 runs at 12:00:00, not up to PollInterval
-	// later. The instant is asked for after a change and after each claim
-	// made at a known instant (which chains through the occurrences to
-	// come: one more statement per instant, none while nothing is due).
-	// A periodic job's next occurrence, written by its finish, is found
-	// by the polls.
+	// The worker claims when it knows a job falls due, not only every
+	// PollInterval (ontime.go): at the instants its own finishes wrote
+	// (hints), at the earliest one still to come (nextDue, asked after a
+	// claim that took jobs, was made at a known instant, or followed a
+	// change), and at once after a change (Config.Changes, this
+	// Scheduler's own writes). Idle, it claims once per PollInterval and
+	// asks nothing more.
+	hints := newDueHints()
 	var nextDue, wake time.Time // local clock; zero: unknown
 	var from claimFrom
 	learn := func() {
@@ -164,32 +164,43 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 			nextDue = time.Time{}
 		}
 	}
+	changed := false
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
 		case <-s.cfg.Changes:
-			if learn(); !nextDue.IsZero() && nextDue.Before(wake) {
-				wake = nextDue
-				timer.Reset(time.Until(wake))
+			changed = true
+		case <-s.localWrites:
+			changed = true
+		case <-hints.poke:
+			if t, ok := hints.first(); ok && t.Before(wake) {
+				wake = t
+				timer.Reset(max(time.Until(t), 0))
 			}
 			continue
 		}
-		atDue := !nextDue.IsZero() && !time.Now().Before(nextDue)
-		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, w, &from)
+		now := time.Now()
+		atDue := !nextDue.IsZero() && !now.Before(nextDue)
+		hinted := hints.take(now)
+		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, w, &from, hints)
 		wait := s.cfg.PollInterval
 		if asked > 0 && claimed == asked || from.again {
 			// As many were due as there was room for (more may be), or
 			// a claim from the cursor ran short (jobs behind it may be due).
 			wait = 0
-		} else if s.cfg.Changes != nil {
-			if atDue {
+		} else {
+			if claimed > 0 || atDue || hinted || changed {
 				learn()
 			}
 			if !nextDue.IsZero() {
 				wait = min(wait, max(time.Until(nextDue), 0))
 			}
+		}
+		changed = false
+		if t, ok := hints.first(); ok {
+			wait = min(wait, max(time.Until(t), 0))
 		}
 		wake = time.Now().Add(wait)
 		timer.Reset(wait)
@@ -201,7 +212,7 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 // many it asked for. With a finisher (Store.Batched) the jobs whose due
 // occurrence simply runs are started by one statement; the rest, and any
 // that statement did not start, take the per-job path.
-func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, w *workerTerm, from *claimFrom) (int, int) {
+func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, w *workerTerm, from *claimFrom, hints *dueHints) (int, int) {
 	from.again = false // until a claim says otherwise
 	if !s.begin() {
 		return 0, 0
@@ -274,6 +285,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		}
 		err = nil
 	}
+	got := time.Now() // when the claim's answer, and its database now, arrived
 	for i := len(claimed); i < slots; i++ {
 		<-s.sem
 	}
@@ -299,26 +311,33 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		go func() {
 			var once sync.Once
 			release := func() { once.Do(func() { <-s.sem }) }
-			done := func(time.Time) {
+			done := func(next time.Time) {
 				if w != nil {
 					w.hold(c.ID, -1) // its finish is written (or given up)
+				}
+				// The job's next occurrence, as this run's finish wrote
+				// it: claim it when it falls due (at once for a job that
+				// fell behind), not at the next poll.
+				if t, ok := localDue(next, c.Now, got); ok && ctx.Err() == nil {
+					hints.add(t)
 				}
 				s.inflight.Done()
 				wg.Done()
 			}
 			queued := false
+			var next time.Time
 			defer func() {
 				release()
 				if !queued {
-					done(time.Time{})
+					done(next)
 				}
 			}()
 			d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, ensure: ensure, until: until, heartbeat: true, batch: fin, queued: &queued, done: done, release: release}
 			if r := started[i]; r != nil {
-				s.runStarted(runCtx, c, *r, d, s.runLogger(c))
+				next = s.runStarted(runCtx, c, *r, d, s.runLogger(c))
 				return
 			}
-			s.execute(runCtx, c, d)
+			next = s.execute(runCtx, c, d)
 		}()
 	}
 	return len(claimed), slots

@@ -330,6 +330,10 @@ type Scheduler struct {
 	state     DispatchState // leader mode: how Lead is doing
 	lastTurn  time.Time     // when Lead's loop last turned
 	loopBound time.Duration // a silence longer than this is a stuck loop
+
+	// localWrites: this Scheduler's API wrote a job that may be due
+	// (wrote); its claim loop claims at once.
+	localWrites chan struct{}
 }
 
 // DispatchState is how leader-mode dispatch is doing (Scheduler.Dispatch).
@@ -444,7 +448,7 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Scheduler{cfg: cfg, store: cfg.Store, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxConcurrent), drained: make(chan struct{}),
-		leaderSem: make(chan struct{}, leaderSlots)}, nil
+		leaderSem: make(chan struct{}, leaderSlots), localWrites: make(chan struct{}, 1)}, nil
 }
 
 // Create stores a new job, validated, with its first occurrence computed from
@@ -468,6 +472,7 @@ func (s *Scheduler) Create(ctx context.Context, j sqlease.Job) (sqlease.Job, boo
 		return sqlease.Job{}, false, err
 	}
 	if created {
+		s.wrote()
 		return stored.Job, true, nil
 	}
 	if stored.SpecHash == hash && stored.Name == j.Name {
@@ -519,6 +524,7 @@ func (s *Scheduler) CreateMany(ctx context.Context, jobs []sqlease.Job) ([]Creat
 	if err != nil {
 		return nil, err
 	}
+	s.wrote()
 	out := make([]Created, len(jobs))
 	for i, k := range index {
 		out[i] = Created{Job: stored[k].Job, Created: created[k]}
@@ -803,6 +809,9 @@ func (s *Scheduler) PauseWithReason(ctx context.Context, name, reason string) (s
 // occurrences missed while paused follow its missed-runs policy.
 func (s *Scheduler) Resume(ctx context.Context, name string) (sqlease.Job, error) {
 	j, err := s.store.SetPaused(ctx, name, false, "")
+	if err == nil {
+		s.wrote()
+	}
 	return j.Job, err
 }
 
@@ -824,7 +833,11 @@ func (s *Scheduler) ResumePrefix(ctx context.Context, prefix string) (int64, err
 	if err := ValidatePrefix(prefix); err != nil {
 		return 0, err
 	}
-	return s.store.SetPausedPrefix(ctx, prefix, false, "")
+	n, err := s.store.SetPausedPrefix(ctx, prefix, false, "")
+	if err == nil && n > 0 {
+		s.wrote()
+	}
+	return n, err
 }
 
 // ValidatePrefix returns an error wrapping sqlease.ErrInvalidConfig unless
@@ -857,6 +870,9 @@ func validateReason(reason string) error {
 // sqlease.ErrConflict that names the state.
 func (s *Scheduler) Trigger(ctx context.Context, name string) (sqlease.Job, error) {
 	j, err := s.store.Trigger(ctx, name)
+	if err == nil {
+		s.wrote()
+	}
 	return j.Job, err
 }
 
