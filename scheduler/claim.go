@@ -14,7 +14,8 @@ import (
 
 // Run is claim-mode dispatch: until ctx ends, it claims due jobs for
 // Config.Holder every PollInterval (at once again when a claim filled a
-// whole batch), executes them with heartbeats, and on shutdown gives
+// whole batch, and between polls when it knows a job falls due: see
+// ontime.go), executes them with heartbeats, and on shutdown gives
 // in-flight runs ShutdownTimeout before cancelling them. It returns nil after
 // ctx ends and every run has finished.
 func (s *Scheduler) Run(ctx context.Context) error {
@@ -142,14 +143,22 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 	defer timer.Stop()
 	// The worker claims when it knows a job falls due, not only every
 	// PollInterval (ontime.go): at the instants its own finishes wrote
-	// (hints), at the earliest one still to come (nextDue, asked after a
-	// claim that took jobs, was made at a known instant, or followed a
-	// change), and at once after a change (Config.Changes, this
-	// Scheduler's own writes). Idle, it claims once per PollInterval and
-	// asks nothing more.
+	// (hints), at the earliest one still to come (nextDue), and at once
+	// after a change (Config.Changes, this Scheduler's own writes). Idle,
+	// it claims once per PollInterval and asks nothing more.
+	//
+	// nextDue is asked before the claim it guides, never after: a job
+	// falling due between a claim's now and a later NextDue's now would be
+	// seen by neither (NextDue reports what is still to come), and wait
+	// for the next poll. Asked first, every job still to come at the claim
+	// is still to come at NextDue's earlier now, so nextDue is no later
+	// than it. It is asked at start, after a change, at the instant it
+	// named, and after a claim that found jobs no one had told of (a poll
+	// that found work: the claim after it follows at once).
 	hints := newDueHints()
 	var nextDue, wake time.Time // local clock; zero: unknown
 	var from claimFrom
+	canLearn := s.store.Dialect().Jobs.NextDue != ""
 	learn := func() {
 		d, ok, err := s.store.NextDue(ctx)
 		switch {
@@ -164,16 +173,16 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 			nextDue = time.Time{}
 		}
 	}
-	changed := false
+	learnNext := true
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
 		case <-s.cfg.Changes:
-			changed = true
+			learnNext = true
 		case <-s.localWrites:
-			changed = true
+			learnNext = true
 		case <-hints.poke:
 			if t, ok := hints.first(); ok && t.Before(wake) {
 				wake = t
@@ -184,21 +193,25 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 		now := time.Now()
 		atDue := !nextDue.IsZero() && !now.Before(nextDue)
 		hinted := hints.take(now)
+		learned := false
+		if canLearn && (learnNext || atDue) {
+			learn()
+			learned = true
+		}
+		learnNext = false
 		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, w, &from, hints)
 		wait := s.cfg.PollInterval
-		if asked > 0 && claimed == asked || from.again {
+		switch {
+		case asked > 0 && claimed == asked || from.again:
 			// As many were due as there was room for (more may be), or
 			// a claim from the cursor ran short (jobs behind it may be due).
 			wait = 0
-		} else {
-			if claimed > 0 || atDue || hinted || changed {
-				learn()
-			}
-			if !nextDue.IsZero() {
-				wait = min(wait, max(time.Until(nextDue), 0))
-			}
+		case canLearn && claimed > 0 && !learned && !hinted:
+			// A poll found work: learn what comes next, then claim.
+			learnNext, wait = true, 0
+		case !nextDue.IsZero():
+			wait = min(wait, max(time.Until(nextDue), 0))
 		}
-		changed = false
 		if t, ok := hints.first(); ok {
 			wait = min(wait, max(time.Until(t), 0))
 		}

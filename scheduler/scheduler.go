@@ -25,7 +25,10 @@
 //
 // Claim mode (Run): each worker polls, claims a batch of due jobs in one
 // statement, heartbeats each lock while running, and cancels the run's
-// context after HeartbeatFailures consecutive failed heartbeats.
+// context after HeartbeatFailures consecutive failed heartbeats. Between
+// polls it claims when it knows a job falls due — from its own finishes,
+// NextDue, a change — which is only ever a wake-up hint: the claim decides,
+// in database time (ontime.go).
 //
 // Leader mode (Lead, called from the elector's OnStartedLeading): only the
 // leader keeps an in-memory schedule, bounded to the jobs due within
@@ -136,7 +139,13 @@ type Config struct {
 	// ValidateAction checks a job's action on creation; nil accepts any.
 	ValidateAction func(json.RawMessage) error
 
-	// PollInterval is how often a claim-mode worker looks for due jobs.
+	// PollInterval is how often a claim-mode worker looks for due jobs
+	// when it knows of none sooner. It claims earlier when it knows a job
+	// falls due (ontime.go): the next occurrence a run of its own left (at
+	// once for a job behind), the earliest one still to come (asked after
+	// a claim that took jobs), a change (Changes, or this Scheduler's own
+	// Create, Resume, Trigger). Idle, it makes one claim per PollInterval.
+	// Default DefaultPollInterval.
 	PollInterval time.Duration
 	// BatchSize is how many due jobs one claim statement may lock. Default
 	// DefaultBatchedBatchSize on a store that batches (Store.Batched), else
@@ -158,9 +167,11 @@ type Config struct {
 	// Changes, when set, signals that jobs may have changed (PostgreSQL:
 	// postgres.ListenJobs). The leader then refreshes when signalled — at
 	// most once per RefreshInterval — and otherwise every FallbackRefresh;
-	// a claim-mode worker asks when the next job falls due and claims then,
-	// not at its next poll. One Scheduler's dispatch reads it: give a
-	// scheduler that both leads and claims a feed each.
+	// a claim-mode worker claims at once and asks when the next job falls
+	// due, and claims then, not at its next poll: a job created or
+	// triggered through another node runs on time. One Scheduler's
+	// dispatch reads it: give a scheduler that both leads and claims a
+	// feed each.
 	Changes <-chan struct{}
 	// FallbackRefresh is the refresh period when Changes is set; it bounds
 	// the delay of a lost notification. Default DefaultFallbackRefresh.
