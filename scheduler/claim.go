@@ -147,14 +147,16 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 	// after a change (Config.Changes, this Scheduler's own writes). Idle,
 	// it claims once per PollInterval and asks nothing more.
 	//
-	// nextDue is asked before the claim it guides, never after: a job
-	// falling due between a claim's now and a later NextDue's now would be
-	// seen by neither (NextDue reports what is still to come), and wait
-	// for the next poll. Asked first, every job still to come at the claim
-	// is still to come at NextDue's earlier now, so nextDue is no later
-	// than it. It is asked at start, after a change, at the instant it
-	// named, and after a claim that found jobs no one had told of (a poll
-	// that found work: the claim after it follows at once).
+	// nextDue is asked right after a claim (so that the claim, and the
+	// runs it starts, wait for no other statement): at start, after a
+	// change, after a claim at the instant it named, and after a claim
+	// that found jobs no hint told of (a poll that found work). NextDue
+	// reports what is still to come at its own now, later than the
+	// claim's: a job falling due in between was seen by neither. So when
+	// the next instant is further away than that gap is wide (or there is
+	// none), the worker claims once more at once, without asking again
+	// unless that claim finds work: the job otherwise waited for the next
+	// poll (the bench's last on-time job, 1.0 s late).
 	hints := newDueHints()
 	var nextDue, wake time.Time // local clock; zero: unknown
 	var from claimFrom
@@ -190,15 +192,9 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 			}
 			continue
 		}
-		now := time.Now()
-		atDue := !nextDue.IsZero() && !now.Before(nextDue)
-		hinted := hints.take(now)
-		learned := false
-		if canLearn && (learnNext || atDue) {
-			learn()
-			learned = true
-		}
-		learnNext = false
+		sent := time.Now()
+		atDue := !nextDue.IsZero() && !sent.Before(nextDue)
+		hinted := hints.take(sent)
 		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, w, &from, hints)
 		wait := s.cfg.PollInterval
 		switch {
@@ -206,9 +202,14 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 			// As many were due as there was room for (more may be), or
 			// a claim from the cursor ran short (jobs behind it may be due).
 			wait = 0
-		case canLearn && claimed > 0 && !learned && !hinted:
-			// A poll found work: learn what comes next, then claim.
-			learnNext, wait = true, 0
+		case canLearn && (learnNext || atDue || claimed > 0 && !hinted):
+			learnNext = false
+			learn()
+			if gap := time.Since(sent); nextDue.IsZero() || time.Until(nextDue) > gap {
+				wait = 0 // the claim after NextDue's now: see above
+			} else {
+				wait = min(wait, max(time.Until(nextDue), 0))
+			}
 		case !nextDue.IsZero():
 			wait = min(wait, max(time.Until(nextDue), 0))
 		}
