@@ -188,6 +188,7 @@ func main() {
 		ontimeRate  = fs.Float64("ontime-rate", 1000, "ontime: jobs due per second")
 		ontimeLead  = fs.Duration("ontime-lead", 3*time.Second, "ontime: the first job is due this long after the jobs are created")
 		backlog     = fs.Int("backlog", 6000, "ontime: occurrences behind in the backlog drain (0: skip it)")
+		ontimeWays  = fs.String("ontime-ways", "", "ontime: the ways to run, comma-separated: claim, leader, river-defaults, river-tuned (default: all)")
 		peerDefault = fs.Bool("peer-river-defaults", true, "peer: also run River with its defaults (about 1,000 jobs/s whatever the count: 100 s a round at -peer-jobs 100000)")
 		bulkJobs    = fs.Int("bulk-jobs", 50000, "bulk: jobs created per run and way")
 		bulkBatch   = fs.Int("bulk-batch", 5000, "bulk: jobs per CreateMany call and per POST /v1/jobs:batch")
@@ -336,6 +337,9 @@ func main() {
 		}
 		if want["ontime"] {
 			o := ontimeOpts{jobs: *ontimeJobs, rate: *ontimeRate, lead: *ontimeLead, timeout: 30 * time.Second}
+			if *ontimeWays != "" {
+				o.ways = strings.Split(*ontimeWays, ",")
+			}
 			if !ontimeScenario(ctx, e, d, o, *backlog, *runs, *timeout) {
 				return
 			}

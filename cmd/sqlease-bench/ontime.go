@@ -53,6 +53,7 @@ type ontimeOpts struct {
 	rate    float64
 	lead    time.Duration
 	timeout time.Duration
+	ways    []string // claim, leader, river-defaults, river-tuned; empty: all
 }
 
 // jobsFeed starts PostgreSQL's job change feed as `sqlease serve` does (nil
@@ -324,7 +325,11 @@ func ontimeScenario(ctx context.Context, e *env, dialect string, o ontimeOpts, b
 		map[bool]string{true: ", the job change feed (postgres.ListenJobs) as sqlease serve wires it", false: ""}[dialect == "postgres"])
 	fmt.Printf("   River v0.51.1: InsertMany with InsertOpts.ScheduledAt into a client started %s before%s; defaults: MaxWorkers 100, FetchCooldown 100 ms, FetchPollInterval 1 s; latency-tuned: FetchCooldown 1 ms, FetchPollInterval 10 ms; its job scheduler makes the jobs due within its next 5 s available ahead of time, and producers fetch the due ones by FetchPollInterval polls and LISTEN/NOTIFY\n",
 		riverWarm, map[bool]string{true: " (riversqlite, one connection as its documentation asks)", false: ""}[dialect == "sqlite"])
-	bin, cleanup, err := buildRiver(ctx)
+	needRiver := len(o.ways) == 0 || slices.ContainsFunc(o.ways, func(w string) bool { return strings.HasPrefix(w, "river") })
+	bin, cleanup, err := "", func() {}, error(nil)
+	if needRiver {
+		bin, cleanup, err = buildRiver(ctx)
+	}
 	if err != nil {
 		fmt.Printf("  ERROR building River: %v\n", err)
 		exitCode = 1
@@ -344,6 +349,15 @@ func ontimeScenario(ctx context.Context, e *env, dialect string, o ontimeOpts, b
 		ways = append(ways,
 			way{"River defaults", func() (delayStats, error) { return runRiverOntime(ctx, e, bin, dialect, o, false) }},
 			way{"River tuned", func() (delayStats, error) { return runRiverOntime(ctx, e, bin, dialect, o, true) }})
+	}
+	if len(o.ways) > 0 {
+		var keep []way
+		for _, w := range ways {
+			if slices.Contains(o.ways, strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(w.name, "sqlease "), " ", "-"))) {
+				keep = append(keep, w)
+			}
+		}
+		ways = keep
 	}
 	got := make([][]delayStats, len(ways))
 	for r := 1; r <= runs; r++ {
