@@ -14,7 +14,8 @@ import (
 
 // Run is claim-mode dispatch: until ctx ends, it claims due jobs for
 // Config.Holder every PollInterval (at once again when a claim filled a
-// whole batch), executes them with heartbeats, and on shutdown gives
+// whole batch, and between polls when it knows a job falls due: see
+// ontime.go), executes them with heartbeats, and on shutdown gives
 // in-flight runs ShutdownTimeout before cancelling them. It returns nil after
 // ctx ends and every run has finished.
 func (s *Scheduler) Run(ctx context.Context) error {
@@ -140,16 +141,26 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	// With a change feed (Config.Changes) the worker also learns when the
-	// next job falls due and claims then rather than at the next poll: a
-	// job created for 12:00:00 runs at 12:00:00, not up to PollInterval
-	// later. The instant is asked for after a change and after each claim
-	// made at a known instant (which chains through the occurrences to
-	// come: one more statement per instant, none while nothing is due).
-	// A periodic job's next occurrence, written by its finish, is found
-	// by the polls.
+	// The worker claims when it knows a job falls due, not only every
+	// PollInterval (ontime.go): at the instants its own finishes wrote
+	// (hints), at the earliest one still to come (nextDue), and at once
+	// after a change (Config.Changes, this Scheduler's own writes). Idle,
+	// it claims once per PollInterval and asks nothing more.
+	//
+	// nextDue is asked right after a claim (so that the claim, and the
+	// runs it starts, wait for no other statement): at start, after a
+	// change, after a claim at the instant it named, and after a claim
+	// that found jobs no hint told of (a poll that found work). NextDue
+	// reports what is still to come at its own now, later than the
+	// claim's: a job falling due in between was seen by neither. So when
+	// the next instant is further away than that gap is wide (or there is
+	// none), the worker claims once more at once, without asking again
+	// unless that claim finds work: the job otherwise waited for the next
+	// poll (the bench's last on-time job, 1.0 s late).
+	hints := newDueHints()
 	var nextDue, wake time.Time // local clock; zero: unknown
 	var from claimFrom
+	canLearn := s.store.Dialect().Jobs.NextDue != ""
 	learn := func() {
 		d, ok, err := s.store.NextDue(ctx)
 		switch {
@@ -164,32 +175,46 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 			nextDue = time.Time{}
 		}
 	}
+	learnNext := true
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
 		case <-s.cfg.Changes:
-			if learn(); !nextDue.IsZero() && nextDue.Before(wake) {
-				wake = nextDue
-				timer.Reset(time.Until(wake))
+			learnNext = true
+		case <-s.localWrites:
+			learnNext = true
+		case <-hints.poke:
+			if t, ok := hints.first(); ok && t.Before(wake) {
+				wake = t
+				timer.Reset(max(time.Until(t), 0))
 			}
 			continue
 		}
-		atDue := !nextDue.IsZero() && !time.Now().Before(nextDue)
-		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, w, &from)
+		sent := time.Now()
+		atDue := !nextDue.IsZero() && !sent.Before(nextDue)
+		hinted := hints.take(sent)
+		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, w, &from, hints)
 		wait := s.cfg.PollInterval
-		if asked > 0 && claimed == asked || from.again {
+		switch {
+		case asked > 0 && claimed == asked || from.again:
 			// As many were due as there was room for (more may be), or
 			// a claim from the cursor ran short (jobs behind it may be due).
 			wait = 0
-		} else if s.cfg.Changes != nil {
-			if atDue {
-				learn()
-			}
-			if !nextDue.IsZero() {
+		case canLearn && (learnNext || atDue || claimed > 0 && !hinted):
+			learnNext = false
+			learn()
+			if gap := time.Since(sent); nextDue.IsZero() || time.Until(nextDue) > gap {
+				wait = 0 // the claim after NextDue's now: see above
+			} else {
 				wait = min(wait, max(time.Until(nextDue), 0))
 			}
+		case !nextDue.IsZero():
+			wait = min(wait, max(time.Until(nextDue), 0))
+		}
+		if t, ok := hints.first(); ok {
+			wait = min(wait, max(time.Until(t), 0))
 		}
 		wake = time.Now().Add(wait)
 		timer.Reset(wait)
@@ -201,7 +226,7 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 // many it asked for. With a finisher (Store.Batched) the jobs whose due
 // occurrence simply runs are started by one statement; the rest, and any
 // that statement did not start, take the per-job path.
-func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, w *workerTerm, from *claimFrom) (int, int) {
+func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, w *workerTerm, from *claimFrom, hints *dueHints) (int, int) {
 	from.again = false // until a claim says otherwise
 	if !s.begin() {
 		return 0, 0
@@ -274,6 +299,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		}
 		err = nil
 	}
+	got := time.Now() // when the claim's answer, and its database now, arrived
 	for i := len(claimed); i < slots; i++ {
 		<-s.sem
 	}
@@ -299,26 +325,33 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		go func() {
 			var once sync.Once
 			release := func() { once.Do(func() { <-s.sem }) }
-			done := func(time.Time) {
+			done := func(next time.Time) {
 				if w != nil {
 					w.hold(c.ID, -1) // its finish is written (or given up)
+				}
+				// The job's next occurrence, as this run's finish wrote
+				// it: claim it when it falls due (at once for a job that
+				// fell behind), not at the next poll.
+				if t, ok := localDue(next, c.Now, got); ok && ctx.Err() == nil {
+					hints.add(t)
 				}
 				s.inflight.Done()
 				wg.Done()
 			}
 			queued := false
+			var next time.Time
 			defer func() {
 				release()
 				if !queued {
-					done(time.Time{})
+					done(next)
 				}
 			}()
 			d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, ensure: ensure, until: until, heartbeat: true, batch: fin, queued: &queued, done: done, release: release}
 			if r := started[i]; r != nil {
-				s.runStarted(runCtx, c, *r, d, s.runLogger(c))
+				next = s.runStarted(runCtx, c, *r, d, s.runLogger(c))
 				return
 			}
-			s.execute(runCtx, c, d)
+			next = s.execute(runCtx, c, d)
 		}()
 	}
 	return len(claimed), slots

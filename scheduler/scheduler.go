@@ -25,7 +25,10 @@
 //
 // Claim mode (Run): each worker polls, claims a batch of due jobs in one
 // statement, heartbeats each lock while running, and cancels the run's
-// context after HeartbeatFailures consecutive failed heartbeats.
+// context after HeartbeatFailures consecutive failed heartbeats. Between
+// polls it claims when it knows a job falls due — from its own finishes,
+// NextDue, a change — which is only ever a wake-up hint: the claim decides,
+// in database time (ontime.go).
 //
 // Leader mode (Lead, called from the elector's OnStartedLeading): only the
 // leader keeps an in-memory schedule, bounded to the jobs due within
@@ -146,7 +149,13 @@ type Config struct {
 	// ValidateAction checks a job's action on creation; nil accepts any.
 	ValidateAction func(json.RawMessage) error
 
-	// PollInterval is how often a claim-mode worker looks for due jobs.
+	// PollInterval is how often a claim-mode worker looks for due jobs
+	// when it knows of none sooner. It claims earlier when it knows a job
+	// falls due (ontime.go): the next occurrence a run of its own left (at
+	// once for a job behind), the earliest one still to come (asked after
+	// a claim that took jobs), a change (Changes, or this Scheduler's own
+	// Create, Resume, Trigger). Idle, it makes one claim per PollInterval.
+	// Default DefaultPollInterval.
 	PollInterval time.Duration
 	// BatchSize is how many due jobs one claim statement may lock. Default
 	// DefaultBatchedBatchSize on a store that batches (Store.Batched), else
@@ -168,9 +177,11 @@ type Config struct {
 	// Changes, when set, signals that jobs may have changed (PostgreSQL:
 	// postgres.ListenJobs). The leader then refreshes when signalled — at
 	// most once per RefreshInterval — and otherwise every FallbackRefresh;
-	// a claim-mode worker asks when the next job falls due and claims then,
-	// not at its next poll. One Scheduler's dispatch reads it: give a
-	// scheduler that both leads and claims a feed each.
+	// a claim-mode worker claims at once and asks when the next job falls
+	// due, and claims then, not at its next poll: a job created or
+	// triggered through another node runs on time. One Scheduler's
+	// dispatch reads it: give a scheduler that both leads and claims a
+	// feed each.
 	Changes <-chan struct{}
 	// FallbackRefresh is the refresh period when Changes is set; it bounds
 	// the delay of a lost notification. Default DefaultFallbackRefresh.
@@ -340,6 +351,10 @@ type Scheduler struct {
 	state     DispatchState // leader mode: how Lead is doing
 	lastTurn  time.Time     // when Lead's loop last turned
 	loopBound time.Duration // a silence longer than this is a stuck loop
+
+	// localWrites: this Scheduler's API wrote a job that may be due
+	// (wrote); its claim loop claims at once.
+	localWrites chan struct{}
 }
 
 // DispatchState is how leader-mode dispatch is doing (Scheduler.Dispatch).
@@ -454,7 +469,7 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Scheduler{cfg: cfg, store: cfg.Store, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxConcurrent), drained: make(chan struct{}),
-		leaderSem: make(chan struct{}, leaderSlots)}, nil
+		leaderSem: make(chan struct{}, leaderSlots), localWrites: make(chan struct{}, 1)}, nil
 }
 
 // Create stores a new job, validated, with its first occurrence computed from
@@ -478,6 +493,7 @@ func (s *Scheduler) Create(ctx context.Context, j sqlease.Job) (sqlease.Job, boo
 		return sqlease.Job{}, false, err
 	}
 	if created {
+		s.wrote()
 		return stored.Job, true, nil
 	}
 	if stored.SpecHash == hash && stored.Name == j.Name {
@@ -529,6 +545,7 @@ func (s *Scheduler) CreateMany(ctx context.Context, jobs []sqlease.Job) ([]Creat
 	if err != nil {
 		return nil, err
 	}
+	s.wrote()
 	out := make([]Created, len(jobs))
 	for i, k := range index {
 		out[i] = Created{Job: stored[k].Job, Created: created[k]}
@@ -840,6 +857,9 @@ func (s *Scheduler) PauseWithReason(ctx context.Context, name, reason string) (s
 // occurrences missed while paused follow its missed-runs policy.
 func (s *Scheduler) Resume(ctx context.Context, name string) (sqlease.Job, error) {
 	j, err := s.store.SetPaused(ctx, name, false, "")
+	if err == nil {
+		s.wrote()
+	}
 	return j.Job, err
 }
 
@@ -861,7 +881,11 @@ func (s *Scheduler) ResumePrefix(ctx context.Context, prefix string) (int64, err
 	if err := ValidatePrefix(prefix); err != nil {
 		return 0, err
 	}
-	return s.store.SetPausedPrefix(ctx, prefix, false, "")
+	n, err := s.store.SetPausedPrefix(ctx, prefix, false, "")
+	if err == nil && n > 0 {
+		s.wrote()
+	}
+	return n, err
 }
 
 // ValidatePrefix returns an error wrapping sqlease.ErrInvalidConfig unless
@@ -894,6 +918,9 @@ func validateReason(reason string) error {
 // sqlease.ErrConflict that names the state.
 func (s *Scheduler) Trigger(ctx context.Context, name string) (sqlease.Job, error) {
 	j, err := s.store.Trigger(ctx, name)
+	if err == nil {
+		s.wrote()
+	}
 	return j.Job, err
 }
 

@@ -160,6 +160,11 @@ WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?1) ORDER BY id DESC LIMIT ?2
 	coalesce(sum(paused = 0 AND next_run_at <= {now}), 0),
 	coalesce(sum(locked_by IS NOT NULL), 0) FROM {jobs}`),
 		PruneRuns: r.Replace(`DELETE FROM {runs} WHERE finished_at < ` + nowPlus("-?1")),
+		// The due index's first entry past now: a claim-mode worker sleeps
+		// until then rather than a whole poll interval. julianday keeps
+		// sub-millisecond precision for the span.
+		NextDue: r.Replace(`SELECT (julianday(min(next_run_at)) - julianday({now})) * 86400000.0 FROM {jobs}
+WHERE paused = 0 AND next_run_at > {now}`),
 		DueWindow: r.Replace(`SELECT id, max(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at, {now} FROM {jobs}
 WHERE paused = 0 AND next_run_at IS NOT NULL AND next_run_at < ` + nowPlus("?1") + `
 ORDER BY next_run_at, id LIMIT ?2`),

@@ -111,6 +111,7 @@ func Run(t *testing.T, h Harness) {
 		{"BreakerState", testBreakerState},
 		{"SkippedAndCancelled", testSkippedAndCancelled},
 		{"FinishRunSkipping", testFinishRunSkipping},
+		{"NextDue", testNextDue},
 		{"Linearizable", testLinearizable},
 	}
 	for _, tc := range tests {

@@ -74,6 +74,18 @@ SCENARIOS (-bench, comma-separated; default claim,submit,leader,memory)
           instant, to a receiver in this process, --dispatch leader and
           claim: deliveries/s from the due instant to the last arrival,
           p50/p99 from scheduled_for to arrival, every job exactly once.
+  ontime  Jobs due at known times: -ontime-jobs one-off no-op jobs due at
+          -ontime-rate a second, the first -ontime-lead after they are
+          created (CreateMany through another pool, dispatch already
+          running and idle); p50/p99/max of the delay from scheduled_for to
+          the handler's start, for sqlease claim (one worker) and leader
+          mode with their defaults (PostgreSQL: with the job change feed, as
+          sqlease serve wires it) and River v0.51.1 (cmd/sqlease-bench/river
+          -ontime: InsertOpts.ScheduledAt) with its defaults and
+          latency-tuned, interleaved round by round; medians of the rounds.
+          Then the backlog drain: one run_all job every 100 ms behind by
+          -backlog occurrences (a pause, then Resume), in both dispatch
+          modes: occurrences/s until the backlog is run.
 
 WHAT ELSE IS REPORTED
   cpu     machine utilization over the run (/proc/stat, all cores), the
@@ -163,7 +175,7 @@ func main() {
 		fs.PrintDefaults()
 	}
 	var (
-		benches     = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer, daemon (comma-separated; all = every one but bulk, peer and daemon)")
+		benches     = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer, daemon, ontime (comma-separated; all = every one but bulk, peer, daemon and ontime)")
 		dialects    = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite (comma-separated)")
 		dbURL       = fs.String("db", "", "PostgreSQL URL of a role that may CREATE DATABASE (default $SQLEASE_TEST_POSTGRES_URL, else a private server)")
 		runs        = fs.Int("runs", 5, "repetitions of each measurement (medians are reported)")
@@ -172,6 +184,11 @@ func main() {
 		daemonJobs  = fs.Int("daemon-jobs", 20000, "daemon: HTTP jobs per run")
 		daemonNodes = fs.Int("daemon-nodes", 1, "daemon: sqlease serve nodes")
 		peerJobs    = fs.Int("peer-jobs", 20000, "peer: due no-op jobs per run and way")
+		ontimeJobs  = fs.Int("ontime-jobs", 5000, "ontime: one-off jobs per run and way")
+		ontimeRate  = fs.Float64("ontime-rate", 1000, "ontime: jobs due per second")
+		ontimeLead  = fs.Duration("ontime-lead", 3*time.Second, "ontime: the first job is due this long after the jobs are created")
+		backlog     = fs.Int("backlog", 6000, "ontime: occurrences behind in the backlog drain (0: skip it)")
+		ontimeWays  = fs.String("ontime-ways", "", "ontime: the ways to run, comma-separated: claim, leader, river-defaults, river-tuned (default: all)")
 		peerDefault = fs.Bool("peer-river-defaults", true, "peer: also run River with its defaults (about 1,000 jobs/s whatever the count: 100 s a round at -peer-jobs 100000)")
 		bulkJobs    = fs.Int("bulk-jobs", 50000, "bulk: jobs created per run and way")
 		bulkBatch   = fs.Int("bulk-batch", 5000, "bulk: jobs per CreateMany call and per POST /v1/jobs:batch")
@@ -234,7 +251,7 @@ func main() {
 	for _, b := range strings.Split(*benches, ",") {
 		b = strings.TrimSpace(b)
 		switch b {
-		case "claim", "submit", "leader", "memory", "bulk", "peer", "daemon":
+		case "claim", "submit", "leader", "memory", "bulk", "peer", "daemon", "ontime":
 			want[b] = true
 		case "all":
 			want["claim"], want["submit"], want["leader"], want["memory"] = true, true, true, true
@@ -315,6 +332,15 @@ func main() {
 		}
 		if want["peer"] && d == "postgres" {
 			if !peerScenario(ctx, e, *peerJobs, *runs, *peerDefault, tuning, *timeout) {
+				return
+			}
+		}
+		if want["ontime"] {
+			o := ontimeOpts{jobs: *ontimeJobs, rate: *ontimeRate, lead: *ontimeLead, timeout: 30 * time.Second}
+			if *ontimeWays != "" {
+				o.ways = strings.Split(*ontimeWays, ",")
+			}
+			if !ontimeScenario(ctx, e, d, o, *backlog, *runs, *timeout) {
 				return
 			}
 		}

@@ -34,11 +34,23 @@ type noopWorker struct {
 func (*noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
 
 func main() {
-	db := flag.String("db", "", "PostgreSQL URL of a fresh database")
+	db := flag.String("db", "", "PostgreSQL URL of a fresh database (with -driver sqlite: a file path)")
 	n := flag.Int("jobs", 20000, "no-op jobs to work off")
-	tuned := flag.Bool("tuned", false, "MaxWorkers 1000 and FetchCooldown 1 ms (else River's defaults)")
+	tuned := flag.Bool("tuned", false, "MaxWorkers 1000 and FetchCooldown 1 ms (else River's defaults); with -ontime, FetchCooldown 1 ms and FetchPollInterval 10 ms")
 	timeout := flag.Duration("timeout", 5*time.Minute, "give up after")
+	ontime := flag.Bool("ontime", false, "on-time mode (ontime.go): -jobs jobs scheduled at known instants, -rate a second, from -lead after the insert; prints start delays")
+	rate := flag.Float64("rate", 1000, "with -ontime: jobs due per second")
+	lead := flag.Duration("lead", 3*time.Second, "with -ontime: the first job is due this long after the client starts")
+	warm := flag.Duration("warm", 6*time.Second, "with -ontime: run the client this long before inserting the jobs")
+	drv := flag.String("driver", "pgx", "with -ontime: pgx (PostgreSQL) or sqlite (riversqlite on modernc.org/sqlite)")
 	flag.Parse()
+	if *ontime {
+		if err := runOntime(*drv, *db, *n, *rate, *lead, *warm, *tuned, *timeout); err != nil {
+			fmt.Fprintln(os.Stderr, "river:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*db, *n, *tuned, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "river:", err)
 		os.Exit(1)
