@@ -3,6 +3,7 @@ package multiproc
 import (
 	"context"
 	"database/sql"
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -20,7 +21,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(WorkerEnv) == "1" {
+	if fleettest.IsWorker() {
 		os.Exit(WorkerMain())
 	}
 	os.Exit(m.Run())

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -23,7 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(WorkerEnv) == "1" {
+	if fleettest.IsWorker() {
 		os.Exit(WorkerMain())
 	}
 	os.Exit(m.Run())
@@ -77,7 +78,7 @@ func (b *backend) leaderConfig(refresh time.Duration) WorkerConfig {
 
 func newBackend(t *testing.T, dialect, dsn string) *backend {
 	t.Helper()
-	db, st, err := OpenStore(dialect, dsn, prefix)
+	db, st, err := fleettest.OpenStore(context.Background(), dialect, dsn, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
