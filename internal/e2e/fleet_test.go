@@ -225,7 +225,7 @@ func testHandoff(t *testing.T, b backend) {
 				t.Errorf("stopping node's /readyz: %v", stopping)
 			}
 		}
-		if !strings.Contains(leader.out.String(), `"msg":"leader_released"`) {
+		if !strings.Contains(leader.out(), `"msg":"leader_released"`) {
 			t.Errorf("%s did not log leader_released", leader.holder)
 		}
 		if took > failoverBound {
@@ -308,7 +308,7 @@ func testDrain(t *testing.T, b backend) {
 	// The new leader has built its schedule: the finished one-off job is
 	// not in it and does not run again.
 	if err := poll(5*time.Second, func() (bool, string) {
-		return strings.Contains(newLeader.out.String(), `"msg":"schedule_rebuilt","lease_epoch":`+strconv.FormatInt(newEpoch, 10)+`,`),
+		return strings.Contains(newLeader.out(), `"msg":"schedule_rebuilt","lease_epoch":`+strconv.FormatInt(newEpoch, 10)+`,`),
 			"no schedule_rebuilt at the new epoch in the new leader's log"
 	}); err != nil {
 		t.Fatal(err)

@@ -115,6 +115,9 @@ type Daemons struct {
 	// DBFor, if set, gives each node its own database URL (e.g. through a
 	// proxy of its own) instead of the fleet's.
 	DBFor func(holder string) string
+	// Env is added to every node's environment (from which the test's
+	// SQLEASE_* variables are removed: flags decide).
+	Env []string
 
 	t     testing.TB
 	bin   string
@@ -222,6 +225,7 @@ func (d *Daemons) Launch(holder string, extra ...string) *Node {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	cmd.Env = append(cmd.Env, d.Env...)
 	n := &Node{notify: make(chan struct{})}
 	d.mu.Lock()
 	idx := len(d.nodes)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -129,6 +130,22 @@ func (p *Proc) ExitErr() error {
 		return nil
 	}
 	return p.exitErr
+}
+
+// Signal sends sig (SIGKILL and SIGTERM are remembered, and continue a
+// stopped process first). Safe from any goroutine.
+func (p *Proc) Signal(sig syscall.Signal) { p.signal(sig) }
+
+// Status describes how the process ended: "running", "killed by <signal>"
+// or its exit code.
+func (p *Proc) Status() string {
+	if !p.Exited() {
+		return "running"
+	}
+	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "killed by " + ws.Signal().String()
+	}
+	return strconv.Itoa(p.cmd.ProcessState.ExitCode())
 }
 
 func (p *Proc) signal(sig syscall.Signal) {
