@@ -95,7 +95,7 @@ func claimWorkerFault(t *testing.T, db string, sig syscall.Signal) time.Duration
 	hold := newHoldServer(t)
 	body := fmt.Sprintf(`{"name":"held","schedule":{},"lock_timeout":"1m","retry":{"max_attempts":3},`+
 		`"action":{"http":{"url":%q,"timeout":"1m"}}}`, hold.url)
-	resp, err := http.Post("http://"+c.addr(a)+"/v1/jobs", "application/json", strings.NewReader(body))
+	resp, err := http.Post("http://"+a.Addr+"/v1/jobs", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func claimWorkerFault(t *testing.T, db string, sig syscall.Signal) time.Duration
 	}
 	t0 := time.Now()
 	if path, ok := strings.CutPrefix(db, "sqlite:"); ok && sig == syscall.SIGSTOP {
-		t0 = fleettest.FreezeOutsideWrites(t, victim.cmd.Process.Pid, path)
+		t0 = fleettest.FreezeOutsideWrites(t, victim.PID(), path)
 	} else {
 		victim.signal(sig)
 	}
@@ -133,11 +133,7 @@ func claimWorkerFault(t *testing.T, db string, sig syscall.Signal) time.Duration
 	// The workers' own leases log as such, never as leadership.
 	sawWorkerLease := false
 	for _, n := range c.all() {
-		b, err := os.ReadFile(n.logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
+		for _, line := range strings.Split(n.Stderr(), "\n") {
 			if strings.Contains(line, `"msg":"leader_`) && strings.Contains(line, `"worker:`) {
 				t.Errorf("node %s logs its worker lease as leadership: %s", n.id, line)
 			}

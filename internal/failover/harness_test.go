@@ -1,17 +1,14 @@
 package failover
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,15 +39,8 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	bin = filepath.Join(dir, "sqlease")
-	// The test runs in the package directory, inside the module.
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command("go", append(args, "github.com/sqlease/sqlease/cmd/sqlease")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "failover: building sqlease: %v\n%s", err, out)
+	if bin, err = fleettest.BuildDaemon(dir, raceEnabled); err != nil {
+		fmt.Fprintln(os.Stderr, "failover:", err)
 		return 1
 	}
 	return m.Run()
@@ -160,144 +150,52 @@ func (r *recorder) wait(from int, timeout time.Duration, pred func(hit) bool) (h
 // --- node processes ---
 
 // logLine is one JSON log line of a node, with its local arrival time.
-type logLine struct {
-	Time         time.Time `json:"time"`
-	Level        string    `json:"level"`
-	Msg          string    `json:"msg"`
-	Epoch        int64     `json:"lease_epoch"`
-	Holder       string    `json:"holder_id"`
-	LeaderHolder string    `json:"leader_holder_id"`
-	HTTP         string    `json:"http"`
-	Reason       string    `json:"reason"`
-	Recv         time.Time `json:"-"`
-	Raw          string    `json:"-"`
-}
+type logLine = fleettest.LogLine
 
-// node is one `sqlease serve` process.
+// node is one `sqlease serve` process of the shared harness
+// (internal/fleettest).
 type node struct {
-	id      string
-	cmd     *exec.Cmd
-	logPath string
-	done    chan struct{} // closed once the process exited and stderr is read
-	exitErr error
-
-	mu     sync.Mutex
-	lines  []logLine
-	notify chan struct{}
-	killed bool
+	*fleettest.Node
+	id string
 }
 
 // routine log lines not kept in memory (the stderr file has them all).
 var routine = map[string]bool{"run_started": true, "run_finished": true, "leader_renewed": true}
 
-func (n *node) read(stderr io.Reader, file *os.File) {
-	defer file.Close()
-	sc := bufio.NewScanner(stderr)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		b := sc.Bytes()
-		_, _ = file.Write(append(b, '\n'))
-		var l logLine
-		if err := json.Unmarshal(b, &l); err != nil {
-			l = logLine{Msg: "(not json)", Time: time.Now()}
-		}
-		if routine[l.Msg] {
-			continue
-		}
-		l.Recv, l.Raw = time.Now(), string(b)
-		n.mu.Lock()
-		n.lines = append(n.lines, l)
-		close(n.notify)
-		n.notify = make(chan struct{})
-		n.mu.Unlock()
-	}
-	n.exitErr = n.cmd.Wait()
-	close(n.done)
-	n.mu.Lock()
-	close(n.notify)
-	n.notify = make(chan struct{})
-	n.mu.Unlock()
-}
-
 // waitLog returns the first log line matching pred, from the start of the
-// node's log.
+// node's log; it gives up early once the node has exited.
 func (n *node) waitLog(timeout time.Duration, what string, pred func(logLine) bool) (logLine, error) {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	from := 0
+	deadline := time.Now().Add(timeout)
 	for {
-		n.mu.Lock()
-		for ; from < len(n.lines); from++ {
-			if pred(n.lines[from]) {
-				l := n.lines[from]
-				n.mu.Unlock()
-				return l, nil
-			}
+		exited := n.Exited() // all its lines are read by then
+		if l, ok := n.TryWaitLogFrom(0, min(time.Until(deadline), 50*time.Millisecond), pred); ok {
+			return l, nil
 		}
-		ch := n.notify
-		n.mu.Unlock()
-		select {
-		case <-ch:
-			if n.exited() {
-				// one more scan happens above on the next turn; then fail
-				n.mu.Lock()
-				left := from < len(n.lines)
-				n.mu.Unlock()
-				if !left {
-					return logLine{}, fmt.Errorf("node %s exited (%v) before %s", n.id, n.exitErr, what)
-				}
-			}
-		case <-deadline.C:
+		switch {
+		case exited:
+			return logLine{}, fmt.Errorf("node %s exited (%v) before %s", n.id, n.ExitErr(), what)
+		case time.Now().After(deadline):
 			return logLine{}, fmt.Errorf("node %s: no %s within %v", n.id, what, timeout)
 		}
 	}
 }
 
-func (n *node) exited() bool {
-	select {
-	case <-n.done:
-		return true
-	default:
-		return false
-	}
-}
+func (n *node) exited() bool { return n.Exited() }
 
-func (n *node) signal(sig syscall.Signal) {
-	if sig == syscall.SIGKILL {
-		n.mu.Lock()
-		n.killed = true
-		n.mu.Unlock()
-	}
-	_ = n.cmd.Process.Signal(sig)
-}
+func (n *node) signal(sig syscall.Signal) { n.Signal(sig) }
 
-func (n *node) waitExit(timeout time.Duration) bool {
-	select {
-	case <-n.done:
-		return true
-	case <-time.After(timeout):
-		return false
-	}
-}
-
-func (n *node) stderrTail() string {
-	b, _ := os.ReadFile(n.logPath)
-	if len(b) > 6<<10 {
-		b = b[len(b)-6<<10:]
-	}
-	return string(b)
-}
+func (n *node) waitExit(timeout time.Duration) bool { return n.WaitExit(timeout) }
 
 // --- clusters ---
 
-// cluster is a fleet of nodes on one database, all with the same flags.
+// cluster is a fleet of nodes on one database, all with the same flags:
+// internal/fleettest's Daemons (whose cleanup kills the nodes, fails the
+// test on a data race or panic in a node's log and logs the nodes' stderr
+// if the test failed), and the recorder their jobs call.
 type cluster struct {
-	t    testing.TB
-	db   string
-	mode string   // --election
-	args []string // extra serve flags
-	rec  *recorder
-	dir  string
+	t   testing.TB
+	d   *fleettest.Daemons
+	rec *recorder
 
 	mu    sync.Mutex
 	nodes []*node
@@ -305,26 +203,9 @@ type cluster struct {
 }
 
 func newCluster(t testing.TB, db, mode string, args ...string) *cluster {
-	c := &cluster{t: t, db: db, mode: mode, args: args, rec: newRecorder(t), dir: t.TempDir()}
-	t.Cleanup(func() {
-		for _, n := range c.all() {
-			if !n.exited() {
-				n.signal(syscall.SIGKILL)
-				n.waitExit(10 * time.Second)
-			}
-		}
-		for _, n := range c.all() {
-			if b, _ := os.ReadFile(n.logPath); bytes.Contains(b, []byte("DATA RACE")) || bytes.Contains(b, []byte("panic:")) {
-				t.Errorf("node %s: stderr reports a data race or a panic", n.id)
-			}
-		}
-		if t.Failed() {
-			for _, n := range c.all() {
-				t.Logf("node %s stderr tail:\n%s", n.id, n.stderrTail())
-			}
-		}
-	})
-	return c
+	d := fleettest.NewDaemons(t, bin, db, append([]string{"--election", mode}, args...)...)
+	d.Unkept = routine
+	return &cluster{t: t, d: d, rec: newRecorder(t)}
 }
 
 func (c *cluster) all() []*node {
@@ -360,50 +241,11 @@ func (c *cluster) launch() *node {
 	c.seq++
 	id := fmt.Sprintf("n%d", c.seq)
 	c.mu.Unlock()
-	args := append([]string{"serve", "--db", c.db, "--holder-id", id, "--http", "127.0.0.1:0",
-		"--election", c.mode, "--log-format", "json"}, c.args...)
-	cmd := exec.Command(bin, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SQLEASE_") { // flags decide, not the caller's environment
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	// The node dies with the test process, whatever kills it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	logPath := filepath.Join(c.dir, id+".stderr")
-	file, err := os.Create(logPath)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	n := &node{id: id, cmd: cmd, logPath: logPath, done: make(chan struct{}), notify: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		c.t.Fatalf("starting %s: %v", bin, err)
-	}
+	n := &node{Node: c.d.Start(id)[0], id: id}
 	c.mu.Lock()
 	c.nodes = append(c.nodes, n)
 	c.mu.Unlock()
-	go n.read(stderr, file)
-	if _, err := n.waitLog(30*time.Second, "node_started", func(l logLine) bool { return l.Msg == "node_started" }); err != nil {
-		c.t.Fatal(err)
-	}
-	if _, err := n.waitLog(30*time.Second, "a view of the lease", func(l logLine) bool {
-		return l.Msg == "leader_observed" || l.Msg == "leader_acquired"
-	}); err != nil {
-		c.t.Fatal(err)
-	}
 	return n
-}
-
-func (c *cluster) addr(n *node) string {
-	l, err := n.waitLog(time.Second, "node_started", func(l logLine) bool { return l.Msg == "node_started" })
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return l.HTTP
 }
 
 // addJobs creates k every-100ms jobs calling the recorder, k phases spread
@@ -415,7 +257,7 @@ func (c *cluster) addJobs(n *node, k int) {
 		body := fmt.Sprintf(`{"name":"tick-%d","schedule":{"every":"%s"},"missed_runs":"skip",`+
 			`"action":{"http":{"url":%q,"timeout":"5s"}}}`, i, every, c.rec.url)
 		start := time.Now()
-		resp, err := http.Post("http://"+c.addr(n)+"/v1/jobs", "application/json", strings.NewReader(body))
+		resp, err := http.Post("http://"+n.Addr+"/v1/jobs", "application/json", strings.NewReader(body))
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -474,11 +316,11 @@ func (c *cluster) handoff(sig syscall.Signal, timeout time.Duration) sample {
 	if nw == nil {
 		c.t.Fatalf("action from unknown holder %q", h.Holder)
 	}
-	acq, err := nw.waitLog(5*time.Second, "leader_acquired", func(l logLine) bool { return l.Msg == "leader_acquired" && l.Epoch == h.Epoch })
+	acq, err := nw.waitLog(5*time.Second, "leader_acquired", func(l logLine) bool { return l.Msg == "leader_acquired" && l.Int("lease_epoch") == h.Epoch })
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	reb, err := nw.waitLog(5*time.Second, "schedule_rebuilt", func(l logLine) bool { return l.Msg == "schedule_rebuilt" && l.Epoch == h.Epoch })
+	reb, err := nw.waitLog(5*time.Second, "schedule_rebuilt", func(l logLine) bool { return l.Msg == "schedule_rebuilt" && l.Int("lease_epoch") == h.Epoch })
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -490,10 +332,10 @@ func (c *cluster) handoff(sig syscall.Signal, timeout time.Duration) sample {
 		c.t.Fatalf("%s did not exit within 30s of %s", old.id, sig)
 	}
 	if sig == syscall.SIGTERM {
-		if old.exitErr != nil {
-			c.t.Errorf("%s exited with %v after SIGTERM, want status 0", old.id, old.exitErr)
+		if err := old.ExitErr(); err != nil {
+			c.t.Errorf("%s exited with %v after SIGTERM, want status 0", old.id, err)
 		}
-		if l, err := old.waitLog(time.Second, "leader_released", func(l logLine) bool { return l.Msg == "leader_released" && l.Epoch == oldEpoch }); err == nil {
+		if l, err := old.waitLog(time.Second, "leader_released", func(l logLine) bool { return l.Msg == "leader_released" && l.Int("lease_epoch") == oldEpoch }); err == nil {
 			s.Released = l.Time.Sub(t0)
 		} else {
 			c.t.Errorf("graceful stop of %s: %v", old.id, err)
@@ -518,13 +360,11 @@ func (c *cluster) electionHandoff(sig syscall.Signal, timeout time.Duration) tim
 	var old *node
 	var oldEpoch int64
 	for _, n := range c.running() {
-		n.mu.Lock()
-		for _, l := range n.lines {
-			if l.Msg == "leader_acquired" && l.Epoch > oldEpoch {
-				old, oldEpoch = n, l.Epoch
+		for _, l := range n.Log() {
+			if l.Msg == "leader_acquired" && l.Int("lease_epoch") > oldEpoch {
+				old, oldEpoch = n, l.Int("lease_epoch")
 			}
 		}
-		n.mu.Unlock()
 	}
 	if old == nil {
 		c.t.Fatal("no running node has acquired the lease")
@@ -543,7 +383,7 @@ func (c *cluster) electionHandoff(sig syscall.Signal, timeout time.Duration) tim
 		}
 		waiting++
 		go func() {
-			l, err := n.waitLog(timeout, "leader_acquired", func(l logLine) bool { return l.Msg == "leader_acquired" && l.Epoch > oldEpoch })
+			l, err := n.waitLog(timeout, "leader_acquired", func(l logLine) bool { return l.Msg == "leader_acquired" && l.Int("lease_epoch") > oldEpoch })
 			ch <- res{l, err}
 		}()
 	}

@@ -65,7 +65,7 @@ func waitBalanced(t *testing.T, c *cluster, k int, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	var last map[string]int
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + c.addr(c.running()[0]) + "/v1/singletons")
+		resp, err := http.Get("http://" + c.running()[0].Addr + "/v1/singletons")
 		if err == nil {
 			var l struct {
 				Singletons []struct{ Holder, Status string }

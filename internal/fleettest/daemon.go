@@ -118,6 +118,9 @@ type Daemons struct {
 	// Env is added to every node's environment (from which the test's
 	// SQLEASE_* variables are removed: flags decide).
 	Env []string
+	// Unkept names log messages (e.g. routine ones of a long run) kept in
+	// the node's stderr file only, not in Log.
+	Unkept map[string]bool
 
 	t     testing.TB
 	bin   string
@@ -137,6 +140,7 @@ type Node struct {
 	mu     sync.Mutex
 	lines  []LogLine
 	notify chan struct{} // closed and replaced on every new line
+	unkept map[string]bool
 }
 
 // NewDaemons returns an empty fleet of daemons of binary bin on database
@@ -226,7 +230,7 @@ func (d *Daemons) Launch(holder string, extra ...string) *Node {
 		}
 	}
 	cmd.Env = append(cmd.Env, d.Env...)
-	n := &Node{notify: make(chan struct{})}
+	n := &Node{notify: make(chan struct{}), unkept: d.Unkept}
 	d.mu.Lock()
 	idx := len(d.nodes)
 	d.mu.Unlock()
@@ -262,6 +266,9 @@ func (n *Node) addLine(b []byte) {
 		return // not a log line (e.g. a race report): kept in the file only
 	}
 	l.Msg, l.Level = l.Str("msg"), l.Str("level")
+	if n.unkept[l.Msg] {
+		return
+	}
 	l.Time, _ = time.Parse(time.RFC3339Nano, l.Str("time"))
 	n.mu.Lock()
 	n.lines = append(n.lines, l)
