@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,26 @@ import (
 	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
 )
+
+// hit is one action request received from a node.
+type hit struct {
+	At           time.Time // arrival, local clock
+	Epoch        int64
+	Holder       string
+	Job          string
+	ScheduledFor time.Time // the occurrence (database time)
+	Attempt      int
+}
+
+// hitOf reads what an action request says of its run, and its body.
+func hitOf(req *http.Request) hit {
+	h := hit{At: time.Now(), Holder: req.Header.Get("Sqlease-Holder"), Job: req.Header.Get("Sqlease-Job")}
+	h.Epoch, _ = strconv.ParseInt(req.Header.Get("Sqlease-Epoch"), 10, 64)
+	h.Attempt, _ = strconv.Atoi(req.Header.Get("Sqlease-Attempt"))
+	h.ScheduledFor, _ = time.Parse(time.RFC3339Nano, req.Header.Get("Sqlease-Scheduled-For"))
+	_, _ = io.Copy(io.Discard, req.Body)
+	return h
+}
 
 // holdServer is an action endpoint that keeps every request open until the
 // test releases it: a run in flight on its worker.

@@ -97,6 +97,10 @@ func TestAdvisoryIdleCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and sqlease processes")
 	}
+	// Parallel: each counts the statements of its own private server, which
+	// waiting for a CPU does not change; the latency bounds of the handoff
+	// tests, which it would, run before (sequential tests first).
+	t.Parallel()
 	srv, csvPath := statsServer(t)
 	res := measureIdle(t, srv.URL(), csvPath, "advisory, defaults", "advisory", 2*time.Second, 6*time.Second)
 	t.Logf("3 idle advisory nodes: %.2f statements/s\n%s", res.stmts, idleTable([]idleCost{res}))
@@ -153,7 +157,7 @@ func TestFigures(t *testing.T) {
 			if steady == nil {
 				// The delivered granularity, before any handoff.
 				time.Sleep(time.Second)
-				steady = gaps(c.rec.all())
+				steady = gaps(c.rec.Deliveries())
 			}
 			for i := range sc.reps {
 				s := c.handoff(sc.sig, sc.timeout)

@@ -5,8 +5,8 @@ import (
 	"context"
 	"fmt"
 	"github.com/sqlease/sqlease/internal/fleettest"
+	"github.com/sqlease/sqlease/internal/ledger"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -57,96 +57,6 @@ func wantsProcesses() bool {
 	return true
 }
 
-// --- the action recorder ---
-
-// hit is one action request received from a node.
-type hit struct {
-	At           time.Time // arrival, local clock
-	Epoch        int64
-	Holder       string
-	Job          string
-	ScheduledFor time.Time // the occurrence (database time)
-	Attempt      int
-}
-
-// recorder is the HTTP server the jobs' actions call.
-type recorder struct {
-	srv *http.Server
-	url string
-
-	mu     sync.Mutex
-	hits   []hit
-	notify chan struct{}
-}
-
-func newRecorder(t testing.TB) *recorder {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &recorder{url: "http://" + l.Addr().String() + "/hit", notify: make(chan struct{})}
-	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = r.srv.Serve(l) }()
-	t.Cleanup(func() { _ = r.srv.Close() })
-	return r
-}
-
-// hitOf reads what an action request says of its run, and its body.
-func hitOf(req *http.Request) hit {
-	h := hit{At: time.Now(), Holder: req.Header.Get("Sqlease-Holder"), Job: req.Header.Get("Sqlease-Job")}
-	h.Epoch, _ = strconv.ParseInt(req.Header.Get("Sqlease-Epoch"), 10, 64)
-	h.Attempt, _ = strconv.Atoi(req.Header.Get("Sqlease-Attempt"))
-	h.ScheduledFor, _ = time.Parse(time.RFC3339Nano, req.Header.Get("Sqlease-Scheduled-For"))
-	_, _ = io.Copy(io.Discard, req.Body)
-	return h
-}
-
-func (r *recorder) serve(w http.ResponseWriter, req *http.Request) {
-	h := hitOf(req)
-	r.mu.Lock()
-	r.hits = append(r.hits, h)
-	close(r.notify)
-	r.notify = make(chan struct{})
-	r.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (r *recorder) mark() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.hits)
-}
-
-func (r *recorder) all() []hit {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.hits)
-}
-
-// wait returns the first hit at position from or later matching pred.
-func (r *recorder) wait(from int, timeout time.Duration, pred func(hit) bool) (hit, int, bool) {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		r.mu.Lock()
-		for ; from < len(r.hits); from++ {
-			if pred(r.hits[from]) {
-				h := r.hits[from]
-				r.mu.Unlock()
-				return h, from, true
-			}
-		}
-		ch := r.notify
-		r.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return hit{}, 0, false
-		}
-	}
-}
-
 // --- node processes ---
 
 // logLine is one JSON log line of a node, with its local arrival time.
@@ -195,7 +105,7 @@ func (n *node) waitExit(timeout time.Duration) bool { return n.WaitExit(timeout)
 type cluster struct {
 	t   testing.TB
 	d   *fleettest.Daemons
-	rec *recorder
+	rec *fleettest.Receiver
 
 	mu    sync.Mutex
 	nodes []*node
@@ -205,7 +115,7 @@ type cluster struct {
 func newCluster(t testing.TB, db, mode string, args ...string) *cluster {
 	d := fleettest.NewDaemons(t, bin, db, append([]string{"--election", mode}, args...)...)
 	d.Unkept = routine
-	return &cluster{t: t, d: d, rec: newRecorder(t)}
+	return &cluster{t: t, d: d, rec: fleettest.NewReceiver(t)}
 }
 
 func (c *cluster) all() []*node {
@@ -255,7 +165,7 @@ func (c *cluster) addJobs(n *node, k int) {
 	const every = 100 * time.Millisecond
 	for i := range k {
 		body := fmt.Sprintf(`{"name":"tick-%d","schedule":{"every":"%s"},"missed_runs":"skip",`+
-			`"action":{"http":{"url":%q,"timeout":"5s"}}}`, i, every, c.rec.url)
+			`"action":{"http":{"url":%q,"timeout":"5s"}}}`, i, every, c.rec.URL+"/hit")
 		start := time.Now()
 		resp, err := http.Post("http://"+n.Addr+"/v1/jobs", "application/json", strings.NewReader(body))
 		if err != nil {
@@ -274,8 +184,7 @@ func (c *cluster) addJobs(n *node, k int) {
 // epoch: the node acting now.
 func (c *cluster) leaderNow(timeout time.Duration) (*node, int64) {
 	c.t.Helper()
-	from := c.rec.mark()
-	h, _, ok := c.rec.wait(from, timeout, func(hit) bool { return true })
+	h, ok := c.rec.WaitFrom(c.rec.Mark(), timeout, func(fleettest.Delivery) bool { return true })
 	if !ok {
 		c.t.Fatalf("no action within %v", timeout)
 	}
@@ -304,14 +213,14 @@ type sample struct {
 func (c *cluster) handoff(sig syscall.Signal, timeout time.Duration) sample {
 	c.t.Helper()
 	old, oldEpoch := c.leaderNow(10 * time.Second)
-	from := c.rec.mark()
+	from := c.rec.Mark()
 	t0 := time.Now()
 	old.signal(sig)
-	h, _, ok := c.rec.wait(from, timeout, func(h hit) bool { return h.Epoch > oldEpoch })
+	h, ok := c.rec.WaitFrom(from, timeout, func(h fleettest.Delivery) bool { return h.Epoch > oldEpoch })
 	if !ok {
 		c.t.Fatalf("%s after %v: no action with an epoch above %d (%s's) within %v", sig, "signal", oldEpoch, old.id, timeout)
 	}
-	s := sample{Total: h.At.Sub(t0), From: old.id, To: h.Holder}
+	s := sample{Total: h.Start.Sub(t0), From: old.id, To: h.Holder}
 	nw := c.node(h.Holder)
 	if nw == nil {
 		c.t.Fatalf("action from unknown holder %q", h.Holder)
@@ -325,7 +234,8 @@ func (c *cluster) handoff(sig syscall.Signal, timeout time.Duration) sample {
 		c.t.Fatal(err)
 	}
 	s.Acquired, s.Rebuilt = acq.Time.Sub(t0), reb.Time.Sub(t0)
-	if d := h.ScheduledFor.Sub(reb.Time); d > 0 {
+	sf, _ := time.Parse(time.RFC3339Nano, h.SF) // the occurrence (database time)
+	if d := sf.Sub(reb.Time); d > 0 {
 		s.DueWait = d
 	}
 	if !old.waitExit(30 * time.Second) {
@@ -406,34 +316,27 @@ func (c *cluster) electionHandoff(sig syscall.Signal, timeout time.Duration) tim
 	return got.Time.Sub(t0)
 }
 
-// checkSingleActor fails the test if an action with a lower epoch arrived
-// after one with a higher epoch: two leaders acting over each other.
+// checkSingleActor fails the test if the actions break the one checker's
+// invariants (ledger.Verify over the receiver's deliveries): an action with
+// a lower epoch arrived after one with a higher epoch (two leaders acting
+// over each other), or two holders acted under one epoch.
 func (c *cluster) checkSingleActor() {
 	c.t.Helper()
-	var maxEpoch int64
-	var maxAt time.Time
-	bad := 0
-	for _, h := range c.rec.all() {
-		switch {
-		case h.Epoch > maxEpoch:
-			maxEpoch, maxAt = h.Epoch, h.At
-		case h.Epoch < maxEpoch:
-			bad++
-			if bad <= 5 {
-				c.t.Errorf("action of epoch %d by %s at %s arrived after epoch %d's first (%s)", h.Epoch, h.Holder,
-					h.At.Format("15:04:05.000000"), maxEpoch, maxAt.Format("15:04:05.000000"))
-			}
+	for i, v := range ledger.Verify(c.rec.Ledger(), nil) {
+		if i == 5 {
+			break
 		}
+		c.t.Errorf("actions: %s", v)
 	}
 }
 
 // gaps returns the intervals between consecutive actions of one epoch: the
 // schedule's granularity as the fleet delivers it.
-func gaps(hits []hit) []time.Duration {
+func gaps(hits []fleettest.Delivery) []time.Duration {
 	var out []time.Duration
 	for i := 1; i < len(hits); i++ {
 		if hits[i].Epoch == hits[i-1].Epoch {
-			out = append(out, hits[i].At.Sub(hits[i-1].At))
+			out = append(out, hits[i].Start.Sub(hits[i-1].Start))
 		}
 	}
 	return out

@@ -18,6 +18,10 @@ func TestLeaseIdleCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and sqlease processes")
 	}
+	// Parallel: each counts the statements of its own private server, which
+	// waiting for a CPU does not change; the latency bounds of the handoff
+	// tests, which it would, run before (sequential tests first).
+	t.Parallel()
 	srv, csvPath := statsServer(t)
 	res := measureIdle(t, srv.URL(), csvPath, "lease, defaults", "lease", 2*time.Second, 12*time.Second)
 	t.Logf("3 idle lease nodes: %.2f statements/s\n%s", res.stmts, idleTable([]idleCost{res}))
