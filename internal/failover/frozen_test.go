@@ -1,12 +1,12 @@
 package failover
 
 import (
-	"github.com/sqlease/sqlease/internal/fleettest"
 	"os"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
 )

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/sqlease/sqlease/internal/fleettest"
-	"github.com/sqlease/sqlease/internal/ledger"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sqlease/sqlease/internal/fleettest"
+	"github.com/sqlease/sqlease/internal/ledger"
 )
 
 // bin is the sqlease binary every node runs, built once in TestMain.

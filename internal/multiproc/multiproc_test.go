@@ -3,7 +3,6 @@ package multiproc
 import (
 	"context"
 	"database/sql"
-	"github.com/sqlease/sqlease/internal/fleettest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/ledger"
 	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/postgres"

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/sqlease/sqlease/internal/fleettest"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/ledger"
 	"github.com/sqlease/sqlease/sqlstore"
 )

@@ -29,15 +29,11 @@ package pgtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -47,6 +43,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/sqlease/sqlease/internal/testserver"
 )
 
 const (
@@ -146,11 +143,11 @@ func Start(t testing.TB) *Server {
 	uid, gid := -1, -1
 	if s.asUser {
 		var err error
-		if uid, gid, err = ensureOSUser(); err != nil {
+		if uid, gid, err = testserver.OSUser(osUser); err != nil {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	dir, err := makeDir(s.asUser)
+	dir, err := testserver.Dir("sqlease-pgtest-", uid, gid)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
@@ -162,11 +159,6 @@ func Start(t testing.TB) *Server {
 			t.Errorf("pgtest: %v", err)
 		}
 	})
-	if s.asUser {
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-	}
 	s.dir = dir
 	s.dataDir = filepath.Join(dir, "data")
 	s.logPath = filepath.Join(dir, "postgres.log")
@@ -190,7 +182,7 @@ func Start(t testing.TB) *Server {
 	// Another process may take the port between our probe and the server's
 	// bind; then try another one.
 	for attempt := 1; ; attempt++ {
-		if s.port, err = freePort(); err != nil {
+		if s.port, err = testserver.FreePort(); err != nil {
 			t.Fatalf("pgtest: finding a free port: %v", err)
 		}
 		err = s.start()
@@ -365,56 +357,6 @@ func (s *Server) command(name string, args ...string) *exec.Cmd {
 	return exec.Command(name, args...)
 }
 
-// makeDir makes the server's directory. The tmpfs /dev/shm is preferred:
-// initdb writes about a thousand files, which took 1.4 s on this project's
-// ext4 /tmp and 0.35 s there. t.TempDir() is not an option when running as
-// root: the server's OS user cannot enter it.
-func makeDir(asUser bool) (string, error) {
-	if dir, err := os.MkdirTemp("/dev/shm", "sqlease-pgtest-"); err == nil {
-		return dir, nil
-	}
-	parent := ""
-	if asUser {
-		parent = "/tmp" // TMPDIR might not be enterable by another user
-	}
-	return os.MkdirTemp(parent, "sqlease-pgtest-")
-}
-
-var userMu sync.Mutex
-
-// ensureOSUser returns the uid and gid of osUser, creating the user if needed.
-func ensureOSUser() (uid, gid int, err error) {
-	userMu.Lock()
-	defer userMu.Unlock()
-	var out []byte
-	for attempt := 0; attempt < 5; attempt++ {
-		if u, lerr := user.Lookup(osUser); lerr == nil {
-			uid, err1 := strconv.Atoi(u.Uid)
-			gid, err2 := strconv.Atoi(u.Gid)
-			if err1 != nil || err2 != nil {
-				return 0, 0, fmt.Errorf("user %s has non-numeric uid/gid %q/%q", osUser, u.Uid, u.Gid)
-			}
-			return uid, gid, nil
-		}
-		// Another test process may be creating it at the same time (useradd
-		// then fails on the lock or "already exists"): look again.
-		out, err = exec.Command("useradd", "--system", "--no-create-home", osUser).CombinedOutput()
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	return 0, 0, fmt.Errorf("cannot create OS user %s (needed to run PostgreSQL as root): %v\n%s", osUser, err, out)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func fileSize(path string) int64 {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -445,7 +387,7 @@ func readFrom(path string, offset int64) string {
 // form. The database is dropped, with FORCE, when the test finishes.
 func CreateDatabase(t testing.TB, url string) string {
 	t.Helper()
-	name := databaseName(t.Name())
+	name := testserver.DatabaseName(t.Name())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
@@ -475,25 +417,6 @@ func CreateDatabase(t testing.TB, url string) string {
 		t.Fatalf("pgtest: %v", err)
 	}
 	return u
-}
-
-// databaseName makes a valid, unique database name (at most 63 bytes) that
-// hints at the test that created it.
-func databaseName(testName string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(testName) {
-		if b.Len() == 40 {
-			break
-		}
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
-	return "sqlease_" + b.String() + "_" + hex.EncodeToString(rnd[:])
 }
 
 // withDatabase returns conn with its database replaced by name.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/sqlease/sqlease/internal/testserver"
 )
 
 // replicaSettings are appended to a replica's postgresql.conf, after the
@@ -34,7 +35,14 @@ func (s *Server) StartReplica(t testing.TB) *Server {
 	t.Helper()
 	begin := time.Now()
 	r := &Server{binDir: s.binDir, asUser: s.asUser}
-	dir, err := makeDir(r.asUser)
+	uid, gid := -1, -1
+	if r.asUser {
+		var err error
+		if uid, gid, err = testserver.OSUser(osUser); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+	}
+	dir, err := testserver.Dir("sqlease-pgtest-", uid, gid)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
@@ -46,15 +54,6 @@ func (s *Server) StartReplica(t testing.TB) *Server {
 			t.Errorf("pgtest: %v", err)
 		}
 	})
-	if r.asUser {
-		uid, gid, err := ensureOSUser()
-		if err == nil {
-			err = os.Chown(dir, uid, gid)
-		}
-		if err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-	}
 	r.dir = dir
 	r.dataDir = filepath.Join(dir, "data")
 	r.logPath = filepath.Join(dir, "postgres.log")
@@ -76,7 +75,7 @@ func (s *Server) StartReplica(t testing.TB) *Server {
 		t.Fatalf("pgtest: writing the replica's postgresql.conf: %v", err)
 	}
 	for attempt := 1; ; attempt++ {
-		if r.port, err = freePort(); err != nil {
+		if r.port, err = testserver.FreePort(); err != nil {
 			t.Fatalf("pgtest: finding a free port: %v", err)
 		}
 		err = r.start()

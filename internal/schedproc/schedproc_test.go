@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"github.com/sqlease/sqlease/internal/fleettest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/ledger"
 	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/scheduler"
