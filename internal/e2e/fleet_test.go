@@ -23,14 +23,10 @@ import (
 // database and on two nodes sharing one SQLite file.
 func TestFleet(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
-		url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-		if url == "" {
-			if testing.Short() {
-				t.Skip("SQLEASE_TEST_POSTGRES_URL is not set and -short: not starting PostgreSQL")
-			}
-			url = pgtest.Start(t).URL()
+		if os.Getenv(pgtest.URLEnv) == "" && testing.Short() {
+			t.Skip(pgtest.URLEnv + " is not set and -short: not starting PostgreSQL")
 		}
-		scenarios(t, backend{name: "postgres", nodes: 3, db: func(t *testing.T) string { return pgtest.CreateDatabase(t, url) }})
+		scenarios(t, backend{name: "postgres", nodes: 3, db: postgresDB(t)})
 	})
 	t.Run("sqlite", func(t *testing.T) {
 		scenarios(t, backend{name: "sqlite", nodes: 2, db: sqliteDB})

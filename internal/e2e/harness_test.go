@@ -67,16 +67,8 @@ type backend struct {
 // $SQLEASE_TEST_POSTGRES_URL, else on a private server started (once, on
 // first use) for the calling top-level test t.
 func postgresDB(t *testing.T) func(t *testing.T) string {
-	var once sync.Once
-	url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-	return func(sub *testing.T) string {
-		once.Do(func() {
-			if url == "" {
-				url = pgtest.Start(t).URL()
-			}
-		})
-		return pgtest.CreateDatabase(sub, url)
-	}
+	server := pgtest.Shared(t)
+	return func(sub *testing.T) string { return pgtest.CreateDatabase(sub, server()) }
 }
 
 func sqliteDB(t *testing.T) string {

@@ -24,10 +24,7 @@ var shortLease = []string{"--lease-duration", "1s", "--renew-interval", "250ms",
 // SQLEASE_TEST_POSTGRES_URL's (scripts/test.sh starts one) or a private one.
 func serverURL(t *testing.T) string {
 	t.Helper()
-	if u := os.Getenv("SQLEASE_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return pgtest.Start(t).URL()
+	return pgtest.Shared(t)()
 }
 
 // actingCluster starts three nodes on database db and the jobs, and waits

@@ -144,18 +144,7 @@ func TestPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL servers")
 	}
-	var (
-		once sync.Once
-		url  = os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-	)
-	shared := func() string {
-		once.Do(func() {
-			if url == "" {
-				url = pgtest.Start(t).URL()
-			}
-		})
-		return url
-	}
+	shared := pgtest.Shared(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			if sc.ownServer {

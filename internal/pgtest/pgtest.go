@@ -197,6 +197,28 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
+// URLEnv names the shared server of the suite: scripts/test.sh starts one
+// and sets it.
+const URLEnv = "SQLEASE_TEST_POSTGRES_URL"
+
+// Shared returns a function giving the URL of a server to create databases
+// on (CreateDatabase): $SQLEASE_TEST_POSTGRES_URL's or, when that is unset,
+// a private server started for t on the first call. It is how every suite
+// that needs PostgreSQL gets it; call the function from t's goroutine or a
+// subtest's.
+func Shared(t testing.TB) func() string {
+	var once sync.Once
+	url := os.Getenv(URLEnv)
+	return func() string {
+		once.Do(func() {
+			if url == "" {
+				url = Start(t).URL()
+			}
+		})
+		return url
+	}
+}
+
 // URL returns a postgres:// URL for the server's "postgres" database as the
 // superuser "postgres" (no password, sslmode=disable).
 func (s *Server) URL() string {

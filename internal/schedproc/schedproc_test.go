@@ -148,18 +148,7 @@ func TestPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a PostgreSQL server")
 	}
-	var (
-		once sync.Once
-		url  = os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-	)
-	shared := func() string {
-		once.Do(func() {
-			if url == "" {
-				url = pgtest.Start(t).URL()
-			}
-		})
-		return url
-	}
+	shared := pgtest.Shared(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			sc.run(t, newBackend(t, "postgres", pgtest.CreateDatabase(t, shared())))
