@@ -2,15 +2,11 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/sqlease/sqlease"
@@ -40,55 +36,21 @@ func newStore(tb testing.TB) *sqlstore.Store {
 	return s
 }
 
+// tables lists and drops the tables of a prefix.
+var tables = storetest.Tables{
+	List: `SELECT quote_ident(tablename) FROM pg_tables
+WHERE schemaname = current_schema() AND left(tablename, length($1)) = $1`,
+	Args: func(like string) []any { return []any{like} },
+	Drop: "DROP TABLE IF EXISTS", DropSuffix: "CASCADE",
+}
+
 // newStoreWithPrefix is newStore, also returning the prefix.
 func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) {
 	tb.Helper()
 	u := databaseURL(tb)
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		tb.Fatal(err)
-	}
-	prefix := "t" + hex.EncodeToString(b)
-	s, err := postgres.OpenStore(tb.Context(), u, prefix)
-	if err != nil {
-		tb.Fatalf("OpenStore: %v", err)
-	}
-	tb.Cleanup(func() {
-		defer s.DB().Close()
-		if err := dropTables(s.DB(), prefix); err != nil {
-			tb.Errorf("drop tables of prefix %s: %v", prefix, err)
-		}
+	return storetest.OpenPrefixed(tb, tables, func(ctx context.Context, prefix string) (*sqlstore.Store, error) {
+		return postgres.OpenStore(ctx, u, prefix)
 	})
-	return s, prefix
-}
-
-// dropTables drops every table named prefix_…, whatever the migrations
-// created.
-func dropTables(db *sql.DB, prefix string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rows, err := db.QueryContext(ctx, `SELECT quote_ident(tablename) FROM pg_tables
-WHERE schemaname = current_schema() AND left(tablename, length($1)) = $1`, prefix+"_")
-	if err != nil {
-		return err
-	}
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return err
-		}
-		names = append(names, n)
-	}
-	if err := rows.Close(); err != nil {
-		return err
-	}
-	if err := rows.Err(); err != nil || len(names) == 0 {
-		return err
-	}
-	_, err = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+strings.Join(names, ", ")+" CASCADE")
-	return err
 }
 
 func TestConformance(t *testing.T) {

@@ -2,12 +2,10 @@ package sqlserver_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -35,52 +33,29 @@ func databaseDSN(tb testing.TB) string {
 // newStore opens a store on tables under a fresh random prefix.
 func newStore(tb testing.TB) *sqlstore.Store {
 	tb.Helper()
-	dsn := databaseDSN(tb)
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		tb.Fatal(err)
-	}
-	prefix := "t" + hex.EncodeToString(b)
-	s, err := sqlserver.OpenStore(tb.Context(), dsn, prefix)
-	if err != nil {
-		tb.Fatalf("OpenStore(%s): %v", sqlserver.Redact(dsn), err)
-	}
-	tb.Cleanup(func() {
-		defer s.DB().Close()
-		if err := dropTables(s.DB(), prefix); err != nil {
-			tb.Errorf("drop tables of prefix %s: %v", prefix, err)
-		}
-	})
+	s, _ := newStoreWithPrefix(tb)
 	return s
 }
 
-// dropTables drops every table named prefix_… in the default schema,
-// whatever the migrations created.
-func dropTables(db *sql.DB, prefix string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rows, err := db.QueryContext(ctx, `SELECT QUOTENAME(name) FROM sys.tables
-WHERE schema_id = SCHEMA_ID() AND LEFT(name, LEN(@p1)) = @p1`, prefix+"_")
-	if err != nil {
-		return err
-	}
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return err
+// newStoreWithPrefix is newStore, also returning the prefix.
+func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) {
+	tb.Helper()
+	dsn := databaseDSN(tb)
+	return storetest.OpenPrefixed(tb, tables, func(ctx context.Context, prefix string) (*sqlstore.Store, error) {
+		s, err := sqlserver.OpenStore(ctx, dsn, prefix)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sqlserver.Redact(dsn), err)
 		}
-		names = append(names, n)
-	}
-	if err := rows.Close(); err != nil {
-		return err
-	}
-	if err := rows.Err(); err != nil || len(names) == 0 {
-		return err
-	}
-	_, err = db.ExecContext(ctx, "DROP TABLE "+strings.Join(names, ", "))
-	return err
+		return s, nil
+	})
+}
+
+// tables lists and drops the tables of a prefix in the default schema.
+var tables = storetest.Tables{
+	List: `SELECT QUOTENAME(name) FROM sys.tables
+WHERE schema_id = SCHEMA_ID() AND LEFT(name, LEN(@p1)) = @p1`,
+	Args: func(like string) []any { return []any{like} },
+	Drop: "DROP TABLE",
 }
 
 // TestConformance runs the lease conformance suite. SQL Server cannot end a
