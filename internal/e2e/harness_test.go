@@ -25,21 +25,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	os.Exit(testMain(m))
-}
-
-func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "sqlease-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if binary, err = fleettest.BuildDaemon(dir, os.Getenv("SQLEASE_E2E_RACE") != ""); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(fleettest.Main(m, "e2e", true, os.Getenv("SQLEASE_E2E_RACE") != "", &binary))
 }
 
 // Timings of every node: crash failover is bounded by lease duration +

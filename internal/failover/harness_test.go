@@ -23,28 +23,12 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
-}
-
-func runMain(m *testing.M) int {
 	if b := os.Getenv("SQLEASE_FAILOVER_BIN"); b != "" {
 		bin = b
-		return m.Run()
+		os.Exit(m.Run())
 	}
-	if !wantsProcesses() {
-		return m.Run() // -short: every test skips; do not build
-	}
-	dir, err := os.MkdirTemp("", "sqlease-failover-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "failover:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if bin, err = fleettest.BuildDaemon(dir, raceEnabled); err != nil {
-		fmt.Fprintln(os.Stderr, "failover:", err)
-		return 1
-	}
-	return m.Run()
+	// Under -short every test skips: nothing to build.
+	os.Exit(fleettest.Main(m, "failover", wantsProcesses(), raceEnabled, &bin))
 }
 
 // wantsProcesses is false under -short, where the tests skip. flag.Parse has

@@ -40,6 +40,28 @@ func BuildDaemon(dir string, race bool) (string, error) {
 	return bin, nil
 }
 
+// Main is the TestMain of a package whose tests run daemons: it builds
+// cmd/sqlease (BuildDaemon; with race, under the race detector) into a
+// temporary directory, sets *bin, runs the tests and removes the directory,
+// and returns the exit code for os.Exit. With build false (every test will
+// skip) it builds nothing. name prefixes its error messages.
+func Main(m *testing.M, name string, build, race bool, bin *string) int {
+	if !build {
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "sqlease-"+name+"-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if *bin, err = BuildDaemon(dir, race); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		return 1
+	}
+	return m.Run()
+}
+
 func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p

@@ -139,6 +139,26 @@ func Start(t testing.TB) *Server {
 		}
 	}
 
+	s := newServer(t, binDir, "server")
+	dir := s.dir
+	out, err := s.command("initdb", "-D", s.dataDir, "-U", osUser, "-A", "trust",
+		"-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions").CombinedOutput()
+	if err != nil {
+		t.Fatalf("pgtest: initdb failed: %v\n%s", err, out)
+	}
+	if err := s.appendConf(settings); err != nil {
+		t.Fatalf("pgtest: writing postgresql.conf: %v", err)
+	}
+	s.listen(t)
+	t.Logf("pgtest: PostgreSQL ready on port %d in %v (dir %s)", s.port, time.Since(begin).Round(time.Millisecond), dir)
+	return s
+}
+
+// newServer returns a stopped server of the binaries in binDir with a
+// directory of its own (owned by the server's OS user when the test runs as
+// root), stopped and removed when the test ends; what names it in errors.
+func newServer(t testing.TB, binDir, what string) *Server {
+	t.Helper()
 	s := &Server{binDir: binDir, asUser: os.Geteuid() == 0}
 	uid, gid := -1, -1
 	if s.asUser {
@@ -153,7 +173,7 @@ func Start(t testing.TB) *Server {
 	}
 	t.Cleanup(func() {
 		if err := s.stop(); err != nil {
-			t.Errorf("pgtest: stopping server: %v", err)
+			t.Errorf("pgtest: stopping %s: %v", what, err)
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			t.Errorf("pgtest: %v", err)
@@ -162,39 +182,40 @@ func Start(t testing.TB) *Server {
 	s.dir = dir
 	s.dataDir = filepath.Join(dir, "data")
 	s.logPath = filepath.Join(dir, "postgres.log")
+	return s
+}
 
-	out, err := s.command("initdb", "-D", s.dataDir, "-U", osUser, "-A", "trust",
-		"-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions").CombinedOutput()
-	if err != nil {
-		t.Fatalf("pgtest: initdb failed: %v\n%s", err, out)
-	}
+// appendConf appends settings, formatted with the data directory, to the
+// server's postgresql.conf.
+func (s *Server) appendConf(settings string) error {
 	conf, err := os.OpenFile(filepath.Join(s.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err == nil {
-		_, err = fmt.Fprintf(conf, settings, s.dataDir)
-		if cerr := conf.Close(); err == nil {
-			err = cerr
-		}
-	}
 	if err != nil {
-		t.Fatalf("pgtest: writing postgresql.conf: %v", err)
+		return err
 	}
+	_, err = fmt.Fprintf(conf, settings, s.dataDir)
+	if cerr := conf.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
-	// Another process may take the port between our probe and the server's
-	// bind; then try another one.
+// listen starts the server on a free port. Another process may take the
+// port between the probe and the server's bind: then it tries another one.
+func (s *Server) listen(t testing.TB) {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
+		var err error
 		if s.port, err = testserver.FreePort(); err != nil {
 			t.Fatalf("pgtest: finding a free port: %v", err)
 		}
 		err = s.start()
 		if err == nil {
-			break
+			return
 		}
 		if !errors.Is(err, errPortInUse) || attempt == portAttempts {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	t.Logf("pgtest: PostgreSQL ready on port %d in %v (dir %s)", s.port, time.Since(begin).Round(time.Millisecond), dir)
-	return s
 }
 
 // URLEnv names the shared server of the suite: scripts/test.sh starts one

@@ -2,7 +2,6 @@ package pgtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/sqlease/sqlease/internal/testserver"
 )
 
 // replicaSettings are appended to a replica's postgresql.conf, after the
@@ -34,29 +32,8 @@ wal_receiver_status_interval = 1s
 func (s *Server) StartReplica(t testing.TB) *Server {
 	t.Helper()
 	begin := time.Now()
-	r := &Server{binDir: s.binDir, asUser: s.asUser}
-	uid, gid := -1, -1
-	if r.asUser {
-		var err error
-		if uid, gid, err = testserver.OSUser(osUser); err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-	}
-	dir, err := testserver.Dir("sqlease-pgtest-", uid, gid)
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := r.stop(); err != nil {
-			t.Errorf("pgtest: stopping replica: %v", err)
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("pgtest: %v", err)
-		}
-	})
-	r.dir = dir
-	r.dataDir = filepath.Join(dir, "data")
-	r.logPath = filepath.Join(dir, "postgres.log")
+	r := newServer(t, s.binDir, "replica")
+	dir := r.dir
 	// -R writes primary_conninfo and standby.signal; -X stream copies the
 	// WAL written during the copy; -N: no fsync (a throwaway server).
 	out, err := r.command("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", osUser,
@@ -64,28 +41,10 @@ func (s *Server) StartReplica(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("pgtest: pg_basebackup failed: %v\n%s", err, out)
 	}
-	conf, err := os.OpenFile(filepath.Join(r.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err == nil {
-		_, err = fmt.Fprintf(conf, replicaSettings, r.dataDir)
-		if cerr := conf.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
+	if err := r.appendConf(replicaSettings); err != nil {
 		t.Fatalf("pgtest: writing the replica's postgresql.conf: %v", err)
 	}
-	for attempt := 1; ; attempt++ {
-		if r.port, err = testserver.FreePort(); err != nil {
-			t.Fatalf("pgtest: finding a free port: %v", err)
-		}
-		err = r.start()
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, errPortInUse) || attempt == portAttempts {
-			t.Fatalf("pgtest: %v", err)
-		}
-	}
+	r.listen(t)
 	r.waitStreaming(t)
 	t.Logf("pgtest: replica of port %d streaming on port %d in %v (dir %s)", s.port, r.port, time.Since(begin).Round(time.Millisecond), dir)
 	return r
