@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,47 +19,33 @@ import (
 	"github.com/sqlease/sqlease/storetest"
 )
 
-// urlEnv names the database the conformance suite runs on. Each store gets
-// tables of its own, under a random prefix, dropped when the test ends.
-const urlEnv = "SQLEASE_TEST_MYSQL_URL"
-
-func databaseURL(tb testing.TB) string {
-	tb.Helper()
-	u := os.Getenv(urlEnv)
-	if u == "" {
-		tb.Skipf("%s is not set: run scripts/test.sh, which starts a private MariaDB and sets it, "+
-			"or set it yourself, e.g. %s='mysql://user:password@127.0.0.1:3306/sqlease'", urlEnv, urlEnv)
-	}
-	return u
+// database is where the conformance suite and the other tests run. Each
+// store gets tables of its own, under a random prefix, dropped when the
+// test ends.
+var database = storetest.Database{
+	Env: "SQLEASE_TEST_MYSQL_URL",
+	Hint: "run scripts/test.sh, which starts a private MariaDB and sets it, " +
+		"or set it yourself, e.g. SQLEASE_TEST_MYSQL_URL='mysql://user:password@127.0.0.1:3306/sqlease'",
+	Tables: storetest.Tables{
+		List: "SELECT CONCAT('`', table_name, '`') FROM information_schema.tables\n" +
+			"WHERE table_schema = DATABASE() AND LEFT(table_name, CHAR_LENGTH(?)) = ?",
+		Args: func(like string) []any { return []any{like, like} },
+		Drop: "DROP TABLE IF EXISTS",
+	},
+	Open: mysql.OpenStore,
 }
+
+func databaseURL(tb testing.TB) string { return database.URL(tb) }
 
 // newStore opens a store on tables under a fresh random prefix.
-func newStore(tb testing.TB) *sqlstore.Store {
-	tb.Helper()
-	s, _ := newStoreWithPrefix(tb)
-	return s
-}
+func newStore(tb testing.TB) *sqlstore.Store { s, _ := database.Store(tb); return s }
 
 // newStoreWithPrefix is newStore, also returning the prefix.
-func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) {
-	tb.Helper()
-	u := databaseURL(tb)
-	return storetest.OpenPrefixed(tb, tables, func(ctx context.Context, prefix string) (*sqlstore.Store, error) {
-		return mysql.OpenStore(ctx, u, prefix)
-	})
-}
-
-// tables lists and drops the tables of a prefix.
-var tables = storetest.Tables{
-	List: "SELECT CONCAT('`', table_name, '`') FROM information_schema.tables\n" +
-		"WHERE table_schema = DATABASE() AND LEFT(table_name, CHAR_LENGTH(?)) = ?",
-	Args: func(like string) []any { return []any{like, like} },
-	Drop: "DROP TABLE IF EXISTS",
-}
+func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) { return database.Store(tb) }
 
 // dropTables drops every table named prefix_…, whatever the migrations
 // created.
-func dropTables(db *sql.DB, prefix string) error { return tables.DropAll(db, prefix) }
+func dropTables(db *sql.DB, prefix string) error { return database.Tables.DropAll(db, prefix) }
 
 // randomPrefix returns a fresh table prefix.
 func randomPrefix(tb testing.TB) string { return storetest.RandomPrefix(tb) }

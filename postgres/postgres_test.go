@@ -1,10 +1,8 @@
 package postgres_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -15,43 +13,29 @@ import (
 	"github.com/sqlease/sqlease/storetest"
 )
 
-// urlEnv names the database the conformance suite runs on. Each store gets
-// tables of its own, under a random prefix, dropped when the test ends.
-const urlEnv = "SQLEASE_TEST_POSTGRES_URL"
-
-func databaseURL(tb testing.TB) string {
-	tb.Helper()
-	u := os.Getenv(urlEnv)
-	if u == "" {
-		tb.Skipf("%s is not set: run scripts/test.sh, which starts a private PostgreSQL and sets it, "+
-			"or set it yourself, e.g. %s='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'", urlEnv, urlEnv)
-	}
-	return u
+// database is where the conformance suite and the other tests run. Each
+// store gets tables of its own, under a random prefix, dropped when the
+// test ends.
+var database = storetest.Database{
+	Env: "SQLEASE_TEST_POSTGRES_URL",
+	Hint: "run scripts/test.sh, which starts a private PostgreSQL and sets it, " +
+		"or set it yourself, e.g. SQLEASE_TEST_POSTGRES_URL='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'",
+	Tables: storetest.Tables{
+		List: `SELECT quote_ident(tablename) FROM pg_tables
+WHERE schemaname = current_schema() AND left(tablename, length($1)) = $1`,
+		Args: func(like string) []any { return []any{like} },
+		Drop: "DROP TABLE IF EXISTS", DropSuffix: "CASCADE",
+	},
+	Open: postgres.OpenStore,
 }
+
+func databaseURL(tb testing.TB) string { return database.URL(tb) }
 
 // newStore opens a store on tables under a fresh random prefix.
-func newStore(tb testing.TB) *sqlstore.Store {
-	tb.Helper()
-	s, _ := newStoreWithPrefix(tb)
-	return s
-}
-
-// tables lists and drops the tables of a prefix.
-var tables = storetest.Tables{
-	List: `SELECT quote_ident(tablename) FROM pg_tables
-WHERE schemaname = current_schema() AND left(tablename, length($1)) = $1`,
-	Args: func(like string) []any { return []any{like} },
-	Drop: "DROP TABLE IF EXISTS", DropSuffix: "CASCADE",
-}
+func newStore(tb testing.TB) *sqlstore.Store { s, _ := database.Store(tb); return s }
 
 // newStoreWithPrefix is newStore, also returning the prefix.
-func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) {
-	tb.Helper()
-	u := databaseURL(tb)
-	return storetest.OpenPrefixed(tb, tables, func(ctx context.Context, prefix string) (*sqlstore.Store, error) {
-		return postgres.OpenStore(ctx, u, prefix)
-	})
-}
+func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) { return database.Store(tb) }
 
 func TestConformance(t *testing.T) {
 	databaseURL(t)

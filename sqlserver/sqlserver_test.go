@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -15,48 +14,36 @@ import (
 	"github.com/sqlease/sqlease/storetest"
 )
 
-// dsnEnv names the database the conformance suite runs on. Each store gets
-// tables of its own, under a random prefix, dropped when the test ends.
-const dsnEnv = "SQLEASE_TEST_SQLSERVER_DSN"
-
-func databaseDSN(tb testing.TB) string {
-	tb.Helper()
-	dsn := os.Getenv(dsnEnv)
-	if dsn == "" {
-		tb.Skipf("%s is not set: no SQL Server runs here, so the T-SQL is only checked statically. To run the conformance suite, "+
-			"point it at a database you may create tables in, e.g. %s='sqlserver://sa:…@127.0.0.1:1433?database=sqlease_test' "+
-			"(Azure SQL: 'sqlserver://srv.database.windows.net?database=db&fedauth=ActiveDirectoryDefault')", dsnEnv, dsnEnv)
-	}
-	return dsn
-}
-
-// newStore opens a store on tables under a fresh random prefix.
-func newStore(tb testing.TB) *sqlstore.Store {
-	tb.Helper()
-	s, _ := newStoreWithPrefix(tb)
-	return s
-}
-
-// newStoreWithPrefix is newStore, also returning the prefix.
-func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) {
-	tb.Helper()
-	dsn := databaseDSN(tb)
-	return storetest.OpenPrefixed(tb, tables, func(ctx context.Context, prefix string) (*sqlstore.Store, error) {
+// database is where the conformance suite and the other tests run. Each
+// store gets tables of its own, under a random prefix, dropped when the
+// test ends.
+var database = storetest.Database{
+	Env: "SQLEASE_TEST_SQLSERVER_DSN",
+	Hint: "no SQL Server runs here, so the T-SQL is only checked statically. To run the conformance suite, " +
+		"point it at a database you may create tables in, e.g. SQLEASE_TEST_SQLSERVER_DSN='sqlserver://sa:…@127.0.0.1:1433?database=sqlease_test' " +
+		"(Azure SQL: 'sqlserver://srv.database.windows.net?database=db&fedauth=ActiveDirectoryDefault')",
+	Tables: storetest.Tables{
+		List: `SELECT QUOTENAME(name) FROM sys.tables
+WHERE schema_id = SCHEMA_ID() AND LEFT(name, LEN(@p1)) = @p1`,
+		Args: func(like string) []any { return []any{like} },
+		Drop: "DROP TABLE",
+	},
+	Open: func(ctx context.Context, dsn, prefix string) (*sqlstore.Store, error) {
 		s, err := sqlserver.OpenStore(ctx, dsn, prefix)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sqlserver.Redact(dsn), err)
 		}
 		return s, nil
-	})
+	},
 }
 
-// tables lists and drops the tables of a prefix in the default schema.
-var tables = storetest.Tables{
-	List: `SELECT QUOTENAME(name) FROM sys.tables
-WHERE schema_id = SCHEMA_ID() AND LEFT(name, LEN(@p1)) = @p1`,
-	Args: func(like string) []any { return []any{like} },
-	Drop: "DROP TABLE",
-}
+func databaseDSN(tb testing.TB) string { return database.URL(tb) }
+
+// newStore opens a store on tables under a fresh random prefix.
+func newStore(tb testing.TB) *sqlstore.Store { s, _ := database.Store(tb); return s }
+
+// newStoreWithPrefix is newStore, also returning the prefix.
+func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) { return database.Store(tb) }
 
 // TestConformance runs the lease conformance suite. SQL Server cannot end a
 // fenced transaction left idle (see the package documentation), so the

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -68,18 +69,40 @@ func (tt Tables) DropAll(db *sql.DB, prefix string) error {
 	return err
 }
 
-// OpenPrefixed opens a store through open under a fresh prefix and drops
-// its tables (tt) when tb ends. It returns the store and the prefix.
-func OpenPrefixed(tb testing.TB, tt Tables, open func(ctx context.Context, prefix string) (*sqlstore.Store, error)) (*sqlstore.Store, string) {
+// Database is the database a dialect's tests run on, named by an
+// environment variable: each test gets a store on tables of its own.
+type Database struct {
+	Env  string // the variable, e.g. SQLEASE_TEST_POSTGRES_URL
+	Hint string // the skip message when it is unset, after "<Env> is not set: "
+	// Tables lists and drops the tables of a prefix.
+	Tables Tables
+	// Open opens a store on the database under a table prefix.
+	Open func(ctx context.Context, url, prefix string) (*sqlstore.Store, error)
+}
+
+// URL returns the database's URL (or DSN); it skips tb when Env is unset.
+func (d Database) URL(tb testing.TB) string {
 	tb.Helper()
+	u := os.Getenv(d.Env)
+	if u == "" {
+		tb.Skipf("%s is not set: %s", d.Env, d.Hint)
+	}
+	return u
+}
+
+// Store opens a store on the database under a fresh prefix and drops its
+// tables when tb ends. It returns the store and the prefix.
+func (d Database) Store(tb testing.TB) (*sqlstore.Store, string) {
+	tb.Helper()
+	u := d.URL(tb)
 	prefix := RandomPrefix(tb)
-	s, err := open(tb.Context(), prefix)
+	s, err := d.Open(tb.Context(), u, prefix)
 	if err != nil {
 		tb.Fatalf("OpenStore: %v", err)
 	}
 	tb.Cleanup(func() {
 		defer s.DB().Close()
-		if err := tt.DropAll(s.DB(), prefix); err != nil {
+		if err := d.Tables.DropAll(s.DB(), prefix); err != nil {
 			tb.Errorf("drop tables of prefix %s: %v", prefix, err)
 		}
 	})
