@@ -62,22 +62,10 @@ func Advisory(t *testing.T, d AdvisoryDialect) {
 		{"LockExcludesUntilClose", advisoryLockExcludesUntilClose},
 		{"LockContext", advisoryLockContext},
 		{"RenewStaleToken", advisoryRenewStaleToken},
-		{"FrozenHolder", func(t *testing.T, d AdvisoryDialect) {
-			s, l, _ := d.New(t)
-			AdvisoryFrozenHolder(t, s, l)
-		}},
-		{"TakeoverWaitsForPriorTerm", func(t *testing.T, d AdvisoryDialect) {
-			s, l, _ := d.New(t)
-			AdvisoryTakeoverWaitsForPriorTerm(t, s, l)
-		}},
-		{"TakeoverSparesLocklessTerm", func(t *testing.T, d AdvisoryDialect) {
-			s, l, _ := d.New(t)
-			AdvisoryTakeoverSparesLocklessTerm(t, s, l)
-		}},
-		{"LocklessTermTakesLock", func(t *testing.T, d AdvisoryDialect) {
-			s, l, _ := d.New(t)
-			AdvisoryLocklessTermTakesLock(t, s, l)
-		}},
+		{"FrozenHolder", onLocker(AdvisoryFrozenHolder)},
+		{"TakeoverWaitsForPriorTerm", onLocker(AdvisoryTakeoverWaitsForPriorTerm)},
+		{"TakeoverSparesLocklessTerm", onLocker(AdvisoryTakeoverSparesLocklessTerm)},
+		{"LocklessTermTakesLock", onLocker(AdvisoryLocklessTermTakesLock)},
 		{"MigrateAddsLeaseLocked", func(t *testing.T, d AdvisoryDialect) {
 			s, _, prefix := d.New(t)
 			MigrateAddsLeaseLocked(t, s, prefix)
@@ -93,6 +81,15 @@ func Advisory(t *testing.T, d AdvisoryDialect) {
 			}
 			sc.run(t, d)
 		})
+	}
+}
+
+// onLocker runs a scenario of a store and a locker on a store and locker of
+// the dialect's own.
+func onLocker(scenario func(*testing.T, sqlease.LeaseStore, sqlease.SessionLocker)) func(*testing.T, AdvisoryDialect) {
+	return func(t *testing.T, d AdvisoryDialect) {
+		s, l, _ := d.New(t)
+		scenario(t, s, l)
 	}
 }
 

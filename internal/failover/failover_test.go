@@ -91,27 +91,14 @@ func TestAdvisoryFailoverMySQL(t *testing.T) {
 // notifications). The count is exact (log_statement on a private server),
 // so the window can be short.
 func TestAdvisoryIdleCost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and sqlease processes")
-	}
-	// Parallel: each counts the statements of its own private server, which
-	// waiting for a CPU does not change; the latency bounds of the handoff
-	// tests, which it would, run before (sequential tests first).
-	t.Parallel()
-	srv, csvPath := statsServer(t)
+	srv, csvPath := idleServer(t)
 	res := measureIdle(t, srv.URL(), csvPath, "advisory, defaults", "advisory", 2*time.Second, 6*time.Second)
 	t.Logf("3 idle advisory nodes: %.2f statements/s\n%s", res.stmts, idleTable([]idleCost{res}))
 	if res.stmts > 5 {
 		t.Errorf("3 idle advisory nodes cost %.2f statements/s, want ≤ 5 (expected ≈ 1)", res.stmts)
 	}
-	var followers float64
-	for k, v := range res.byKind {
-		if strings.Contains(k, "follower") {
-			followers += v
-		}
-	}
-	if followers > 1 {
-		t.Errorf("two idle advisory followers cost %.2f statements/s, want ≤ 1 (expected 0.2): do they poll?", followers)
+	if f := res.followers(); f > 1 {
+		t.Errorf("two idle advisory followers cost %.2f statements/s, want ≤ 1 (expected 0.2): do they poll?", f)
 	}
 }
 

@@ -18,14 +18,7 @@ import (
 // two followers' reads of that lease when it is due to expire (woken early
 // by the lease change feed).
 func TestSingletonIdleCost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and sqlease processes")
-	}
-	// Parallel: each counts the statements of its own private server, which
-	// waiting for a CPU does not change; the latency bounds of the handoff
-	// tests, which it would, run before (sequential tests first).
-	t.Parallel()
-	srv, csvPath := statsServer(t)
+	srv, csvPath := idleServer(t)
 	const k = 6
 	const window = 20 * time.Second // > the hosts' 15 s idle sync period
 	setup := func(t *testing.T) idleSetup {
