@@ -259,12 +259,18 @@ func (p *Proc) check(t testing.TB) {
 	}
 }
 
-// shutdown sends SIGTERM to procs and waits for them to exit; one that
-// does not within timeout is killed and the test fails.
+// shutdown sends SIGTERM to procs (those not sent one already) and waits
+// for them to exit; one that does not within timeout is killed and the test
+// fails.
 func shutdown(t testing.TB, name string, timeout time.Duration, procs []*Proc) {
 	t.Helper()
 	for _, p := range procs {
-		if !p.Exited() {
+		// One already sent SIGTERM may be past its signal handling, on its
+		// way out: a second one would kill it (an unclean exit).
+		p.mu.Lock()
+		termed := p.termed
+		p.mu.Unlock()
+		if !p.Exited() && !termed {
 			p.Term()
 		}
 	}
