@@ -1,7 +1,6 @@
 package mysql_test
 
 import (
-	"context"
 	"database/sql"
 	"errors"
 	"strings"
@@ -21,9 +20,6 @@ func TestAdvisory(t *testing.T) {
 		New: func(t *testing.T) (*sqlstore.Store, sqlease.SessionLocker, string) {
 			s, prefix := newStoreWithPrefix(t)
 			return s, newLocker(t, prefix), prefix
-		},
-		Kill: func(t *testing.T, s *sqlstore.Store, prefix, lease string, _ sqlease.SessionLock) {
-			killHolder(t, s, prefix, lease)
 		},
 		KillHolder:          killHolder,
 		InterruptedLockLost: true,
@@ -108,7 +104,7 @@ func TestAdvisorySilentHolderEnded(t *testing.T) {
 	t.Parallel()
 	_, prefix := newStoreWithPrefix(t)
 	locker := newLocker(t, prefix)
-	a, b := openLock(t, locker), openLock(t, locker)
+	a, b := storetest.OpenSession(t, locker, "adv"), storetest.OpenSession(t, locker, "adv")
 	if err := a.Lock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -132,14 +128,4 @@ func TestAdvisorySilentHolderEnded(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("Lock did not return within 1s")
 	}
-}
-
-func openLock(t *testing.T, locker sqlease.SessionLocker) sqlease.SessionLock {
-	t.Helper()
-	l, err := locker(t.Context(), "adv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	return l
 }

@@ -25,9 +25,6 @@ func TestAdvisory(t *testing.T) {
 			s, prefix := newStoreWithPrefix(t)
 			return s, newLocker(t, prefix), prefix
 		},
-		Kill: func(t *testing.T, s *sqlstore.Store, prefix, lease string, _ sqlease.SessionLock) {
-			killHolder(t, s, prefix, lease)
-		},
 		KillHolder: killHolder,
 	})
 }

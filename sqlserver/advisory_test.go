@@ -1,7 +1,6 @@
 package sqlserver_test
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"testing"
@@ -58,23 +57,13 @@ func newAdvisoryStore(t *testing.T) (*sqlstore.Store, sqlease.SessionLocker, str
 	return s, locker, prefix
 }
 
-func openAdvisory(t *testing.T, locker sqlease.SessionLocker, name string) sqlease.SessionLock {
-	t.Helper()
-	l, err := locker(t.Context(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	return l
-}
-
 // A session whose lock was released behind its back — the connection
 // still alive — is refused at its next renew with ErrSessionLost, leaves
 // the row untouched, and its check closes Lost.
 func TestAdvisoryRenewAfterLostLock(t *testing.T) {
 	s, locker, _ := newAdvisoryStore(t)
 	ctx := t.Context()
-	a := openAdvisory(t, locker, "adv")
+	a := storetest.OpenSession(t, locker, "adv")
 	if err := a.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}

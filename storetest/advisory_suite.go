@@ -22,7 +22,7 @@ type AdvisoryDialect struct {
 	New func(t *testing.T) (*sqlstore.Store, sqlease.SessionLocker, string)
 	// Kill ends, from another connection of s, the server session of lock
 	// (which holds the lock of lease), as the server does when its client
-	// dies.
+	// dies. Nil: KillHolder does.
 	Kill func(t *testing.T, s *sqlstore.Store, prefix, lease string, lock sqlease.SessionLock)
 	// KillHolder is Kill without the session at hand: it ends whichever
 	// session holds the lock of lease. Nil: the scenarios that need it stop
@@ -52,6 +52,11 @@ func Advisory(t *testing.T, d AdvisoryDialect) {
 	}
 	if d.Handoff == 0 {
 		d.Handoff = 2 * time.Second
+	}
+	if d.Kill == nil {
+		d.Kill = func(t *testing.T, s *sqlstore.Store, prefix, lease string, _ sqlease.SessionLock) {
+			d.KillHolder(t, s, prefix, lease)
+		}
 	}
 	scenarios := []struct {
 		name string
@@ -93,7 +98,8 @@ func onLocker(scenario func(*testing.T, sqlease.LeaseStore, sqlease.SessionLocke
 	}
 }
 
-func openAdvisoryLock(t *testing.T, locker sqlease.SessionLocker, lease string) sqlease.SessionLock {
+// OpenSession opens a session of locker on lease, closed when t ends.
+func OpenSession(t *testing.T, locker sqlease.SessionLocker, lease string) sqlease.SessionLock {
 	t.Helper()
 	l, err := locker(t.Context(), lease)
 	if err != nil {
@@ -143,7 +149,7 @@ func notLocked(t *testing.T, done chan error, during time.Duration) {
 func advisoryKillTakeover(t *testing.T, d AdvisoryDialect) {
 	s, locker, prefix := d.New(t)
 	ctx := t.Context()
-	a, b := openAdvisoryLock(t, locker, "adv"), openAdvisoryLock(t, locker, "adv")
+	a, b := OpenSession(t, locker, "adv"), OpenSession(t, locker, "adv")
 	if err := a.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +170,7 @@ func advisoryKillTakeover(t *testing.T, d AdvisoryDialect) {
 	done := lockAsync(ctx, b)
 	notLocked(t, done, 300*time.Millisecond)
 	// Another lease's lock is another lock.
-	other := openAdvisoryLock(t, locker, "adv2")
+	other := OpenSession(t, locker, "adv2")
 	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := other.Lock(octx); err != nil {
@@ -289,7 +295,7 @@ func advisoryElectorFailover(t *testing.T, d AdvisoryDialect) {
 // it as soon as the first closes, and the closed one's Lost is closed.
 func advisoryLockExcludesUntilClose(t *testing.T, d AdvisoryDialect) {
 	_, locker, _ := d.New(t)
-	a, b := openAdvisoryLock(t, locker, "adv"), openAdvisoryLock(t, locker, "adv")
+	a, b := OpenSession(t, locker, "adv"), OpenSession(t, locker, "adv")
 	if err := a.Lock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -314,12 +320,12 @@ func advisoryLockExcludesUntilClose(t *testing.T, d AdvisoryDialect) {
 func advisoryLockContext(t *testing.T, d AdvisoryDialect) {
 	_, locker, _ := d.New(t)
 	ctx := t.Context()
-	a := openAdvisoryLock(t, locker, "adv")
+	a := OpenSession(t, locker, "adv")
 	if err := a.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
 
-	b := openAdvisoryLock(t, locker, "adv")
+	b := OpenSession(t, locker, "adv")
 	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -337,7 +343,7 @@ func advisoryLockContext(t *testing.T, d AdvisoryDialect) {
 		}
 	}
 
-	c := openAdvisoryLock(t, locker, "adv")
+	c := OpenSession(t, locker, "adv")
 	cctx, cancelC := context.WithCancel(ctx)
 	cancelled := lockAsync(cctx, c)
 	time.Sleep(200 * time.Millisecond)
@@ -353,7 +359,7 @@ func advisoryLockContext(t *testing.T, d AdvisoryDialect) {
 		t.Fatal("cancelled Lock did not return")
 	}
 
-	e := openAdvisoryLock(t, locker, "adv")
+	e := OpenSession(t, locker, "adv")
 	done := lockAsync(ctx, e)
 	notLocked(t, done, 200*time.Millisecond)
 	closed := time.Now()
@@ -375,7 +381,7 @@ func advisoryLockContext(t *testing.T, d AdvisoryDialect) {
 func advisoryRenewStaleToken(t *testing.T, d AdvisoryDialect) {
 	s, locker, _ := d.New(t)
 	ctx := t.Context()
-	a := openAdvisoryLock(t, locker, "adv")
+	a := OpenSession(t, locker, "adv")
 	if err := a.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
