@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
-	"github.com/sqlease/sqlease/mysql"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlstore"
 )
@@ -113,17 +112,7 @@ func fmtTime(col string) string { return `DATE_FORMAT(` + col + `, '%Y-%m-%d %H:
 // same holder, or with another holder under the same epoch.
 func TestBatchFinishSemantics(t *testing.T) {
 	ctx := t.Context()
-	prefix := randomPrefix(t)
-	st, err := mysql.OpenStore(ctx, databaseURL(t), prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		defer st.DB().Close()
-		if err := dropTables(st.DB(), prefix); err != nil {
-			t.Errorf("drop tables: %v", err)
-		}
-	})
+	st, prefix := newStoreWithPrefix(t)
 	db := st.DB()
 	now, err := st.Now(ctx)
 	if err != nil {

@@ -150,6 +150,9 @@ func config(rawURL string) (*mysql.Config, error) {
 	if len(params) > 0 {
 		dsn += "?" + params.Encode()
 	}
+	// The driver's default logger is replaced once (useDriverLogger) before
+	// any config reads it: ParseDSN racing with SetLogger was a data race.
+	installDriverLogger.Do(func() { _ = mysql.SetLogger(slogDriverLogger{}) })
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, invalid("parameters: %v", err)

@@ -2,14 +2,11 @@ package mysql_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"database/sql/driver"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,75 +19,36 @@ import (
 	"github.com/sqlease/sqlease/storetest"
 )
 
-// urlEnv names the database the conformance suite runs on. Each store gets
-// tables of its own, under a random prefix, dropped when the test ends.
-const urlEnv = "SQLEASE_TEST_MYSQL_URL"
-
-func databaseURL(tb testing.TB) string {
-	tb.Helper()
-	u := os.Getenv(urlEnv)
-	if u == "" {
-		tb.Skipf("%s is not set: run scripts/test.sh, which starts a private MariaDB and sets it, "+
-			"or set it yourself, e.g. %s='mysql://user:password@127.0.0.1:3306/sqlease'", urlEnv, urlEnv)
-	}
-	return u
+// database is where the conformance suite and the other tests run. Each
+// store gets tables of its own, under a random prefix, dropped when the
+// test ends.
+var database = storetest.Database{
+	Env: "SQLEASE_TEST_MYSQL_URL",
+	Hint: "run scripts/test.sh, which starts a private MariaDB and sets it, " +
+		"or set it yourself, e.g. SQLEASE_TEST_MYSQL_URL='mysql://user:password@127.0.0.1:3306/sqlease'",
+	Tables: storetest.Tables{
+		List: "SELECT CONCAT('`', table_name, '`') FROM information_schema.tables\n" +
+			"WHERE table_schema = DATABASE() AND LEFT(table_name, CHAR_LENGTH(?)) = ?",
+		Args: func(like string) []any { return []any{like, like} },
+		Drop: "DROP TABLE IF EXISTS",
+	},
+	Open: mysql.OpenStore,
 }
+
+func databaseURL(tb testing.TB) string { return database.URL(tb) }
 
 // newStore opens a store on tables under a fresh random prefix.
-func newStore(tb testing.TB) *sqlstore.Store {
-	tb.Helper()
-	u := databaseURL(tb)
-	prefix := randomPrefix(tb)
-	s, err := mysql.OpenStore(tb.Context(), u, prefix)
-	if err != nil {
-		tb.Fatalf("OpenStore: %v", err)
-	}
-	tb.Cleanup(func() {
-		defer s.DB().Close()
-		if err := dropTables(s.DB(), prefix); err != nil {
-			tb.Errorf("drop tables of prefix %s: %v", prefix, err)
-		}
-	})
-	return s
-}
+func newStore(tb testing.TB) *sqlstore.Store { s, _ := database.Store(tb); return s }
 
-// randomPrefix returns a fresh table prefix.
-func randomPrefix(tb testing.TB) string {
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		tb.Fatal(err)
-	}
-	return "t" + hex.EncodeToString(b)
-}
+// newStoreWithPrefix is newStore, also returning the prefix.
+func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) { return database.Store(tb) }
 
 // dropTables drops every table named prefix_…, whatever the migrations
 // created.
-func dropTables(db *sql.DB, prefix string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rows, err := db.QueryContext(ctx, `SELECT table_name FROM information_schema.tables
-WHERE table_schema = DATABASE() AND LEFT(table_name, CHAR_LENGTH(?)) = ?`, prefix+"_", prefix+"_")
-	if err != nil {
-		return err
-	}
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return err
-		}
-		names = append(names, "`"+n+"`")
-	}
-	if err := rows.Close(); err != nil {
-		return err
-	}
-	if err := rows.Err(); err != nil || len(names) == 0 {
-		return err
-	}
-	_, err = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+strings.Join(names, ", "))
-	return err
-}
+func dropTables(db *sql.DB, prefix string) error { return database.Tables.DropAll(db, prefix) }
+
+// randomPrefix returns a fresh table prefix.
+func randomPrefix(tb testing.TB) string { return storetest.RandomPrefix(tb) }
 
 func TestConformance(t *testing.T) {
 	databaseURL(t)
@@ -590,17 +548,7 @@ func BenchmarkFencedWrite(b *testing.B) { storetest.BenchFencedWrite(b, newStore
 // leader's renew kept three followers out until it woke).
 func TestIdleTransactionDoesNotHoldTheLease(t *testing.T) {
 	ctx := t.Context()
-	prefix := randomPrefix(t)
-	s, err := mysql.OpenStore(ctx, databaseURL(t), prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		defer s.DB().Close()
-		if err := dropTables(s.DB(), prefix); err != nil {
-			t.Errorf("drop tables of prefix %s: %v", prefix, err)
-		}
-	})
+	s, prefix := newStoreWithPrefix(t)
 	l, err := s.Acquire(ctx, "idle", "paused", time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -1,16 +1,10 @@
 package postgres_test
 
 import (
-	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/sqlease/sqlease"
@@ -19,77 +13,29 @@ import (
 	"github.com/sqlease/sqlease/storetest"
 )
 
-// urlEnv names the database the conformance suite runs on. Each store gets
-// tables of its own, under a random prefix, dropped when the test ends.
-const urlEnv = "SQLEASE_TEST_POSTGRES_URL"
-
-func databaseURL(tb testing.TB) string {
-	tb.Helper()
-	u := os.Getenv(urlEnv)
-	if u == "" {
-		tb.Skipf("%s is not set: run scripts/test.sh, which starts a private PostgreSQL and sets it, "+
-			"or set it yourself, e.g. %s='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'", urlEnv, urlEnv)
-	}
-	return u
+// database is where the conformance suite and the other tests run. Each
+// store gets tables of its own, under a random prefix, dropped when the
+// test ends.
+var database = storetest.Database{
+	Env: "SQLEASE_TEST_POSTGRES_URL",
+	Hint: "run scripts/test.sh, which starts a private PostgreSQL and sets it, " +
+		"or set it yourself, e.g. SQLEASE_TEST_POSTGRES_URL='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'",
+	Tables: storetest.Tables{
+		List: `SELECT quote_ident(tablename) FROM pg_tables
+WHERE schemaname = current_schema() AND left(tablename, length($1)) = $1`,
+		Args: func(like string) []any { return []any{like} },
+		Drop: "DROP TABLE IF EXISTS", DropSuffix: "CASCADE",
+	},
+	Open: postgres.OpenStore,
 }
+
+func databaseURL(tb testing.TB) string { return database.URL(tb) }
 
 // newStore opens a store on tables under a fresh random prefix.
-func newStore(tb testing.TB) *sqlstore.Store {
-	tb.Helper()
-	s, _ := newStoreWithPrefix(tb)
-	return s
-}
+func newStore(tb testing.TB) *sqlstore.Store { s, _ := database.Store(tb); return s }
 
 // newStoreWithPrefix is newStore, also returning the prefix.
-func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) {
-	tb.Helper()
-	u := databaseURL(tb)
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		tb.Fatal(err)
-	}
-	prefix := "t" + hex.EncodeToString(b)
-	s, err := postgres.OpenStore(tb.Context(), u, prefix)
-	if err != nil {
-		tb.Fatalf("OpenStore: %v", err)
-	}
-	tb.Cleanup(func() {
-		defer s.DB().Close()
-		if err := dropTables(s.DB(), prefix); err != nil {
-			tb.Errorf("drop tables of prefix %s: %v", prefix, err)
-		}
-	})
-	return s, prefix
-}
-
-// dropTables drops every table named prefix_…, whatever the migrations
-// created.
-func dropTables(db *sql.DB, prefix string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rows, err := db.QueryContext(ctx, `SELECT quote_ident(tablename) FROM pg_tables
-WHERE schemaname = current_schema() AND left(tablename, length($1)) = $1`, prefix+"_")
-	if err != nil {
-		return err
-	}
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return err
-		}
-		names = append(names, n)
-	}
-	if err := rows.Close(); err != nil {
-		return err
-	}
-	if err := rows.Err(); err != nil || len(names) == 0 {
-		return err
-	}
-	_, err = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+strings.Join(names, ", ")+" CASCADE")
-	return err
-}
+func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) { return database.Store(tb) }
 
 func TestConformance(t *testing.T) {
 	databaseURL(t)

@@ -31,7 +31,17 @@
 # server is killed and its directory removed when the script exits, and by a
 # watchdog should the script itself be killed.
 #
-# Exit status: that of go test, or 1 if gofmt, go vet or the server setup fails.
+# Headroom and starvation: a package is stopped at 12 minutes, at least twice
+# the longest package's time on a quiet machine (quiet_times below). While go
+# test runs, a probe measures every 15 s what share of a core a runnable thread
+# gets (a short busy loop's CPU time over its wall time: about 1 on a quiet
+# machine). If it stays below SQLEASE_STARVED_SHARE (per mille, default 150)
+# for SQLEASE_STARVED_SECONDS (default 180; 0 turns the probe off), the run is
+# stopped with a message saying so, rather than failing later at a timeout or
+# a latency bound; the summary reports the shares seen either way.
+#
+# Exit status: that of go test, or 1 if gofmt, go vet or the server setup fails,
+# or 3 if the machine was starved.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -53,6 +63,9 @@ md_dog=""  # its watchdog
 cleanup() {
 	local status=$?
 	trap - EXIT INT TERM HUP
+	if [[ -n ${starve_pid:-} ]]; then
+		kill "$starve_pid" 2>/dev/null || true
+	fi
 	if [[ -n $pg_dir ]]; then
 		say "stopping PostgreSQL and removing $pg_dir"
 		if [[ -f $pg_dir/data/postmaster.pid ]]; then
@@ -342,6 +355,82 @@ start_mariadb() {
 	say "MariaDB $("$mariadbd" --version | sed -n 's/.*Ver \([^ ]*\).*/\1/p') ready in $(((${EPOCHREALTIME//[.,]/} - t0) / 1000)) ms: SQLEASE_TEST_MYSQL_URL=mysql://sqlease:…@127.0.0.1:$port/sqlease"
 }
 
+# --- headroom and starvation ---
+# Quiet-machine times of the longest packages (seconds, 2 cores, CI), and of
+# the whole run: what the start announces and what the timeout must cover
+# twice over.
+quiet_total_min=13
+quiet_times="internal/faults:249 internal/failover:105 scheduler:144 httpapi:83 model:81 internal/cli:78 internal/hafailover:74"
+pkg_timeout=12m
+
+# cpu_share prints the share of a core (per mille) this shell got while
+# running a short busy loop: its CPU time over the loop's wall time.
+cpu_share() {
+	local st u0 u1 t0 t1 j
+	read -r -a st <"/proc/$BASHPID/stat"
+	u0=$((st[13] + st[14]))
+	t0=${EPOCHREALTIME//[.,]/}
+	for ((j = 0; j < 60000; j++)); do :; done
+	t1=${EPOCHREALTIME//[.,]/}
+	read -r -a st <"/proc/$BASHPID/stat"
+	u1=$((st[13] + st[14]))
+	# ticks of 10 ms (USER_HZ 100) over wall microseconds
+	echo $(((u1 - u0) * 10000 * 1000 / ((t1 - t0) > 0 ? (t1 - t0) : 1)))
+}
+
+# check_headroom fails unless the package timeout is at least twice every
+# quiet time above.
+check_headroom() {
+	local limit=${pkg_timeout%m} entry longest=0 name=""
+	for entry in $quiet_times; do
+		if ((${entry#*:} > longest)); then
+			longest=${entry#*:} name=${entry%%:*}
+		fi
+	done
+	((limit * 60 >= 2 * longest)) ||
+		die "the package timeout $pkg_timeout is less than twice ${name}'s quiet time (${longest}s): raise it"
+	echo "$name ~$((longest / 60))m$((longest % 60))s"
+}
+
+starve_log=""  # the probe's samples: "<epoch seconds> <share per mille>"
+starve_pid=""  # the probe, while go test runs
+starved_file="" # written by the probe when it stops the run
+
+# starvation_probe samples cpu_share every 15 s; once every sample of the
+# last SQLEASE_STARVED_SECONDS is below SQLEASE_STARVED_SHARE, it says so and
+# stops go test (process group $1).
+starvation_probe() {
+	local pgid=$1 limit=${SQLEASE_STARVED_SHARE:-150} window=${SQLEASE_STARVED_SECONDS:-180}
+	local share low_since=0 now
+	trap - EXIT INT TERM HUP
+	while sleep 15; do
+		share=$(cpu_share)
+		now=$SECONDS
+		echo "$now $share" >>"$starve_log"
+		if ((share >= limit)); then
+			low_since=0
+			continue
+		fi
+		((low_since)) || low_since=$now
+		if ((window > 0 && now - low_since >= window)); then
+			{
+				printf '\nscripts/test.sh: the machine is starved: for %d s a runnable thread got under %d.%d%% of a core (last %d.%d%%; load %s on %s cores).\n' \
+					"$((now - low_since))" "$((limit / 10))" "$((limit % 10))" "$((share / 10))" "$((share % 10))" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)"
+				printf 'scripts/test.sh: stopping the tests rather than letting them fail at a timeout or a latency bound; run again on a quieter machine (SQLEASE_STARVED_SECONDS=0 turns this check off).\n'
+			} | tee "$starved_file" >&2
+			kill -TERM -- "-$pgid" 2>/dev/null || true
+			return
+		fi
+	done
+}
+
+# share_summary prints the probe's samples: median and lowest share.
+share_summary() {
+	[[ -s $starve_log ]] || return 0
+	sort -k2 -n "$starve_log" | awk '{v[NR]=$2} END {printf "%d.%d%% median, %d.%d%% lowest, over %d samples", int(v[int((NR+1)/2)]/10), v[int((NR+1)/2)]%10, int(v[1]/10), v[1]%10, NR}'
+}
+# --- end headroom and starvation ---
+
 if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
 	PATH=/usr/local/go/bin:$PATH
 fi
@@ -399,12 +488,21 @@ else
 fi
 
 fuzz=0
+longest=$(check_headroom)
+share_now=$(cpu_share)
+machine="this machine now: load $(cut -d' ' -f1 /proc/loadavg) on $(nproc) cores, a runnable thread gets $((share_now / 10))% of a core"
+if ((share_now < 500)); then
+	machine+=": expect it to take longer"
+fi
 if (($# == 0)); then
 	set -- ./...
 	fuzz=1 # the whole suite also fuzzes for a bounded time
-	say "the whole suite takes about 15 minutes on a quiet 2-core machine (longest packages: internal/faults ~4 min, model ~3 min, internal/failover ~2.5 min); a package is stopped at 12 minutes"
+	say "expected duration: about $quiet_total_min minutes on a quiet 2-core machine (longest package: $longest); $machine"
+else
+	say "expected duration: the packages' own (the whole suite: about $quiet_total_min minutes on a quiet 2-core machine); $machine"
 fi
-say "go test -race -count=1 -timeout 12m $*"
+say "a package is stopped at $pkg_timeout, at least twice its quiet time (longest: $longest)"
+say "go test -race -count=1 -timeout $pkg_timeout $*"
 # The output is also kept, for the summary at the end: each package's time,
 # the failed packages and the first failing tests of each.
 test_log=$(mktemp)
@@ -413,12 +511,26 @@ test_log=$(mktemp)
 # waiting for the tests to finish. (stdin: a background job reading the
 # terminal would be stopped.)
 status=0
+starve_log=$(mktemp)
+starved_file=$(mktemp -u)
 set -m
-(set -o pipefail; go test -race -count=1 -timeout 12m "$@" </dev/null 2>&1 | tee "$test_log") &
+(set -o pipefail; go test -race -count=1 -timeout "$pkg_timeout" "$@" </dev/null 2>&1 | tee "$test_log") &
 test_pgid=$!
 set +m
+if [[ ${SQLEASE_STARVED_SECONDS:-180} != 0 ]]; then
+	starvation_probe "$test_pgid" </dev/null &
+	starve_pid=$!
+fi
 wait "$test_pgid" || status=$?
 test_pgid=""
+if [[ -n $starve_pid ]]; then
+	kill "$starve_pid" 2>/dev/null || true
+	wait "$starve_pid" 2>/dev/null || true
+	starve_pid=""
+fi
+if [[ -s $starved_file ]]; then
+	status=3
+fi
 if ((status == 0)) && ((fuzz)); then
 	# The fuzz targets beyond their seed corpus, for a bounded time: any
 	# input either refused with a 4xx-class error or round-tripping. Each
@@ -460,9 +572,16 @@ summary() {
 	fi
 }
 summary
-rm -f "$test_log"
+if shares=$(share_summary) && [[ -n $shares ]]; then
+	say "CPU share of a runnable thread during the tests: $shares"
+fi
+rm -f "$test_log" "$starve_log"
 if ((status == 0)); then
 	say "PASS"
+elif [[ -s $starved_file ]]; then
+	cat "$starved_file" >&2
+	rm -f "$starved_file"
+	say "FAIL: the machine was starved (see above), not necessarily the tests"
 else
 	say "FAIL (go test exit status $status)"
 fi

@@ -2,12 +2,9 @@ package sqlserver_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
-	"os"
-	"strings"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,71 +14,36 @@ import (
 	"github.com/sqlease/sqlease/storetest"
 )
 
-// dsnEnv names the database the conformance suite runs on. Each store gets
-// tables of its own, under a random prefix, dropped when the test ends.
-const dsnEnv = "SQLEASE_TEST_SQLSERVER_DSN"
-
-func databaseDSN(tb testing.TB) string {
-	tb.Helper()
-	dsn := os.Getenv(dsnEnv)
-	if dsn == "" {
-		tb.Skipf("%s is not set: no SQL Server runs here, so the T-SQL is only checked statically. To run the conformance suite, "+
-			"point it at a database you may create tables in, e.g. %s='sqlserver://sa:…@127.0.0.1:1433?database=sqlease_test' "+
-			"(Azure SQL: 'sqlserver://srv.database.windows.net?database=db&fedauth=ActiveDirectoryDefault')", dsnEnv, dsnEnv)
-	}
-	return dsn
+// database is where the conformance suite and the other tests run. Each
+// store gets tables of its own, under a random prefix, dropped when the
+// test ends.
+var database = storetest.Database{
+	Env: "SQLEASE_TEST_SQLSERVER_DSN",
+	Hint: "no SQL Server runs here, so the T-SQL is only checked statically. To run the conformance suite, " +
+		"point it at a database you may create tables in, e.g. SQLEASE_TEST_SQLSERVER_DSN='sqlserver://sa:…@127.0.0.1:1433?database=sqlease_test' " +
+		"(Azure SQL: 'sqlserver://srv.database.windows.net?database=db&fedauth=ActiveDirectoryDefault')",
+	Tables: storetest.Tables{
+		List: `SELECT QUOTENAME(name) FROM sys.tables
+WHERE schema_id = SCHEMA_ID() AND LEFT(name, LEN(@p1)) = @p1`,
+		Args: func(like string) []any { return []any{like} },
+		Drop: "DROP TABLE",
+	},
+	Open: func(ctx context.Context, dsn, prefix string) (*sqlstore.Store, error) {
+		s, err := sqlserver.OpenStore(ctx, dsn, prefix)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sqlserver.Redact(dsn), err)
+		}
+		return s, nil
+	},
 }
+
+func databaseDSN(tb testing.TB) string { return database.URL(tb) }
 
 // newStore opens a store on tables under a fresh random prefix.
-func newStore(tb testing.TB) *sqlstore.Store {
-	tb.Helper()
-	dsn := databaseDSN(tb)
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		tb.Fatal(err)
-	}
-	prefix := "t" + hex.EncodeToString(b)
-	s, err := sqlserver.OpenStore(tb.Context(), dsn, prefix)
-	if err != nil {
-		tb.Fatalf("OpenStore(%s): %v", sqlserver.Redact(dsn), err)
-	}
-	tb.Cleanup(func() {
-		defer s.DB().Close()
-		if err := dropTables(s.DB(), prefix); err != nil {
-			tb.Errorf("drop tables of prefix %s: %v", prefix, err)
-		}
-	})
-	return s
-}
+func newStore(tb testing.TB) *sqlstore.Store { s, _ := database.Store(tb); return s }
 
-// dropTables drops every table named prefix_… in the default schema,
-// whatever the migrations created.
-func dropTables(db *sql.DB, prefix string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rows, err := db.QueryContext(ctx, `SELECT QUOTENAME(name) FROM sys.tables
-WHERE schema_id = SCHEMA_ID() AND LEFT(name, LEN(@p1)) = @p1`, prefix+"_")
-	if err != nil {
-		return err
-	}
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return err
-		}
-		names = append(names, n)
-	}
-	if err := rows.Close(); err != nil {
-		return err
-	}
-	if err := rows.Err(); err != nil || len(names) == 0 {
-		return err
-	}
-	_, err = db.ExecContext(ctx, "DROP TABLE "+strings.Join(names, ", "))
-	return err
-}
+// newStoreWithPrefix is newStore, also returning the prefix.
+func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) { return database.Store(tb) }
 
 // TestConformance runs the lease conformance suite. SQL Server cannot end a
 // fenced transaction left idle (see the package documentation), so the

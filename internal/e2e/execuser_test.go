@@ -53,7 +53,7 @@ func TestExecUserCannotReadDaemonSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	n := &node{holder: "x", addr: addr, out: &out, done: make(chan struct{})}
+	n := &node{holder: "x", addr: addr}
 	if err := poll(20*time.Second, func() (bool, string) {
 		code, body := n.get("/readyz")
 		return code == 200 && strings.Contains(body, "mode=leader"), body

@@ -23,14 +23,10 @@ import (
 // database and on two nodes sharing one SQLite file.
 func TestFleet(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
-		url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-		if url == "" {
-			if testing.Short() {
-				t.Skip("SQLEASE_TEST_POSTGRES_URL is not set and -short: not starting PostgreSQL")
-			}
-			url = pgtest.Start(t).URL()
+		if os.Getenv(pgtest.URLEnv) == "" && testing.Short() {
+			t.Skip(pgtest.URLEnv + " is not set and -short: not starting PostgreSQL")
 		}
-		scenarios(t, backend{name: "postgres", nodes: 3, db: func(t *testing.T) string { return pgtest.CreateDatabase(t, url) }})
+		scenarios(t, backend{name: "postgres", nodes: 3, db: postgresDB(t)})
 	})
 	t.Run("sqlite", func(t *testing.T) {
 		scenarios(t, backend{name: "sqlite", nodes: 2, db: sqliteDB})
@@ -225,7 +221,7 @@ func testHandoff(t *testing.T, b backend) {
 				t.Errorf("stopping node's /readyz: %v", stopping)
 			}
 		}
-		if !strings.Contains(leader.out.String(), `"msg":"leader_released"`) {
+		if !strings.Contains(leader.out(), `"msg":"leader_released"`) {
 			t.Errorf("%s did not log leader_released", leader.holder)
 		}
 		if took > failoverBound {
@@ -308,7 +304,7 @@ func testDrain(t *testing.T, b backend) {
 	// The new leader has built its schedule: the finished one-off job is
 	// not in it and does not run again.
 	if err := poll(5*time.Second, func() (bool, string) {
-		return strings.Contains(newLeader.out.String(), `"msg":"schedule_rebuilt","lease_epoch":`+strconv.FormatInt(newEpoch, 10)+`,`),
+		return strings.Contains(newLeader.out(), `"msg":"schedule_rebuilt","lease_epoch":`+strconv.FormatInt(newEpoch, 10)+`,`),
 			"no schedule_rebuilt at the new epoch in the new leader's log"
 	}); err != nil {
 		t.Fatal(err)

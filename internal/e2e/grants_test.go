@@ -140,9 +140,7 @@ func leastPrivilegeFailover(t *testing.T, db, app string) {
 	if leader == nil {
 		t.Fatalf("run by %q, not a node of the fleet", first.Holder)
 	}
-	if err := leader.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	leader.Signal(syscall.SIGKILL)
 	killed := time.Now()
 	var after run
 	if err := poll(30*time.Second, func() (bool, string) {

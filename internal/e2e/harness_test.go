@@ -3,15 +3,12 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,72 +17,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/pgtest"
-	"github.com/sqlease/sqlease/internal/syncbuf"
 )
 
 // binary is the sqlease command TestMain built.
 var binary string
 
 func TestMain(m *testing.M) {
-	os.Exit(testMain(m))
-}
-
-func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "sqlease-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	root, err := moduleRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: finding the module root:", err)
-		return 1
-	}
-	binary = filepath.Join(dir, "sqlease")
-	args := []string{"build", "-o", binary}
-	if os.Getenv("SQLEASE_E2E_RACE") != "" {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command(goTool(), append(args, "./cmd/sqlease")...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: go build ./cmd/sqlease in %s: %v\n%s", root, err, out)
-		return 1
-	}
-	return m.Run()
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
-}
-
-// moduleRoot is the directory of the main module's go.mod: what "go env
-// GOMOD" says, else the first go.mod above the working directory.
-func moduleRoot() (string, error) {
-	if out, err := exec.Command(goTool(), "env", "GOMOD").Output(); err == nil {
-		if p := strings.TrimSpace(string(out)); p != "" && p != os.DevNull {
-			return filepath.Dir(p), nil
-		}
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
+	os.Exit(fleettest.Main(m, "e2e", true, os.Getenv("SQLEASE_E2E_RACE") != "", &binary))
 }
 
 // Timings of every node: crash failover is bounded by lease duration +
@@ -113,16 +53,8 @@ type backend struct {
 // $SQLEASE_TEST_POSTGRES_URL, else on a private server started (once, on
 // first use) for the calling top-level test t.
 func postgresDB(t *testing.T) func(t *testing.T) string {
-	var once sync.Once
-	url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-	return func(sub *testing.T) string {
-		once.Do(func() {
-			if url == "" {
-				url = pgtest.Start(t).URL()
-			}
-		})
-		return pgtest.CreateDatabase(sub, url)
-	}
+	server := pgtest.Shared(t)
+	return func(sub *testing.T) string { return pgtest.CreateDatabase(sub, server()) }
 }
 
 func sqliteDB(t *testing.T) string {
@@ -131,56 +63,36 @@ func sqliteDB(t *testing.T) string {
 
 // --- nodes ---
 
-// node is one "sqlease serve" process.
+// node is one "sqlease serve" process of the shared harness
+// (internal/fleettest), with this package's HTTP helpers.
 type node struct {
+	*fleettest.Node
 	holder string
-	addr   string // host:port of its HTTP API
-	cmd    *exec.Cmd
-	out    *syncbuf.Buffer // stdout and stderr (JSON log lines)
-
-	done     chan struct{} // closed when the process has exited
-	exitCode int           // valid after done; -1 if killed by a signal
-	signaled syscall.Signal
+	addr   string // host:port of its HTTP API, once up
 }
 
-// fleet is the nodes of one test on one database.
+// fleet is the nodes of one test on one database: internal/fleettest's
+// Daemons, each node with this package's timings. Its cleanup kills the
+// nodes still running, fails the test on a data race or panic in a node's
+// log and, if the test failed, logs each node's log.
 type fleet struct {
 	t     *testing.T
-	db    string
-	extra []string // flags every node gets
+	d     *fleettest.Daemons
 	mu    sync.Mutex
 	nodes []*node
 }
 
 func newFleet(t *testing.T, db string, extra ...string) *fleet {
-	f := &fleet{t: t, db: db, extra: extra}
-	t.Cleanup(func() {
-		for _, n := range f.all() {
-			if !n.exited() {
-				_ = n.cmd.Process.Kill()
-				select {
-				case <-n.done:
-				case <-time.After(10 * time.Second):
-					t.Errorf("node %s (pid %d) did not die after SIGKILL", n.holder, n.cmd.Process.Pid)
-				}
-			}
-		}
-		for _, n := range f.all() {
-			if strings.Contains(n.out.String(), "WARNING: DATA RACE") {
-				t.Errorf("node %s reported a data race", n.holder)
-			}
-		}
-		if t.Failed() {
-			for _, n := range f.all() {
-				log := n.out.String()
-				if len(log) > 48<<10 {
-					log = "…" + log[len(log)-48<<10:]
-				}
-				t.Logf("--- node %s (%s, pid %d, exit %s) ---\n%s", n.holder, n.addr, n.cmd.Process.Pid, n.status(), log)
-			}
-		}
-	})
-	return f
+	flags := append([]string{
+		"--lease-duration", leaseDuration.String(),
+		"--renew-interval", renewInterval.String(),
+		"--acquire-interval", acquireInterval.String(),
+		"--schedule-refresh-interval", refreshInterval.String(),
+	}, extra...)
+	d := fleettest.NewDaemons(t, binary, db, flags...)
+	// Not for the exec actions to see: they get none of the daemon's SQLEASE_*.
+	d.Env = []string{"SQLEASE_LOG_LEVEL=info"}
+	return &fleet{t: t, d: d}
 }
 
 func (f *fleet) all() []*node {
@@ -214,71 +126,47 @@ func (f *fleet) start(holders ...string) []*node {
 	return nodes
 }
 
-// launch starts one node on a free port without waiting for it.
+// launch starts one node on a port of its own without waiting for it.
 func (f *fleet) launch(holder string, extra ...string) *node {
 	f.t.Helper()
-	addr := freeAddr(f.t)
-	args := []string{"serve",
-		"--db", f.db,
-		"--http", addr,
-		"--holder-id", holder,
-		"--lease-duration", leaseDuration.String(),
-		"--renew-interval", renewInterval.String(),
-		"--acquire-interval", acquireInterval.String(),
-		"--schedule-refresh-interval", refreshInterval.String(),
-		"--log-format", "json",
-	}
-	args = append(append(args, f.extra...), extra...)
-	n := &node{holder: holder, addr: addr, out: &syncbuf.Buffer{}, done: make(chan struct{})}
-	n.cmd = exec.Command(binary, args...)
-	n.cmd.Env = nodeEnv()
-	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
-	if err := n.cmd.Start(); err != nil {
-		f.t.Fatalf("starting node %s: %v", holder, err)
-	}
-	go func() {
-		err := n.cmd.Wait()
-		n.exitCode = n.cmd.ProcessState.ExitCode()
-		if ws, ok := n.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			n.signaled = ws.Signal()
-		}
-		_ = err
-		close(n.done)
-	}()
+	n := &node{Node: f.d.Launch(holder, extra...), holder: holder}
 	f.mu.Lock()
 	f.nodes = append(f.nodes, n)
 	f.mu.Unlock()
 	return n
 }
 
-// waitUp waits until n answers /readyz with 200. If n exited because its
-// port was taken meanwhile, it is relaunched on another port.
+// waitUp waits until n has said where it listens and answers /readyz with
+// 200.
 func (f *fleet) waitUp(n *node) *node {
 	f.t.Helper()
-	for attempt := 1; ; attempt++ {
-		err := poll(20*time.Second, func() (bool, string) {
-			if n.exited() {
-				return true, ""
-			}
-			code, body := n.get("/readyz")
-			return code == 200, fmt.Sprintf("/readyz: %d %s", code, body)
-		})
-		switch {
-		case err != nil:
-			f.t.Fatalf("node %s not ready: %v\n%s", n.holder, err, n.out.String())
-		case !n.exited():
-			return n
-		case strings.Contains(n.out.String(), "cannot listen") && attempt < 5:
-			n = f.launch(n.holder)
-		default:
-			f.t.Fatalf("node %s exited while starting (%s):\n%s", n.holder, n.status(), n.out.String())
+	err := poll(20*time.Second, func() (bool, string) {
+		if n.exited() {
+			return true, ""
 		}
+		if n.addr == "" {
+			l, ok := n.TryWaitLogFrom(0, 0, func(l fleettest.LogLine) bool { return l.Msg == "node_started" })
+			if !ok {
+				return false, "no node_started yet"
+			}
+			n.addr = l.Str("http")
+			n.Addr = n.addr
+		}
+		code, body := n.get("/readyz")
+		return code == 200, fmt.Sprintf("/readyz: %d %s", code, body)
+	})
+	switch {
+	case err != nil:
+		f.t.Fatalf("node %s not ready: %v\n%s", n.holder, err, n.out())
+	case n.exited():
+		f.t.Fatalf("node %s exited while starting (%s):\n%s", n.holder, n.status(), n.out())
 	}
+	return n
 }
 
 // nodeEnv is the test's environment without SQLEASE_* variables (so that
 // only the flags configure a node), plus one setting the exec actions must
-// not see.
+// not see; what a fleet's nodes get.
 func nodeEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -289,43 +177,25 @@ func nodeEnv() []string {
 	return append(env, "SQLEASE_LOG_LEVEL=info")
 }
 
-func (n *node) exited() bool {
-	select {
-	case <-n.done:
-		return true
-	default:
-		return false
-	}
-}
+func (n *node) exited() bool { return n.Exited() }
 
-func (n *node) status() string {
-	switch {
-	case !n.exited():
-		return "running"
-	case n.signaled != 0:
-		return "killed by " + n.signaled.String()
-	default:
-		return strconv.Itoa(n.exitCode)
-	}
-}
+func (n *node) status() string { return n.Status() }
+
+// out is what the node has logged (its stderr) so far.
+func (n *node) out() string { return n.Stderr() }
 
 func (n *node) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
-	if err := n.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signal %v to node %s: %v", sig, n.holder, err)
-	}
+	n.Signal(sig)
 }
 
 // wait waits for n to exit and returns its status.
 func (n *node) wait(t *testing.T, timeout time.Duration) string {
 	t.Helper()
-	select {
-	case <-n.done:
-		return n.status()
-	case <-time.After(timeout):
+	if !n.WaitExit(timeout) {
 		t.Fatalf("node %s did not exit within %v", n.holder, timeout)
-		return ""
 	}
+	return n.status()
 }
 
 // --- HTTP ---
@@ -335,6 +205,8 @@ var client = &http.Client{
 	Transport: &http.Transport{DisableKeepAlives: true},
 }
 
+// url is the URL of path on the node's API (addr: a node of a fleet once it
+// is up, or a process a test started itself).
 func (n *node) url(path string) string { return "http://" + n.addr + path }
 
 // get returns the status and body of GET path; status 0 if no answer.

@@ -179,7 +179,7 @@ func TestSingletonFrozenNodeAndStaleness(t *testing.T) {
 	// Outside its writes: frozen inside one (a save, milliseconds, 20 a
 	// second) it would hold the file's write lock, and every other node
 	// with it, until it wakes (README, SQLite).
-	fleettest.FreezeOutsideWrites(t, holder.cmd.Process.Pid, strings.TrimPrefix(db, "sqlite:"))
+	fleettest.FreezeOutsideWrites(t, holder.PID(), strings.TrimPrefix(db, "sqlite:"))
 	if err := poll(20*time.Second, func() (bool, string) {
 		v = read(other)
 		return v.Holder == other.holder && v.Status == "running", fmt.Sprintf("%+v", v)
@@ -367,7 +367,7 @@ func TestSingletonGracefulStop(t *testing.T) {
 	}
 	// As a service manager stops a service: SIGTERM to each of its
 	// processes, the node's guard among them.
-	guard := fleettest.GuardOf(nodes[0].cmd.Process.Pid)
+	guard := fleettest.GuardOf(nodes[0].PID())
 	if guard == 0 {
 		t.Fatal("the node runs its singleton without a guard")
 	}

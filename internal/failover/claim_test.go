@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,26 @@ import (
 	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
 )
+
+// hit is one action request received from a node.
+type hit struct {
+	At           time.Time // arrival, local clock
+	Epoch        int64
+	Holder       string
+	Job          string
+	ScheduledFor time.Time // the occurrence (database time)
+	Attempt      int
+}
+
+// hitOf reads what an action request says of its run, and its body.
+func hitOf(req *http.Request) hit {
+	h := hit{At: time.Now(), Holder: req.Header.Get("Sqlease-Holder"), Job: req.Header.Get("Sqlease-Job")}
+	h.Epoch, _ = strconv.ParseInt(req.Header.Get("Sqlease-Epoch"), 10, 64)
+	h.Attempt, _ = strconv.Atoi(req.Header.Get("Sqlease-Attempt"))
+	h.ScheduledFor, _ = time.Parse(time.RFC3339Nano, req.Header.Get("Sqlease-Scheduled-For"))
+	_, _ = io.Copy(io.Discard, req.Body)
+	return h
+}
 
 // holdServer is an action endpoint that keeps every request open until the
 // test releases it: a run in flight on its worker.
@@ -95,7 +116,7 @@ func claimWorkerFault(t *testing.T, db string, sig syscall.Signal) time.Duration
 	hold := newHoldServer(t)
 	body := fmt.Sprintf(`{"name":"held","schedule":{},"lock_timeout":"1m","retry":{"max_attempts":3},`+
 		`"action":{"http":{"url":%q,"timeout":"1m"}}}`, hold.url)
-	resp, err := http.Post("http://"+c.addr(a)+"/v1/jobs", "application/json", strings.NewReader(body))
+	resp, err := http.Post("http://"+a.Addr+"/v1/jobs", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +135,7 @@ func claimWorkerFault(t *testing.T, db string, sig syscall.Signal) time.Duration
 	}
 	t0 := time.Now()
 	if path, ok := strings.CutPrefix(db, "sqlite:"); ok && sig == syscall.SIGSTOP {
-		t0 = fleettest.FreezeOutsideWrites(t, victim.cmd.Process.Pid, path)
+		t0 = fleettest.FreezeOutsideWrites(t, victim.PID(), path)
 	} else {
 		victim.signal(sig)
 	}
@@ -133,11 +154,7 @@ func claimWorkerFault(t *testing.T, db string, sig syscall.Signal) time.Duration
 	// The workers' own leases log as such, never as leadership.
 	sawWorkerLease := false
 	for _, n := range c.all() {
-		b, err := os.ReadFile(n.logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
+		for _, line := range strings.Split(n.Stderr(), "\n") {
 			if strings.Contains(line, `"msg":"leader_`) && strings.Contains(line, `"worker:`) {
 				t.Errorf("node %s logs its worker lease as leadership: %s", n.id, line)
 			}

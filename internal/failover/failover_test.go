@@ -24,10 +24,7 @@ var shortLease = []string{"--lease-duration", "1s", "--renew-interval", "250ms",
 // SQLEASE_TEST_POSTGRES_URL's (scripts/test.sh starts one) or a private one.
 func serverURL(t *testing.T) string {
 	t.Helper()
-	if u := os.Getenv("SQLEASE_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return pgtest.Start(t).URL()
+	return pgtest.Shared(t)()
 }
 
 // actingCluster starts three nodes on database db and the jobs, and waits
@@ -94,23 +91,14 @@ func TestAdvisoryFailoverMySQL(t *testing.T) {
 // notifications). The count is exact (log_statement on a private server),
 // so the window can be short.
 func TestAdvisoryIdleCost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and sqlease processes")
-	}
-	srv, csvPath := statsServer(t)
+	srv, csvPath := idleServer(t)
 	res := measureIdle(t, srv.URL(), csvPath, "advisory, defaults", "advisory", 2*time.Second, 6*time.Second)
 	t.Logf("3 idle advisory nodes: %.2f statements/s\n%s", res.stmts, idleTable([]idleCost{res}))
 	if res.stmts > 5 {
 		t.Errorf("3 idle advisory nodes cost %.2f statements/s, want ≤ 5 (expected ≈ 1)", res.stmts)
 	}
-	var followers float64
-	for k, v := range res.byKind {
-		if strings.Contains(k, "follower") {
-			followers += v
-		}
-	}
-	if followers > 1 {
-		t.Errorf("two idle advisory followers cost %.2f statements/s, want ≤ 1 (expected 0.2): do they poll?", followers)
+	if f := res.followers(); f > 1 {
+		t.Errorf("two idle advisory followers cost %.2f statements/s, want ≤ 1 (expected 0.2): do they poll?", f)
 	}
 }
 
@@ -153,7 +141,7 @@ func TestFigures(t *testing.T) {
 			if steady == nil {
 				// The delivered granularity, before any handoff.
 				time.Sleep(time.Second)
-				steady = gaps(c.rec.all())
+				steady = gaps(c.rec.Deliveries())
 			}
 			for i := range sc.reps {
 				s := c.handoff(sc.sig, sc.timeout)

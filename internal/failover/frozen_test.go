@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
 )
@@ -23,29 +24,29 @@ func frozenHandoff(t *testing.T, c *cluster) time.Duration {
 	t.Helper()
 	const lease, acquire = 2 * time.Second, 200 * time.Millisecond
 	old, oldEpoch := c.leaderNow(15 * time.Second)
-	from := c.rec.mark()
+	from := c.rec.Mark()
 	t0 := time.Now()
 	old.signal(syscall.SIGSTOP)
-	h, _, ok := c.rec.wait(from, 4*lease, func(h hit) bool { return h.Epoch > oldEpoch })
+	h, ok := c.rec.WaitFrom(from, 4*lease, func(h fleettest.Delivery) bool { return h.Epoch > oldEpoch })
 	took := time.Since(t0)
 	if !ok {
 		old.signal(syscall.SIGCONT)
 		t.Fatalf("SIGSTOP of leader %s (epoch %d): no action of a higher epoch within %s", old.id, oldEpoch, 4*lease)
 	}
-	took = h.At.Sub(t0)
+	took = h.Start.Sub(t0)
 	if bound := lease + acquire + 2300*time.Millisecond; took > bound { // still well before the SIGCONT at 5 s
 		t.Errorf("SIGSTOP of %s → %s acts after %s, want ≤ lease + acquire (+ slack) = %s", old.id, h.Holder, took, bound)
 	}
 	// Keep it frozen past 2.5 × lease, as a long GC pause or VM freeze.
 	time.Sleep(max(5*lease/2-time.Since(t0), 0))
-	woke := c.rec.mark()
+	woke := c.rec.Mark()
 	old.signal(syscall.SIGCONT)
 	// After waking, the fleet acts on, and nothing acts under the old epoch.
-	if _, _, ok := c.rec.wait(woke, 10*time.Second, func(h hit) bool { return h.Epoch > oldEpoch }); !ok {
+	if _, ok := c.rec.WaitFrom(woke, 10*time.Second, func(h fleettest.Delivery) bool { return h.Epoch > oldEpoch }); !ok {
 		t.Fatalf("no action within 10s after %s woke", old.id)
 	}
 	time.Sleep(time.Second)
-	for _, h := range c.rec.all()[woke:] {
+	for _, h := range c.rec.Deliveries()[woke:] {
 		if h.Epoch <= oldEpoch {
 			t.Errorf("after waking, %s acted under epoch %d (the frozen leader's was %d)", h.Holder, h.Epoch, oldEpoch)
 		}

@@ -1,7 +1,6 @@
 package failover
 
 import (
-	"strings"
 	"testing"
 	"time"
 )
@@ -15,22 +14,13 @@ import (
 // not pinged before reuse. Measured 3.91 → 2.00 (change feed) → 0.83
 // statements/s (no pings, reads just after the leader's renewal).
 func TestLeaseIdleCost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and sqlease processes")
-	}
-	srv, csvPath := statsServer(t)
+	srv, csvPath := idleServer(t)
 	res := measureIdle(t, srv.URL(), csvPath, "lease, defaults", "lease", 2*time.Second, 12*time.Second)
 	t.Logf("3 idle lease nodes: %.2f statements/s\n%s", res.stmts, idleTable([]idleCost{res}))
 	if res.stmts > 1.0 {
 		t.Errorf("3 idle lease nodes cost %.2f statements/s, want ≤ 1.0 (measured 0.83)", res.stmts)
 	}
-	var followers float64
-	for k, v := range res.byKind {
-		if strings.Contains(k, "follower") {
-			followers += v
-		}
-	}
-	if followers > 0.5 {
-		t.Errorf("two idle lease followers cost %.2f statements/s, want ≤ 0.5 (measured 0.33): do they poll every acquire interval, or read just before the renewal?", followers)
+	if f := res.followers(); f > 0.5 {
+		t.Errorf("two idle lease followers cost %.2f statements/s, want ≤ 0.5 (measured 0.33): do they poll every acquire interval, or read just before the renewal?", f)
 	}
 }

@@ -18,15 +18,11 @@ import (
 // two followers' reads of that lease when it is due to expire (woken early
 // by the lease change feed).
 func TestSingletonIdleCost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and sqlease processes")
-	}
-	srv, csvPath := statsServer(t)
+	srv, csvPath := idleServer(t)
 	const k = 6
 	const window = 20 * time.Second // > the hosts' 15 s idle sync period
-	base := measureIdle(t, srv.URL(), csvPath, "lease, no singletons", "lease", 2*time.Second, window)
-	setup := idleSetup{
-		before: func(db string) {
+	setup := func(t *testing.T) idleSetup {
+		return idleSetup{before: func(db string) {
 			run := func(stdin string, args ...string) {
 				cmd := exec.Command(bin, append(args, "--db", db)...)
 				cmd.Stdin = strings.NewReader(stdin)
@@ -39,9 +35,24 @@ func TestSingletonIdleCost(t *testing.T) {
 				run(fmt.Sprintf(`{"name":"idle-%d","command":["sleep","3600"],"heartbeat":"1h","stop_timeout":"1s"}`, i), "singletons", "add", "-f", "-")
 			}
 		},
-		ready: func(c *cluster) { waitBalanced(t, c, k, time.Minute) },
+			ready: func(c *cluster) { waitBalanced(t, c, k, time.Minute) },
+		}
 	}
-	with := measureIdleWith(t, srv.URL(), csvPath, fmt.Sprintf("lease, %d singletons", k), "lease", 2*time.Second, window, setup)
+	// The two fleets, each on a database of its own, are measured at once.
+	var base, with idleCost
+	t.Run("measure", func(t *testing.T) {
+		t.Run("base", func(t *testing.T) {
+			t.Parallel()
+			base = measureIdle(t, srv.URL(), csvPath, "lease, no singletons", "lease", 2*time.Second, window)
+		})
+		t.Run("singletons", func(t *testing.T) {
+			t.Parallel()
+			with = measureIdleWith(t, srv.URL(), csvPath, fmt.Sprintf("lease, %d singletons", k), "lease", 2*time.Second, window, setup(t))
+		})
+	})
+	if t.Failed() {
+		return
+	}
 	per := (with.stmts - base.stmts) / k
 	t.Logf("idle singletons: %.2f statements/s without, %.2f with %d: %.2f statements/s per idle singleton\n%s",
 		base.stmts, with.stmts, k, per, idleTable([]idleCost{base, with}))
@@ -65,7 +76,7 @@ func waitBalanced(t *testing.T, c *cluster, k int, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	var last map[string]int
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + c.addr(c.running()[0]) + "/v1/singletons")
+		resp, err := http.Get("http://" + c.running()[0].Addr + "/v1/singletons")
 		if err == nil {
 			var l struct {
 				Singletons []struct{ Holder, Status string }

@@ -173,6 +173,31 @@ type idleCost struct {
 	byKind map[string]float64 // statements/s by kind
 }
 
+// idleServer starts an idle-cost test: it skips under -short, runs in
+// parallel — each such test counts the statements of its own private
+// server, which waiting for a CPU does not change, while the latency bounds
+// of the handoff tests, which it would, run before (sequential tests
+// first) — and returns its statistics server.
+func idleServer(t *testing.T) (*pgtest.Server, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and sqlease processes")
+	}
+	t.Parallel()
+	return statsServer(t)
+}
+
+// followers returns the statements/s of the followers' kinds.
+func (c idleCost) followers() float64 {
+	var sum float64
+	for k, v := range c.byKind {
+		if strings.Contains(k, "follower") {
+			sum += v
+		}
+	}
+	return sum
+}
+
 // measureIdle runs three idle nodes (no jobs) on a fresh database of the
 // server and counts what they cost over window, after settle.
 func measureIdle(t *testing.T, srv, csvPath, label, mode string, settle, window time.Duration, args ...string) idleCost {

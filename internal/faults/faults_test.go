@@ -28,23 +28,9 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	os.Exit(testMain(m))
-}
-
-func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "sqlease-faults-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "faults:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if bin, err = fleettest.BuildDaemon(dir, os.Getenv("SQLEASE_FAULT_RACE") == "1"); err != nil {
-		fmt.Fprintln(os.Stderr, "faults:", err)
-		return 1
-	}
-	code := m.Run()
+	code := fleettest.Main(m, "faults", true, os.Getenv("SQLEASE_FAULT_RACE") == "1", &bin)
 	logFigures()
-	return code
+	os.Exit(code)
 }
 
 // Timings of every node, as in the fault report (issue 10).

@@ -40,6 +40,28 @@ func BuildDaemon(dir string, race bool) (string, error) {
 	return bin, nil
 }
 
+// Main is the TestMain of a package whose tests run daemons: it builds
+// cmd/sqlease (BuildDaemon; with race, under the race detector) into a
+// temporary directory, sets *bin, runs the tests and removes the directory,
+// and returns the exit code for os.Exit. With build false (every test will
+// skip) it builds nothing. name prefixes its error messages.
+func Main(m *testing.M, name string, build, race bool, bin *string) int {
+	if !build {
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "sqlease-"+name+"-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if *bin, err = BuildDaemon(dir, race); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		return 1
+	}
+	return m.Run()
+}
+
 func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
@@ -115,6 +137,12 @@ type Daemons struct {
 	// DBFor, if set, gives each node its own database URL (e.g. through a
 	// proxy of its own) instead of the fleet's.
 	DBFor func(holder string) string
+	// Env is added to every node's environment (from which the test's
+	// SQLEASE_* variables are removed: flags decide).
+	Env []string
+	// Unkept names log messages (e.g. routine ones of a long run) kept in
+	// the node's stderr file only, not in Log.
+	Unkept map[string]bool
 
 	t     testing.TB
 	bin   string
@@ -134,6 +162,7 @@ type Node struct {
 	mu     sync.Mutex
 	lines  []LogLine
 	notify chan struct{} // closed and replaced on every new line
+	unkept map[string]bool
 }
 
 // NewDaemons returns an empty fleet of daemons of binary bin on database
@@ -222,7 +251,8 @@ func (d *Daemons) Launch(holder string, extra ...string) *Node {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	n := &Node{notify: make(chan struct{})}
+	cmd.Env = append(cmd.Env, d.Env...)
+	n := &Node{notify: make(chan struct{}), unkept: d.Unkept}
 	d.mu.Lock()
 	idx := len(d.nodes)
 	d.mu.Unlock()
@@ -258,6 +288,9 @@ func (n *Node) addLine(b []byte) {
 		return // not a log line (e.g. a race report): kept in the file only
 	}
 	l.Msg, l.Level = l.Str("msg"), l.Str("level")
+	if n.unkept[l.Msg] {
+		return
+	}
 	l.Time, _ = time.Parse(time.RFC3339Nano, l.Str("time"))
 	n.mu.Lock()
 	n.lines = append(n.lines, l)

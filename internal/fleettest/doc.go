@@ -5,13 +5,17 @@
 //
 //   - Fleet: workers — the test binary re-executed with an environment that
 //     makes its TestMain run a worker (internal/multiproc, internal/schedproc).
+//     Workers configures each worker with a package's WorkerConfig (JSON);
+//     the worker side is IsWorker, ReadConfig, OpenStore, Out and
+//     ReadCommands.
 //     A worker prints one JSON event per line on stdout (fields ev, holder,
 //     t, err at least; the package's event type embeds Meta) and reads
 //     commands on stdin; the fleet keeps the event log and waits on it with
 //     deadlines (Wait, WaitCount, TryWait).
 //   - Daemons: "sqlease serve" processes built by BuildDaemon, with JSON logs
 //     on stderr (Node.Log, TryWaitLogFrom) and their HTTP API (Node.Do,
-//     Readyz).
+//     Readyz): internal/e2e, internal/faults, internal/failover,
+//     internal/hafailover.
 //
 // Faults: every process (Proc) takes SIGKILL (Kill, remembering when:
 // KilledAt), SIGSTOP/SIGCONT (Stop, Cont, WaitStopped) and SIGTERM (Term).

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -131,6 +132,22 @@ func (p *Proc) ExitErr() error {
 	return p.exitErr
 }
 
+// Signal sends sig (SIGKILL and SIGTERM are remembered, and continue a
+// stopped process first). Safe from any goroutine.
+func (p *Proc) Signal(sig syscall.Signal) { p.signal(sig) }
+
+// Status describes how the process ended: "running", "killed by <signal>"
+// or its exit code.
+func (p *Proc) Status() string {
+	if !p.Exited() {
+		return "running"
+	}
+	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "killed by " + ws.Signal().String()
+	}
+	return strconv.Itoa(p.cmd.ProcessState.ExitCode())
+}
+
 func (p *Proc) signal(sig syscall.Signal) {
 	p.mu.Lock()
 	switch sig {
@@ -242,12 +259,18 @@ func (p *Proc) check(t testing.TB) {
 	}
 }
 
-// shutdown sends SIGTERM to procs and waits for them to exit; one that
-// does not within timeout is killed and the test fails.
+// shutdown sends SIGTERM to procs (those not sent one already) and waits
+// for them to exit; one that does not within timeout is killed and the test
+// fails.
 func shutdown(t testing.TB, name string, timeout time.Duration, procs []*Proc) {
 	t.Helper()
 	for _, p := range procs {
-		if !p.Exited() {
+		// One already sent SIGTERM may be past its signal handling, on its
+		// way out: a second one would kill it (an unclean exit).
+		p.mu.Lock()
+		termed := p.termed
+		p.mu.Unlock()
+		if !p.Exited() && !termed {
 			p.Term()
 		}
 	}

@@ -44,16 +44,17 @@ func (d Delivery) String() string {
 type Receiver struct {
 	URL string // base URL, without a trailing slash
 
-	mu    sync.Mutex
-	seq   int
-	open  map[int]*Delivery
-	done  []Delivery
-	ended chan struct{} // closed and replaced on every delivery that ends
+	mu      sync.Mutex
+	seq     int
+	open    map[int]*Delivery
+	done    []Delivery
+	ended   chan struct{} // closed and replaced on every delivery that ends
+	arrived chan struct{} // closed and replaced on every delivery that starts
 }
 
 // NewReceiver starts a receiver; it is closed when the test ends.
 func NewReceiver(t testing.TB) *Receiver {
-	rc := &Receiver{open: map[int]*Delivery{}, ended: make(chan struct{})}
+	rc := &Receiver{open: map[int]*Delivery{}, ended: make(chan struct{}), arrived: make(chan struct{})}
 	srv := httptest.NewServer(http.HandlerFunc(rc.serve))
 	t.Cleanup(srv.Close)
 	rc.URL = srv.URL
@@ -74,6 +75,8 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request) {
 	rc.seq++
 	d.Seq = rc.seq
 	rc.open[d.Seq] = &d
+	close(rc.arrived)
+	rc.arrived = make(chan struct{})
 	rc.mu.Unlock()
 
 	var delay time.Duration
@@ -158,6 +161,36 @@ func (rc *Receiver) WaitFor(timeout time.Duration, pred func(Delivery) bool) (De
 			return Delivery{}, false
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Mark returns the number of deliveries so far: WaitFrom's from for the
+// ones that come next.
+func (rc *Receiver) Mark() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.seq
+}
+
+// WaitFrom waits up to timeout for a delivery after the first from (in
+// arrival order) matching pred, and returns it as soon as it arrives.
+func (rc *Receiver) WaitFrom(from int, timeout time.Duration, pred func(Delivery) bool) (Delivery, bool) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		rc.mu.Lock()
+		ch := rc.arrived
+		rc.mu.Unlock()
+		for _, d := range rc.Deliveries()[from:] {
+			if pred(d) {
+				return d, true
+			}
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return Delivery{}, false
+		}
 	}
 }
 

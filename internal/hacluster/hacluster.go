@@ -46,7 +46,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -56,6 +55,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease/internal/fleettest"
+	"github.com/sqlease/sqlease/internal/testserver"
 	"github.com/sqlease/sqlease/postgres"
 )
 
@@ -92,7 +92,7 @@ type Cluster struct {
 	gid     int
 	etcd    *exec.Cmd
 	etcdURL string
-	dog     *os.File // write end of the watchdog's stdin
+	dog     func() // stops the watchdog (testserver.Watchdog)
 	members []*Member
 	Started time.Duration // how long Start took
 }
@@ -162,24 +162,21 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	}
 	c := &Cluster{cfg: cfg, uid: -1, gid: -1}
 	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("hacluster: running as root needs the OS user postgres: %v", err)
-		}
-		c.uid, _ = strconv.Atoi(u.Uid)
-		c.gid, _ = strconv.Atoi(u.Gid)
-	}
-	dir, err := os.MkdirTemp("/dev/shm", "sqlease-ha-")
-	if err != nil {
-		if dir, err = os.MkdirTemp("/tmp", "sqlease-ha-"); err != nil {
+		var err error
+		if c.uid, c.gid, err = testserver.OSUser("postgres"); err != nil {
 			t.Fatalf("hacluster: %v", err)
 		}
 	}
-	c.dir = dir
-	if err := c.chown(dir); err != nil {
+	dir, err := testserver.Dir("sqlease-ha-", c.uid, c.gid)
+	if err != nil {
 		t.Fatalf("hacluster: %v", err)
 	}
-	if err := c.startWatchdog(); err != nil {
+	c.dir = dir
+	// Should the test process die: kill every process whose pid file is in
+	// the directory (etcd's, Patroni's) and the members' postmasters.
+	if c.dog, err = testserver.Watchdog(dir, `for f in "$1"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+for f in "$1"/*/data/postmaster.pid; do [ -f "$f" ] && kill -QUIT "$(head -n 1 "$f")" 2>/dev/null; done
+sleep 2`); err != nil {
 		os.RemoveAll(dir)
 		t.Fatalf("hacluster: %v", err)
 	}
@@ -237,38 +234,6 @@ func (c *Cluster) chown(path string) error {
 		return nil
 	}
 	return os.Chown(path, c.uid, c.gid)
-}
-
-// watchdogScript runs as long as the test process: its stdin is a pipe only
-// the test holds. A line means the test cleaned up itself; end of file
-// without one means the test process died: kill every process whose pid
-// file is in the directory ($1/*.pid, the members' postmaster.pid) and
-// remove it.
-const watchdogScript = `
-if read -r _; then exit 0; fi
-for f in "$1"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
-for f in "$1"/*/data/postmaster.pid; do [ -f "$f" ] && kill -QUIT "$(head -n 1 "$f")" 2>/dev/null; done
-sleep 2
-rm -rf "$1"
-`
-
-func (c *Cluster) startWatchdog() error {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command("/bin/sh", "-c", watchdogScript, "hacluster-watchdog", c.dir)
-	cmd.Stdin = r
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
-	r.Close()
-	if err != nil {
-		w.Close()
-		return fmt.Errorf("starting the watchdog: %v", err)
-	}
-	go func() { _ = cmd.Wait() }()
-	c.dog = w
-	return nil
 }
 
 func (c *Cluster) startEtcd(t testing.TB) error {
@@ -958,7 +923,6 @@ func (c *Cluster) stop(t testing.TB) {
 		t.Errorf("hacluster: %v", err)
 	}
 	if c.dog != nil {
-		_, _ = c.dog.Write([]byte("done\n"))
-		c.dog.Close()
+		c.dog()
 	}
 }

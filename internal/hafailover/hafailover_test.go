@@ -23,23 +23,7 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	os.Exit(testMain(m))
-}
-
-func testMain(m *testing.M) int {
-	if skipReason() == "" {
-		dir, err := os.MkdirTemp("", "sqlease-hafailover-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "hafailover:", err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		if bin, err = fleettest.BuildDaemon(dir, false); err != nil {
-			fmt.Fprintln(os.Stderr, "hafailover:", err)
-			return 1
-		}
-	}
-	return m.Run()
+	os.Exit(fleettest.Main(m, "hafailover", skipReason() == "", false, &bin))
 }
 
 // skipReason says why the tests cannot run here ("" if they can).

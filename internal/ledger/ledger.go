@@ -155,11 +155,11 @@ func Rows(ctx context.Context, db *sql.DB, dialect string) ([]Row, error) {
 	var out []Row
 	for rows.Next() {
 		var r Row
-		var ts anyTime
+		var ts Time
 		if err := rows.Scan(&r.ID, &r.Holder, &r.Epoch, &ts, &r.Note); err != nil {
 			return nil, fmt.Errorf("ledger: read: %w", err)
 		}
-		r.DBTime = ts.t
+		r.DBTime = ts.T
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -395,9 +395,11 @@ func Verify(rows []Row, leases []LeaseRow) []Violation {
 	return out
 }
 
-// anyTime scans a timestamp as the drivers return it: time.Time (pgx, mssql,
-// mysql with parseTime) or text (SQLite, mysql without parseTime).
-type anyTime struct{ t time.Time }
+// Time scans a timestamp as the drivers return it: time.Time (pgx, mssql,
+// mysql with parseTime) or text (SQLite, mysql without parseTime). T is UTC.
+// It is the one timestamp scanner of the test checkers (this ledger and
+// internal/schedproc's execs table).
+type Time struct{ T time.Time }
 
 var textLayouts = []string{
 	"2006-01-02 15:04:05.999999999",
@@ -406,26 +408,27 @@ var textLayouts = []string{
 	"2006-01-02T15:04:05.999999999",
 }
 
-func (a *anyTime) Scan(v any) error {
+// Scan implements sql.Scanner.
+func (a *Time) Scan(v any) error {
 	switch x := v.(type) {
 	case time.Time:
-		a.t = x.UTC()
+		a.T = x.UTC()
 		return nil
 	case string:
 		return a.parse(x)
 	case []byte:
 		return a.parse(string(x))
 	case nil:
-		a.t = time.Time{}
+		a.T = time.Time{}
 		return nil
 	}
 	return fmt.Errorf("ledger: cannot scan %T as a timestamp", v)
 }
 
-func (a *anyTime) parse(s string) error {
+func (a *Time) parse(s string) error {
 	for _, layout := range textLayouts {
 		if t, err := time.Parse(layout, s); err == nil {
-			a.t = t.UTC()
+			a.T = t.UTC()
 			return nil
 		}
 	}

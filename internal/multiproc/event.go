@@ -4,7 +4,7 @@
 // database fence that rejects stale writes on its own.
 //
 // A worker is the test binary re-executing itself: the package's TestMain
-// calls WorkerMain when WorkerEnv is set. The worker opens the store named by
+// calls WorkerMain when fleettest.IsWorker. The worker opens the store named by
 // its environment, runs an election.Elector and, while leading, acts every
 // ActInterval: it passes the gate (Require), then appends a row to the
 // action ledger (package internal/ledger) inside Elector.Fenced. It reports

@@ -8,49 +8,24 @@ import (
 	"github.com/sqlease/sqlease/internal/fleettest"
 )
 
-// Fleet is a set of worker processes and the log of their events (the
-// shared real-process harness, package internal/fleettest, with this
-// package's worker configuration). Its methods must be called from the test
-// goroutine (they may call t.Fatal).
+// Fleet is a set of worker processes and the log of their events: the
+// shared real-process harness (internal/fleettest's Workers) with this
+// package's worker configuration, and Verify. Its methods must be called
+// from the test goroutine (they may call t.Fatal).
 type Fleet struct {
-	*fleettest.Fleet[Event, *Event]
-	base WorkerConfig
+	*fleettest.Workers[Event, *Event, WorkerConfig]
 }
 
 // Proc is one worker process.
 type Proc = fleettest.Proc
 
-// NewFleet returns an empty fleet whose workers get base (Holder is set per
-// worker). Its cleanup kills any worker still running and, if the test
+// NewFleet returns an empty fleet whose workers get base (the holder id is
+// w<index>). Its cleanup kills any worker still running and, if the test
 // failed, logs the events and the workers' stderr.
 func NewFleet(t testing.TB, base WorkerConfig) *Fleet {
-	f := &Fleet{Fleet: fleettest.New[Event](t, "multiproc"), base: base}
+	f := &Fleet{fleettest.NewWorkers[Event](t, "multiproc", base)}
 	f.Format = summarize
 	return f
-}
-
-// Start launches n workers w<first>… , waits until each reports ready, then
-// tells them all to go at once.
-func (f *Fleet) Start(n int, edit func(*WorkerConfig)) []*Proc {
-	f.T().Helper()
-	from := f.Mark()
-	procs := make([]*Proc, n)
-	for i := range procs {
-		procs[i] = f.Launch(edit)
-	}
-	f.Go(from, procs...)
-	return procs
-}
-
-// Launch starts one worker (holder w<index>) without telling it to go.
-func (f *Fleet) Launch(edit func(*WorkerConfig)) *Proc {
-	f.T().Helper()
-	cfg := f.base
-	cfg.Holder = fmt.Sprintf("w%d", len(f.Procs()))
-	if edit != nil {
-		edit(&cfg)
-	}
-	return f.Fleet.Launch(cfg.Holder, cfg.Env())
 }
 
 // summarize renders the event log with runs of routine lines (the leader's

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/ledger"
 	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/postgres"
@@ -20,7 +21,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(WorkerEnv) == "1" {
+	if fleettest.IsWorker() {
 		os.Exit(WorkerMain())
 	}
 	os.Exit(m.Run())
@@ -143,18 +144,7 @@ func TestPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL servers")
 	}
-	var (
-		once sync.Once
-		url  = os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-	)
-	shared := func() string {
-		once.Do(func() {
-			if url == "" {
-				url = pgtest.Start(t).URL()
-			}
-		})
-		return url
-	}
+	shared := pgtest.Shared(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			if sc.ownServer {

@@ -1,17 +1,14 @@
 package multiproc
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -19,33 +16,13 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/ledger"
-	"github.com/sqlease/sqlease/postgres"
-	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
-// WorkerEnv, set to "1", makes TestMain run WorkerMain instead of the tests.
-const WorkerEnv = "SQLEASE_MULTIPROC_WORKER"
-
-// Environment of a worker (see WorkerConfig).
-const (
-	envDialect   = "SQLEASE_MP_DIALECT"
-	envDSN       = "SQLEASE_MP_DSN"
-	envPrefix    = "SQLEASE_MP_PREFIX"
-	envLeaseName = "SQLEASE_MP_LEASE_NAME"
-	envHolder    = "SQLEASE_MP_HOLDER"
-	envLease     = "SQLEASE_MP_LEASE_DURATION"
-	envRenew     = "SQLEASE_MP_RENEW_INTERVAL"
-	envAcquire   = "SQLEASE_MP_ACQUIRE_INTERVAL"
-	envJitter    = "SQLEASE_MP_ACQUIRE_JITTER"
-	envMargin    = "SQLEASE_MP_SAFETY_MARGIN"
-	envAct       = "SQLEASE_MP_ACT_INTERVAL"
-	envBypass    = "SQLEASE_MP_BYPASS"
-	envProbe     = "SQLEASE_MP_PROBE"
-)
-
-// WorkerConfig is what a worker is told through its environment.
+// WorkerConfig is what a worker is told through its environment
+// (fleettest.Workers passes it as JSON).
 type WorkerConfig struct {
 	Dialect   string // "sqlite" or "postgres"
 	DSN       string // SQLite file path or PostgreSQL URL
@@ -70,64 +47,6 @@ type WorkerConfig struct {
 	Probe bool
 }
 
-// Env returns the environment that passes c to a worker.
-func (c WorkerConfig) Env() []string {
-	return []string{
-		WorkerEnv + "=1",
-		envDialect + "=" + c.Dialect,
-		envDSN + "=" + c.DSN,
-		envPrefix + "=" + c.Prefix,
-		envLeaseName + "=" + c.LeaseName,
-		envHolder + "=" + c.Holder,
-		envLease + "=" + c.LeaseDuration.String(),
-		envRenew + "=" + c.RenewInterval.String(),
-		envAcquire + "=" + c.AcquireInterval.String(),
-		envJitter + "=" + strconv.FormatFloat(c.AcquireJitter, 'g', -1, 64),
-		envMargin + "=" + c.SafetyMargin.String(),
-		envAct + "=" + c.ActInterval.String(),
-		envBypass + "=" + strconv.FormatBool(c.Bypass),
-		envProbe + "=" + strconv.FormatBool(c.Probe),
-	}
-}
-
-func configFromEnv() (WorkerConfig, error) {
-	var errs []error
-	dur := func(k string) time.Duration {
-		d, err := time.ParseDuration(os.Getenv(k))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %v", k, err))
-		}
-		return d
-	}
-	flag := func(k string) bool {
-		b, err := strconv.ParseBool(os.Getenv(k))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %v", k, err))
-		}
-		return b
-	}
-	jitter, err := strconv.ParseFloat(os.Getenv(envJitter), 64)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("%s: %v", envJitter, err))
-	}
-	c := WorkerConfig{
-		Dialect:         os.Getenv(envDialect),
-		DSN:             os.Getenv(envDSN),
-		Prefix:          os.Getenv(envPrefix),
-		LeaseName:       os.Getenv(envLeaseName),
-		Holder:          os.Getenv(envHolder),
-		LeaseDuration:   dur(envLease),
-		RenewInterval:   dur(envRenew),
-		AcquireInterval: dur(envAcquire),
-		AcquireJitter:   jitter,
-		SafetyMargin:    dur(envMargin),
-		ActInterval:     dur(envAct),
-		Bypass:          flag(envBypass),
-		Probe:           flag(envProbe),
-	}
-	return c, errors.Join(errs...)
-}
-
 const (
 	pauseNone = iota
 	pauseSafe
@@ -139,7 +58,7 @@ type worker struct {
 	store *sqlstore.Store
 	el    *election.Elector
 
-	outMu sync.Mutex
+	out fleettest.Out
 
 	seq          atomic.Int64
 	lastTok      atomic.Pointer[sqlease.Token]
@@ -154,8 +73,9 @@ type worker struct {
 // went away), then releases the lease and returns 0.
 func WorkerMain() int {
 	w := &worker{pauseReq: make(chan chan struct{}, 1)}
-	cfg, err := configFromEnv()
-	w.cfg = cfg
+	var err error
+	w.cfg.Holder, err = fleettest.ReadConfig(&w.cfg)
+	cfg := w.cfg
 	if err != nil {
 		w.emit(Event{Ev: EvFatal, Err: err.Error()})
 		return 2
@@ -167,33 +87,12 @@ func WorkerMain() int {
 	defer cancel()
 
 	var db *sql.DB
-	switch cfg.Dialect {
-	case "sqlite":
-		db, err = sqlite.Open(cfg.DSN)
-		if err == nil {
-			w.store, err = sqlite.New(db, cfg.Prefix)
-		}
-	case "postgres":
-		db, err = postgres.Open(cfg.DSN)
-		if err == nil {
-			w.store, err = postgres.New(db, cfg.Prefix)
-		}
-	default:
-		err = fmt.Errorf("unknown dialect %q", cfg.Dialect)
-	}
+	db, w.store, err = fleettest.OpenStore(ctx, cfg.Dialect, cfg.DSN, cfg.Prefix)
 	if err != nil {
 		w.emit(Event{Ev: EvFatal, Err: err.Error()})
 		return 2
 	}
 	defer db.Close()
-	// The test applied the migrations; a ping makes "ready" mean connected.
-	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
-	err = db.PingContext(pctx)
-	pcancel()
-	if err != nil {
-		w.emit(Event{Ev: EvFatal, Err: "ping: " + err.Error()})
-		return 2
-	}
 
 	w.el, err = election.New(election.Config{
 		Store:            w.store,
@@ -220,7 +119,7 @@ func WorkerMain() int {
 	}
 
 	goCh := make(chan struct{})
-	go w.commands(cancel, goCh)
+	go fleettest.ReadCommands(goCh, cancel, w.command)
 	w.emit(Event{Ev: EvReady})
 	select {
 	case <-goCh:
@@ -246,48 +145,33 @@ func WorkerMain() int {
 	return 0
 }
 
-// emit prints ev as one JSON line with a single write, so lines from
-// different goroutines never interleave and each reaches the pipe at once.
+// emit prints ev, stamped with the time, the holder and the pid.
 func (w *worker) emit(ev Event) {
 	if ev.T.IsZero() {
 		ev.T = time.Now()
 	}
 	ev.Holder, ev.PID = w.cfg.Holder, os.Getpid()
-	b, err := json.Marshal(ev)
-	if err != nil {
-		b = []byte(fmt.Sprintf(`{"ev":%q,"err":%q}`, EvFatal, err.Error()))
-	}
-	b = append(b, '\n')
-	w.outMu.Lock()
-	defer w.outMu.Unlock()
-	_, _ = os.Stdout.Write(b)
+	w.out.Print(ev)
 }
 
-// commands reads stdin. End of input means the test process is gone: stop.
-func (w *worker) commands(cancel context.CancelFunc, goCh chan struct{}) {
-	var once sync.Once
-	sc := bufio.NewScanner(os.Stdin)
-	for sc.Scan() {
-		switch cmd := sc.Text(); cmd {
-		case CmdGo:
-			once.Do(func() { close(goCh) })
-		case CmdStatus:
-			st := w.el.Status()
-			ev := Event{Ev: EvStatus, Leading: st.Leading, Epoch: st.Token.Epoch,
-				Leader: st.Leader.Holder, LeaderEpoch: st.Leader.Epoch, LeaderKnown: st.LeaderKnown}
-			if st.LastError != nil {
-				ev.Err = st.LastError.Error()
-			}
-			w.emit(ev)
-		case CmdPause:
-			w.pauseMode.Store(pauseSafe)
-		case CmdPauseInTx:
-			w.pauseMode.Store(pauseInTx)
-		default:
-			w.emit(Event{Ev: EvFatal, Err: fmt.Sprintf("unknown command %q", cmd)})
+// command runs one command read on stdin.
+func (w *worker) command(cmd, _ string) {
+	switch cmd {
+	case CmdStatus:
+		st := w.el.Status()
+		ev := Event{Ev: EvStatus, Leading: st.Leading, Epoch: st.Token.Epoch,
+			Leader: st.Leader.Holder, LeaderEpoch: st.Leader.Epoch, LeaderKnown: st.LeaderKnown}
+		if st.LastError != nil {
+			ev.Err = st.LastError.Error()
 		}
+		w.emit(ev)
+	case CmdPause:
+		w.pauseMode.Store(pauseSafe)
+	case CmdPauseInTx:
+		w.pauseMode.Store(pauseInTx)
+	default:
+		w.emit(Event{Ev: EvFatal, Err: fmt.Sprintf("unknown command %q", cmd)})
 	}
-	cancel()
 }
 
 // lead is OnStartedLeading: act every ActInterval while the gate is open.

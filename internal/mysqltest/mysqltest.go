@@ -5,14 +5,12 @@ package mysqltest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease/internal/testserver"
 	"github.com/sqlease/sqlease/mysql"
 )
 
@@ -25,7 +23,7 @@ const URLEnv = "SQLEASE_TEST_MYSQL_URL"
 // the test finishes.
 func CreateDatabase(t testing.TB, rawURL string) string {
 	t.Helper()
-	name := databaseName(t.Name())
+	name := testserver.DatabaseName(t.Name())
 	db, err := mysql.Open(rawURL)
 	if err != nil {
 		t.Fatalf("mysqltest: %v", err)
@@ -65,23 +63,4 @@ func WithDatabase(rawURL, name string) (string, error) {
 	u.Path = "/" + name
 	u.RawPath = ""
 	return u.String(), nil
-}
-
-// databaseName makes a valid, unique database name (at most 64 characters)
-// that hints at the test that created it.
-func databaseName(testName string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(testName) {
-		if b.Len() == 40 {
-			break
-		}
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
-	return "sqlease_" + b.String() + "_" + hex.EncodeToString(rnd[:])
 }

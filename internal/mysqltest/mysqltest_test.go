@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/sqlease/sqlease/mysql"
 )
@@ -18,9 +19,6 @@ func TestWithDatabase(t *testing.T) {
 		if err != nil || got != want {
 			t.Errorf("WithDatabase(%q) = %q, %v; want %q", in, got, err, want)
 		}
-	}
-	if n := databaseName("TestSomething/with spaces and a very long name that goes on and on"); len(n) > 64 {
-		t.Errorf("database name %q longer than 64 characters", n)
 	}
 }
 
@@ -53,5 +51,37 @@ func TestCreateDatabase(t *testing.T) {
 	}
 	if name == "" || n != 0 {
 		t.Fatalf("database %q: %d left after the test, want it dropped", name, n)
+	}
+}
+
+// TestStartRestart: a private server takes a database of a test's own, and
+// a row committed before a crash (Restart) is there after it.
+func TestStartRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts MariaDB")
+	}
+	srv := Start(t)
+	u := CreateDatabase(t, srv.URL())
+	db, err := mysql.Open(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := t.Context()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE t (id INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO t VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart(t)
+	var n int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if err = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM t").Scan(&n); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil || n != 1 {
+		t.Fatalf("after the restart: %d rows, %v; want the committed one", n, err)
 	}
 }

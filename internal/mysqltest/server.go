@@ -8,13 +8,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sqlease/sqlease/internal/testserver"
 )
 
 // Server is a private MariaDB server started by Start, for tests that must
@@ -56,37 +57,28 @@ func Start(t testing.TB) *Server {
 		t.Fatalf("mysqltest: %v", err)
 	}
 	s.asUser = os.Geteuid() == 0
-	base := "/dev/shm"
-	if _, err := os.Stat(base); err != nil {
-		base = ""
+	uid, gid := -1, -1
+	var userArgs []string
+	if s.asUser {
+		if uid, gid, err = testserver.OSUser("mysql"); err != nil {
+			t.Fatalf("mysqltest: %v", err)
+		}
+		userArgs = []string{"--user=mysql"}
 	}
-	if s.dir, err = os.MkdirTemp(base, "sqlease-mysqltest-"); err != nil {
+	if s.dir, err = testserver.Dir("sqlease-mysqltest-", uid, gid); err != nil {
 		t.Fatalf("mysqltest: %v", err)
 	}
 	t.Cleanup(func() {
 		s.kill()
 		os.RemoveAll(s.dir)
 	})
-	var userArgs []string
-	if s.asUser {
-		u, err := user.Lookup("mysql")
-		if err != nil {
-			t.Fatalf("mysqltest: OS user mysql: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(s.dir, uid, gid); err != nil {
-			t.Fatalf("mysqltest: %v", err)
-		}
-		userArgs = []string{"--user=mysql"}
-	}
 	out, err := exec.Command(installDB, append([]string{"--no-defaults", "--datadir=" + s.datadir(),
 		"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve", "--innodb-log-file-size=16M"}, userArgs...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("mysqltest: mariadb-install-db: %v\n%s", err, out)
 	}
 	for attempt := 1; ; attempt++ {
-		if s.port, err = freePort(); err != nil {
+		if s.port, err = testserver.FreePort(); err != nil {
 			t.Fatalf("mysqltest: %v", err)
 		}
 		if err = s.start(); err == nil {
@@ -96,16 +88,13 @@ func Start(t testing.TB) *Server {
 			t.Fatalf("mysqltest: %v", err)
 		}
 	}
-	// The watchdog: mariadbd drops root for the user mysql, which clears
-	// its parent-death signal, so a shell watches the test process instead.
-	dog := exec.Command("sh", "-c", `while kill -0 "$1" 2>/dev/null; do sleep 1; done; kill -KILL "$(cat "$2/mariadb.pid")" 2>/dev/null; sleep 0.5; rm -rf "$2"`,
-		"watchdog", strconv.Itoa(os.Getpid()), s.dir)
-	dog.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := dog.Start(); err != nil {
-		t.Fatalf("mysqltest: starting the watchdog: %v", err)
+	// mariadbd drops root for the user mysql, which clears its parent-death
+	// signal: the watchdog stops it should the test process die.
+	stop, err := testserver.Watchdog(s.dir, `kill -KILL "$(cat "$1/mariadb.pid")" 2>/dev/null; sleep 0.5`)
+	if err != nil {
+		t.Fatalf("mysqltest: %v", err)
 	}
-	go func() { _ = dog.Wait() }()
-	t.Cleanup(func() { _ = dog.Process.Kill() })
+	t.Cleanup(stop)
 	var pw [12]byte
 	_, _ = rand.Read(pw[:])
 	s.password = hex.EncodeToString(pw[:])
@@ -213,15 +202,6 @@ func tool(names ...string) (string, error) {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func tail(s string, n int) string {

@@ -29,15 +29,11 @@ package pgtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -47,6 +43,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/sqlease/sqlease/internal/testserver"
 )
 
 const (
@@ -142,67 +139,105 @@ func Start(t testing.TB) *Server {
 		}
 	}
 
-	s := &Server{binDir: binDir, asUser: os.Geteuid() == 0}
-	uid, gid := -1, -1
-	if s.asUser {
-		var err error
-		if uid, gid, err = ensureOSUser(); err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-	}
-	dir, err := makeDir(s.asUser)
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.stop(); err != nil {
-			t.Errorf("pgtest: stopping server: %v", err)
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("pgtest: %v", err)
-		}
-	})
-	if s.asUser {
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-	}
-	s.dir = dir
-	s.dataDir = filepath.Join(dir, "data")
-	s.logPath = filepath.Join(dir, "postgres.log")
-
+	s := newServer(t, binDir, "server")
+	dir := s.dir
 	out, err := s.command("initdb", "-D", s.dataDir, "-U", osUser, "-A", "trust",
 		"-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions").CombinedOutput()
 	if err != nil {
 		t.Fatalf("pgtest: initdb failed: %v\n%s", err, out)
 	}
-	conf, err := os.OpenFile(filepath.Join(s.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err == nil {
-		_, err = fmt.Fprintf(conf, settings, s.dataDir)
-		if cerr := conf.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
+	if err := s.appendConf(settings); err != nil {
 		t.Fatalf("pgtest: writing postgresql.conf: %v", err)
 	}
+	s.listen(t)
+	t.Logf("pgtest: PostgreSQL ready on port %d in %v (dir %s)", s.port, time.Since(begin).Round(time.Millisecond), dir)
+	return s
+}
 
-	// Another process may take the port between our probe and the server's
-	// bind; then try another one.
+// newServer returns a stopped server of the binaries in binDir with a
+// directory of its own (owned by the server's OS user when the test runs as
+// root), stopped and removed when the test ends; what names it in errors.
+func newServer(t testing.TB, binDir, what string) *Server {
+	t.Helper()
+	s := &Server{binDir: binDir, asUser: os.Geteuid() == 0}
+	uid, gid := -1, -1
+	if s.asUser {
+		var err error
+		if uid, gid, err = testserver.OSUser(osUser); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+	}
+	dir, err := testserver.Dir("sqlease-pgtest-", uid, gid)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.stop(); err != nil {
+			t.Errorf("pgtest: stopping %s: %v", what, err)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	s.dir = dir
+	s.dataDir = filepath.Join(dir, "data")
+	s.logPath = filepath.Join(dir, "postgres.log")
+	return s
+}
+
+// appendConf appends settings, formatted with the data directory, to the
+// server's postgresql.conf.
+func (s *Server) appendConf(settings string) error {
+	conf, err := os.OpenFile(filepath.Join(s.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(conf, settings, s.dataDir)
+	if cerr := conf.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// listen starts the server on a free port. Another process may take the
+// port between the probe and the server's bind: then it tries another one.
+func (s *Server) listen(t testing.TB) {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
-		if s.port, err = freePort(); err != nil {
+		var err error
+		if s.port, err = testserver.FreePort(); err != nil {
 			t.Fatalf("pgtest: finding a free port: %v", err)
 		}
 		err = s.start()
 		if err == nil {
-			break
+			return
 		}
 		if !errors.Is(err, errPortInUse) || attempt == portAttempts {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	t.Logf("pgtest: PostgreSQL ready on port %d in %v (dir %s)", s.port, time.Since(begin).Round(time.Millisecond), dir)
-	return s
+}
+
+// URLEnv names the shared server of the suite: scripts/test.sh starts one
+// and sets it.
+const URLEnv = "SQLEASE_TEST_POSTGRES_URL"
+
+// Shared returns a function giving the URL of a server to create databases
+// on (CreateDatabase): $SQLEASE_TEST_POSTGRES_URL's or, when that is unset,
+// a private server started for t on the first call. It is how every suite
+// that needs PostgreSQL gets it; call the function from t's goroutine or a
+// subtest's.
+func Shared(t testing.TB) func() string {
+	var once sync.Once
+	url := os.Getenv(URLEnv)
+	return func() string {
+		once.Do(func() {
+			if url == "" {
+				url = Start(t).URL()
+			}
+		})
+		return url
+	}
 }
 
 // URL returns a postgres:// URL for the server's "postgres" database as the
@@ -365,56 +400,6 @@ func (s *Server) command(name string, args ...string) *exec.Cmd {
 	return exec.Command(name, args...)
 }
 
-// makeDir makes the server's directory. The tmpfs /dev/shm is preferred:
-// initdb writes about a thousand files, which took 1.4 s on this project's
-// ext4 /tmp and 0.35 s there. t.TempDir() is not an option when running as
-// root: the server's OS user cannot enter it.
-func makeDir(asUser bool) (string, error) {
-	if dir, err := os.MkdirTemp("/dev/shm", "sqlease-pgtest-"); err == nil {
-		return dir, nil
-	}
-	parent := ""
-	if asUser {
-		parent = "/tmp" // TMPDIR might not be enterable by another user
-	}
-	return os.MkdirTemp(parent, "sqlease-pgtest-")
-}
-
-var userMu sync.Mutex
-
-// ensureOSUser returns the uid and gid of osUser, creating the user if needed.
-func ensureOSUser() (uid, gid int, err error) {
-	userMu.Lock()
-	defer userMu.Unlock()
-	var out []byte
-	for attempt := 0; attempt < 5; attempt++ {
-		if u, lerr := user.Lookup(osUser); lerr == nil {
-			uid, err1 := strconv.Atoi(u.Uid)
-			gid, err2 := strconv.Atoi(u.Gid)
-			if err1 != nil || err2 != nil {
-				return 0, 0, fmt.Errorf("user %s has non-numeric uid/gid %q/%q", osUser, u.Uid, u.Gid)
-			}
-			return uid, gid, nil
-		}
-		// Another test process may be creating it at the same time (useradd
-		// then fails on the lock or "already exists"): look again.
-		out, err = exec.Command("useradd", "--system", "--no-create-home", osUser).CombinedOutput()
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	return 0, 0, fmt.Errorf("cannot create OS user %s (needed to run PostgreSQL as root): %v\n%s", osUser, err, out)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func fileSize(path string) int64 {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -445,7 +430,7 @@ func readFrom(path string, offset int64) string {
 // form. The database is dropped, with FORCE, when the test finishes.
 func CreateDatabase(t testing.TB, url string) string {
 	t.Helper()
-	name := databaseName(t.Name())
+	name := testserver.DatabaseName(t.Name())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
@@ -475,25 +460,6 @@ func CreateDatabase(t testing.TB, url string) string {
 		t.Fatalf("pgtest: %v", err)
 	}
 	return u
-}
-
-// databaseName makes a valid, unique database name (at most 63 bytes) that
-// hints at the test that created it.
-func databaseName(testName string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(testName) {
-		if b.Len() == 40 {
-			break
-		}
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
-	return "sqlease_" + b.String() + "_" + hex.EncodeToString(rnd[:])
 }
 
 // withDatabase returns conn with its database replaced by name.

@@ -109,9 +109,6 @@ func TestWithDatabase(t *testing.T) {
 			t.Errorf("withDatabase(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	if n := databaseName("TestSomething/with spaces and a very long name that goes on and on"); len(n) > 63 {
-		t.Errorf("database name %q longer than 63 bytes", n)
-	}
 }
 
 // TestSharedServer uses the server scripts/test.sh starts, if any.

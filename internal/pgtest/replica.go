@@ -2,7 +2,6 @@ package pgtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,31 +32,8 @@ wal_receiver_status_interval = 1s
 func (s *Server) StartReplica(t testing.TB) *Server {
 	t.Helper()
 	begin := time.Now()
-	r := &Server{binDir: s.binDir, asUser: s.asUser}
-	dir, err := makeDir(r.asUser)
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := r.stop(); err != nil {
-			t.Errorf("pgtest: stopping replica: %v", err)
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("pgtest: %v", err)
-		}
-	})
-	if r.asUser {
-		uid, gid, err := ensureOSUser()
-		if err == nil {
-			err = os.Chown(dir, uid, gid)
-		}
-		if err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-	}
-	r.dir = dir
-	r.dataDir = filepath.Join(dir, "data")
-	r.logPath = filepath.Join(dir, "postgres.log")
+	r := newServer(t, s.binDir, "replica")
+	dir := r.dir
 	// -R writes primary_conninfo and standby.signal; -X stream copies the
 	// WAL written during the copy; -N: no fsync (a throwaway server).
 	out, err := r.command("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", osUser,
@@ -65,28 +41,10 @@ func (s *Server) StartReplica(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("pgtest: pg_basebackup failed: %v\n%s", err, out)
 	}
-	conf, err := os.OpenFile(filepath.Join(r.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err == nil {
-		_, err = fmt.Fprintf(conf, replicaSettings, r.dataDir)
-		if cerr := conf.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
+	if err := r.appendConf(replicaSettings); err != nil {
 		t.Fatalf("pgtest: writing the replica's postgresql.conf: %v", err)
 	}
-	for attempt := 1; ; attempt++ {
-		if r.port, err = freePort(); err != nil {
-			t.Fatalf("pgtest: finding a free port: %v", err)
-		}
-		err = r.start()
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, errPortInUse) || attempt == portAttempts {
-			t.Fatalf("pgtest: %v", err)
-		}
-	}
+	r.listen(t)
 	r.waitStreaming(t)
 	t.Logf("pgtest: replica of port %d streaming on port %d in %v (dir %s)", s.port, r.port, time.Since(begin).Round(time.Millisecond), dir)
 	return r

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/ledger"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -295,51 +296,14 @@ func readExecs(ctx context.Context, db *sql.DB, prefix string) ([]ExecRow, error
 	var out []ExecRow
 	for rows.Next() {
 		var r ExecRow
-		var ts anyTime
+		var ts ledger.Time
 		if err := rows.Scan(&r.ID, &r.Job, &r.SF, &r.Attempt, &r.Holder, &r.Epoch, &r.PID, &ts); err != nil {
 			return nil, fmt.Errorf("read execs: %w", err)
 		}
-		r.DBTime = ts.t
+		r.DBTime = ts.T
 		out = append(out, r)
 	}
 	return out, rows.Err()
-}
-
-// anyTime scans a timestamp as the drivers return it: time.Time (pgx) or
-// text (SQLite).
-type anyTime struct{ t time.Time }
-
-var textLayouts = []string{
-	"2006-01-02 15:04:05.999999999",
-	"2006-01-02T15:04:05.999999999Z07:00",
-	"2006-01-02 15:04:05.999999999Z07:00",
-	"2006-01-02T15:04:05.999999999",
-}
-
-func (a *anyTime) Scan(v any) error {
-	switch x := v.(type) {
-	case time.Time:
-		a.t = x.UTC()
-		return nil
-	case string:
-		return a.parse(x)
-	case []byte:
-		return a.parse(string(x))
-	case nil:
-		a.t = time.Time{}
-		return nil
-	}
-	return fmt.Errorf("cannot scan %T as a timestamp", v)
-}
-
-func (a *anyTime) parse(s string) error {
-	for _, layout := range textLayouts {
-		if t, err := time.Parse(layout, s); err == nil {
-			a.t = t.UTC()
-			return nil
-		}
-	}
-	return fmt.Errorf("cannot parse timestamp %q", s)
 }
 
 // MigrateExecs creates the execs table and the fault-injection table and

@@ -7,7 +7,7 @@
 // lease.
 //
 // A worker is the test binary re-executing itself (TestMain calls WorkerMain
-// when WorkerEnv is set), configured by a JSON WorkerConfig in its
+// when fleettest.IsWorker), configured by a JSON WorkerConfig in its
 // environment. It runs a scheduler in claim mode (Scheduler.Run) or in leader
 // mode (an election.Elector whose OnStartedLeading calls Scheduler.Lead, as
 // the daemon does). Its handler passes scheduler.Ensure, prints an "exec"

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/ledger"
 	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/scheduler"
@@ -23,7 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(WorkerEnv) == "1" {
+	if fleettest.IsWorker() {
 		os.Exit(WorkerMain())
 	}
 	os.Exit(m.Run())
@@ -77,7 +78,7 @@ func (b *backend) leaderConfig(refresh time.Duration) WorkerConfig {
 
 func newBackend(t *testing.T, dialect, dsn string) *backend {
 	t.Helper()
-	db, st, err := OpenStore(dialect, dsn, prefix)
+	db, st, err := fleettest.OpenStore(context.Background(), dialect, dsn, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,18 +148,7 @@ func TestPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a PostgreSQL server")
 	}
-	var (
-		once sync.Once
-		url  = os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-	)
-	shared := func() string {
-		once.Do(func() {
-			if url == "" {
-				url = pgtest.Start(t).URL()
-			}
-		})
-		return url
-	}
+	shared := pgtest.Shared(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			sc.run(t, newBackend(t, "postgres", pgtest.CreateDatabase(t, shared())))

@@ -1,7 +1,6 @@
 package schedproc
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -11,26 +10,17 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/ledger"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/scheduler"
-	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
-)
-
-// WorkerEnv, set to "1", makes TestMain run WorkerMain instead of the tests;
-// configEnv carries the JSON WorkerConfig.
-const (
-	WorkerEnv = "SQLEASE_SCHEDPROC_WORKER"
-	configEnv = "SQLEASE_SCHEDPROC_CONFIG"
 )
 
 // Dispatch modes.
@@ -76,15 +66,6 @@ type WorkerConfig struct {
 	// cancelled at once (claim mode still waits for its runs; in leader mode
 	// the elector resigns and the runs in flight are cancelled).
 	Drain bool
-}
-
-// Env returns the environment that passes c to a worker.
-func (c WorkerConfig) Env() ([]string, error) {
-	b, err := json.Marshal(c)
-	if err != nil {
-		return nil, err
-	}
-	return []string{WorkerEnv + "=1", configEnv + "=" + string(b)}, nil
 }
 
 // ExecsTable is the table of executions for a store prefix.
@@ -157,29 +138,6 @@ END $$`,
 	return nil, fmt.Errorf("schedproc: unknown dialect %q", dialect)
 }
 
-// OpenStore opens the store of a dialect (migrations not applied).
-func OpenStore(dialect, dsn, prefix string) (*sql.DB, *sqlstore.Store, error) {
-	var db *sql.DB
-	var st *sqlstore.Store
-	var err error
-	switch dialect {
-	case "sqlite":
-		if db, err = sqlite.Open(dsn); err == nil {
-			st, err = sqlite.New(db, prefix)
-		}
-	case "postgres":
-		if db, err = postgres.Open(dsn); err == nil {
-			st, err = postgres.New(db, prefix)
-		}
-	default:
-		err = fmt.Errorf("unknown dialect %q", dialect)
-	}
-	if err != nil && db != nil {
-		db.Close()
-	}
-	return db, st, err
-}
-
 type worker struct {
 	cfg    WorkerConfig
 	db     *sql.DB
@@ -188,7 +146,7 @@ type worker struct {
 	el     *election.Elector
 	insert string
 
-	outMu sync.Mutex
+	out fleettest.Out
 
 	pauseArmed atomic.Bool
 	pauseReq   chan pauseReq // a handler waits here for the next renew
@@ -206,8 +164,9 @@ type pauseReq struct {
 // stdin, then shuts down gracefully and returns 0.
 func WorkerMain() int {
 	w := &worker{pauseReq: make(chan pauseReq, 1)}
-	if err := json.Unmarshal([]byte(os.Getenv(configEnv)), &w.cfg); err != nil {
-		w.emit(Event{Ev: EvFatal, Err: "config: " + err.Error()})
+	var err error
+	if w.cfg.Holder, err = fleettest.ReadConfig(&w.cfg); err != nil {
+		w.emit(Event{Ev: EvFatal, Err: err.Error()})
 		return 2
 	}
 	cfg := w.cfg
@@ -216,23 +175,15 @@ func WorkerMain() int {
 	ctx, cancel := context.WithCancel(sigCtx)
 	defer cancel()
 
-	var err error
-	w.db, w.store, err = OpenStore(cfg.Dialect, cfg.DSN, cfg.Prefix)
-	if err == nil {
-		_, w.insert, err = execsSQL(cfg.Dialect, cfg.Prefix)
+	if _, w.insert, err = execsSQL(cfg.Dialect, cfg.Prefix); err != nil {
+		w.emit(Event{Ev: EvFatal, Err: err.Error()})
+		return 2
 	}
-	if err != nil {
+	if w.db, w.store, err = fleettest.OpenStore(ctx, cfg.Dialect, cfg.DSN, cfg.Prefix); err != nil {
 		w.emit(Event{Ev: EvFatal, Err: err.Error()})
 		return 2
 	}
 	defer w.db.Close()
-	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
-	err = w.db.PingContext(pctx)
-	pcancel()
-	if err != nil {
-		w.emit(Event{Ev: EvFatal, Err: "ping: " + err.Error()})
-		return 2
-	}
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var changes <-chan struct{}
@@ -287,7 +238,7 @@ func WorkerMain() int {
 	}
 
 	goCh := make(chan struct{})
-	go w.commands(ctx, cancel, goCh)
+	go fleettest.ReadCommands(goCh, cancel, func(cmd, arg string) { w.command(ctx, cmd, arg) })
 	w.emit(Event{Ev: EvReady})
 	select {
 	case <-goCh:
@@ -332,50 +283,34 @@ func WorkerMain() int {
 // drainTimeout bounds the graceful shutdown's wait for runs in flight.
 const drainTimeout = 10 * time.Second
 
-// emit prints ev as one JSON line with a single write.
+// emit prints ev, stamped with the time, the holder and the pid.
 func (w *worker) emit(ev Event) {
 	if ev.T.IsZero() {
 		ev.T = time.Now()
 	}
 	ev.Holder, ev.PID = w.cfg.Holder, os.Getpid()
-	b, err := json.Marshal(ev)
-	if err != nil {
-		b = []byte(fmt.Sprintf(`{"ev":%q,"err":%q}`, EvFatal, err.Error()))
-	}
-	b = append(b, '\n')
-	w.outMu.Lock()
-	defer w.outMu.Unlock()
-	_, _ = os.Stdout.Write(b)
+	w.out.Print(ev)
 }
 
-// commands reads stdin. End of input means the test process is gone: stop.
-func (w *worker) commands(ctx context.Context, cancel context.CancelFunc, goCh chan struct{}) {
-	var once sync.Once
-	sc := bufio.NewScanner(os.Stdin)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		cmd, arg, _ := strings.Cut(sc.Text(), " ")
-		switch cmd {
-		case CmdGo:
-			once.Do(func() { close(goCh) })
-		case CmdStatus:
-			ev := Event{Ev: EvStatus}
-			if w.el != nil {
-				st := w.el.Status()
-				ev.Leading, ev.Epoch = st.Leading, st.Token.Epoch
-			}
-			w.emit(ev)
-		case CmdPause:
-			w.pauseArmed.Store(true)
-		case CmdUnpause:
-			w.pauseArmed.Store(false)
-		case CmdCreate:
-			go w.create(ctx, arg)
-		default:
-			w.emit(Event{Ev: EvFatal, Err: fmt.Sprintf("unknown command %q", cmd)})
+// command runs one command read on stdin.
+func (w *worker) command(ctx context.Context, cmd, arg string) {
+	switch cmd {
+	case CmdStatus:
+		ev := Event{Ev: EvStatus}
+		if w.el != nil {
+			st := w.el.Status()
+			ev.Leading, ev.Epoch = st.Leading, st.Token.Epoch
 		}
+		w.emit(ev)
+	case CmdPause:
+		w.pauseArmed.Store(true)
+	case CmdUnpause:
+		w.pauseArmed.Store(false)
+	case CmdCreate:
+		go w.create(ctx, arg)
+	default:
+		w.emit(Event{Ev: EvFatal, Err: fmt.Sprintf("unknown command %q", cmd)})
 	}
-	cancel()
 }
 
 func (w *worker) create(ctx context.Context, arg string) {

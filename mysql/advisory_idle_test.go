@@ -7,36 +7,14 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
-
-	"github.com/sqlease/sqlease/storetest"
 )
-
-func TestAdvisoryFrozenHolderReplaced(t *testing.T) {
-	s, prefix := newAdvisoryStore(t)
-	storetest.AdvisoryFrozenHolder(t, s, newLocker(t, prefix))
-}
-
-func TestAdvisoryTakeoverWaitsForPriorTerm(t *testing.T) {
-	s, prefix := newAdvisoryStore(t)
-	storetest.AdvisoryTakeoverWaitsForPriorTerm(t, s, newLocker(t, prefix))
-}
-
-func TestAdvisoryTakeoverSparesLocklessTerm(t *testing.T) {
-	s, prefix := newAdvisoryStore(t)
-	storetest.AdvisoryTakeoverSparesLocklessTerm(t, s, newLocker(t, prefix))
-}
-
-func TestMigrateAddsLeaseLocked(t *testing.T) {
-	s, prefix := newAdvisoryStore(t)
-	storetest.MigrateAddsLeaseLocked(t, s, prefix)
-}
 
 // A term acquired without the lock that renews through its session once
 // the lock is granted sets the session's idle limit from the lease, as a
 // takeover does: a session silent for a lease + 1 s is ended by the server
 // (and its lock freed), not after the 10 s a session has before that.
 func TestSessionRenewSetsIdleLimit(t *testing.T) {
-	s, prefix := newAdvisoryStore(t)
+	s, prefix := newStoreWithPrefix(t)
 	ctx := t.Context()
 	l, err := s.Acquire(ctx, "idle", "h", time.Second)
 	if err != nil {
