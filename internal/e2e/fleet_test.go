@@ -429,7 +429,8 @@ func testJobFromFollower(t *testing.T, b backend) {
 	}
 
 	// Exec action, created through the last follower: its environment
-	// carries the run's identity and none of the daemon's SQLEASE_*.
+	// carries the run's identity, its node's API and run token (v2), and
+	// none of the daemon's SQLEASE_*.
 	out := filepath.Join(t.TempDir(), "env")
 	job = fmt.Sprintf(`{"name": "env-once", "schedule": {}, "action": {"exec": {"command":
 		["/bin/sh", "-c", "env > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"", "sh", %q]}}}`, out)
@@ -454,7 +455,14 @@ func testJobFromFollower(t *testing.T, b backend) {
 	if at, err := time.Parse(time.RFC3339Nano, esf); err != nil || at.UTC().Format(time.RFC3339Nano) != esf {
 		t.Errorf("SQLEASE_SCHEDULED_FOR %q is not RFC 3339 with nanoseconds in UTC (%v)", esf, err)
 	}
+	// The run's secret for its node's checkpoint route (v2): this
+	// attempt's alone, 24 random bytes in hex; compared apart.
+	if tok := env["SQLEASE_RUN_TOKEN"]; len(tok) != 48 || strings.Trim(tok, "0123456789abcdef") != "" {
+		t.Errorf("SQLEASE_RUN_TOKEN %q is not 48 hex digits", tok)
+	}
+	delete(env, "SQLEASE_RUN_TOKEN")
 	want := map[string]string{
+		"SQLEASE_API":             "http://" + leader.addr,
 		"SQLEASE_IDEMPOTENCY_KEY": "env-once/" + esf,
 		"SQLEASE_JOB":             "env-once",
 		"SQLEASE_SCHEDULED_FOR":   esf,
