@@ -225,6 +225,10 @@ WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?) ORDER BY id DESC LIMIT ?`)
 		DueWindow: r.Replace(`SELECT id, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at, {now} FROM {jobs}
 WHERE paused = 0 AND next_run_at IS NOT NULL AND next_run_at < ` + plusMS(now, "?") + `
 ORDER BY next_run_at, id LIMIT ?`),
+		// The due index's first entry past now: a claim-mode worker sleeps
+		// until then rather than a whole poll interval.
+		NextDue: r.Replace(`SELECT TIMESTAMPDIFF(MICROSECOND, n.now, MIN(j.next_run_at)) / 1000.0
+FROM {jobs} j, (SELECT {now} AS now) n WHERE j.paused = 0 AND j.next_run_at > n.now`),
 		Changed: r.Replace(`SELECT id, paused, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
 WHERE (last_modified_at > ? OR (last_modified_at = ? AND id > ?)) AND next_run_at IS NOT NULL
 ORDER BY last_modified_at, id LIMIT ?`),

@@ -225,19 +225,24 @@ func runRiverOntime(ctx context.Context, e *env, bin, dialect string, o ontimeOp
 	return delayStats{p50: ms(res.P50), p99: ms(res.P99), max: ms(res.Max)}, nil
 }
 
-// backlogCounter counts finished runs and records when the n-th finished.
+// backlogCounter counts finished runs and records when the first and the
+// n-th finished.
 type backlogCounter struct {
-	n, want  int64
-	done     chan struct{}
-	once     sync.Once
-	failures atomic.Int64
+	n, want     int64
+	first, last atomic.Int64 // unix nanos
+	done        chan struct{}
+	once        sync.Once
+	failures    atomic.Int64
 }
 
 func (c *backlogCounter) RunFinished(_ string, outcome sqlease.Outcome, _ time.Duration) {
 	if outcome != sqlease.OutcomeSucceeded {
 		c.failures.Add(1)
 	}
+	now := time.Now().UnixNano()
+	c.first.CompareAndSwap(0, now)
 	if atomic.AddInt64(&c.n, 1) == c.want {
+		c.last.Store(now)
 		c.once.Do(func() { close(c.done) })
 	}
 }
@@ -299,7 +304,6 @@ func runBacklog(ctx context.Context, e *env, dialect, mode string, n int, timeou
 		return 0, err
 	}
 	time.Sleep(500 * time.Millisecond) // dispatch up and idle (the leader elected, its schedule built)
-	start := time.Now()
 	if _, err := api.Resume(ctx, "behind"); err != nil {
 		return 0, err
 	}
@@ -313,7 +317,10 @@ func runBacklog(ctx context.Context, e *env, dialect, mode string, n int, timeou
 	if f := c.failures.Load(); f > 0 {
 		return 0, fmt.Errorf("%d runs did not succeed", f)
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	// From the first finish to the n-th: how dispatch hears of the resume
+	// (a change notification, a poll or a refresh, up to a second) is not
+	// the drain's speed.
+	return float64(n-1) / time.Duration(c.last.Load()-c.first.Load()).Seconds(), nil
 }
 
 // ontimeScenario runs the rounds and prints the tables.
@@ -391,7 +398,7 @@ func ontimeScenario(ctx context.Context, e *env, dialect string, o ontimeOpts, b
 	if backlog <= 0 {
 		return true
 	}
-	fmt.Printf("\n== backlog drain — %s, one run_all job every %s, %d occurrences behind (a pause of %s, then Resume), no-op handler, defaults\n",
+	fmt.Printf("\n== backlog drain — %s, one run_all job every %s, %d occurrences behind (a pause of %s, then Resume), no-op handler, defaults; occurrences/s from the first run's finish to the last's\n",
 		dialect, scheduler.MinEvery, backlog, time.Duration(backlog)*scheduler.MinEvery)
 	for _, mode := range []string{"claim", "leader"} {
 		var rates []float64
