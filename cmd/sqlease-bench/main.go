@@ -70,6 +70,12 @@ SCENARIOS (-bench, comma-separated; default claim,submit,leader,memory)
           client-side (a connector wrapper) everywhere; and terms lost
           (bodies stopped) in the window. -singleton-modes lease,advisory.
           Example: -bench singletons -singletons 1000 -singleton-nodes 3
+  protocol  Placement by node's protocol (model/assign.pml) run by
+          -singleton-nodes bench nodes directly on the store's statements
+          (the singleton package does not use them yet) over -singletons
+          singletons: idle statements/s (server-counted), the time from a
+          dead node's last renew until all its singletons are on live
+          nodes, and a joining node's time to its share and moves.
   placement  The statements of placement by node (issue 32,
           sqlstore/placement.go) at scale: -placement-singletons rows, one
           statement placing all on a node, the Placement and Assigned reads,
@@ -178,7 +184,7 @@ func main() {
 		fs.PrintDefaults()
 	}
 	var (
-		benches     = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer, daemon, singletons, placement (comma-separated; all = every one but bulk, peer, daemon, singletons and placement)")
+		benches     = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer, daemon, singletons, placement, protocol (comma-separated; all = every one but bulk, peer, daemon, singletons, placement and protocol)")
 		dialects    = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite, mysql (MariaDB: the singletons scenario only; comma-separated)")
 		dbURL       = fs.String("db", "", "PostgreSQL URL of a role that may CREATE DATABASE (default $SQLEASE_TEST_POSTGRES_URL, else a private server)")
 		runs        = fs.Int("runs", 5, "repetitions of each measurement (medians are reported)")
@@ -258,7 +264,7 @@ func main() {
 	for _, b := range strings.Split(*benches, ",") {
 		b = strings.TrimSpace(b)
 		switch b {
-		case "claim", "submit", "leader", "memory", "bulk", "peer", "daemon", "singletons", "placement":
+		case "claim", "submit", "leader", "memory", "bulk", "peer", "daemon", "singletons", "placement", "protocol":
 			want[b] = true
 		case "all":
 			want["claim"], want["submit"], want["leader"], want["memory"] = true, true, true, true
@@ -361,6 +367,15 @@ func main() {
 						if !singletonScenario(ctx, e, o, *runs) {
 							return
 						}
+					}
+				}
+			}
+		}
+		if want["protocol"] {
+			for _, k := range sNodes {
+				for _, n := range singletonsN {
+					if !protocolScenario(ctx, e, d, n, k, *runs) {
+						return
 					}
 				}
 			}
