@@ -74,17 +74,24 @@ func singletonScenario(ctx context.Context, e *env, o singletonOpts, runs int) b
 			srv = fmt.Sprintf("%.1f", r.serverStmts)
 			server = append(server, r.serverStmts)
 		}
-		client = append(client, r.clientStmts)
+		cl := "n/a (MariaDB: counted by the server only)"
+		if o.dialect != "mysql" {
+			cl = fmt.Sprintf("%.1f", r.clientStmts)
+			client = append(client, r.clientStmts)
+		}
 		lost = append(lost, float64(r.lostTerms))
-		fmt.Printf("  run %d [bg %.0f%%]: settled in %s (%d running, per node %v); statements/s: server %s, client %.1f; terms lost in the window: %d; most frequent: %s\n",
-			i+1, bg*100, r.settleTook.Round(time.Millisecond), r.running, r.perNode, srv, r.clientStmts, r.lostTerms, r.topStatement)
+		fmt.Printf("  run %d [bg %.0f%%]: settled in %s (%d running, per node %v); statements/s: server %s, client %s; terms lost in the window: %d; most frequent: %s\n",
+			i+1, bg*100, r.settleTook.Round(time.Millisecond), r.running, r.perNode, srv, cl, r.lostTerms, r.topStatement)
 	}
-	if len(client) == 0 {
+	if len(lost) == 0 {
 		return true
 	}
-	line := fmt.Sprintf("  median: client %.1f statements/s (%.2f per singleton)", medianOf(client), medianOf(client)/float64(o.n))
+	line := "  median:"
+	if len(client) > 0 {
+		line += fmt.Sprintf(" client %.1f statements/s (%.2f per singleton)", medianOf(client), medianOf(client)/float64(o.n))
+	}
 	if len(server) > 0 {
-		line += fmt.Sprintf(", server %.1f statements/s (%.2f per singleton)", medianOf(server), medianOf(server)/float64(o.n))
+		line += fmt.Sprintf(" server %.1f statements/s (%.2f per singleton)", medianOf(server), medianOf(server)/float64(o.n))
 	}
 	line += fmt.Sprintf(", terms lost %.0f", medianOf(lost))
 	fmt.Println(line)
