@@ -179,3 +179,33 @@ func (s *Store) assignedWrite(ctx context.Context, what, query string, tok sqlea
 	}
 	return nil
 }
+
+// RenewMember renews the member lease tok for ttl and reports only whether
+// it did: an error wrapping sqlease.ErrLeaseLost when tok no longer holds
+// it. One statement on every dialect — on MySQL and MariaDB Renew's write
+// alone, checked by rows affected, where Renew is a transaction of four
+// (BEGIN, the write, the read of RenewWR, COMMIT). A node needs nothing
+// more: its local deadline runs from the renew's send time (SPEC G1), not
+// from the expiry the database computed.
+func (s *Store) RenewMember(ctx context.Context, tok sqlease.Token, ttl time.Duration) error {
+	if s.d.Queries.RenewWR.Write == "" {
+		_, err := s.Renew(ctx, tok, ttl)
+		return err
+	}
+	if err := validateToken(tok); err != nil {
+		return err
+	}
+	if err := sqlease.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	res, err := s.db.ExecContext(ctx, s.d.Queries.RenewWR.Write, ttl.Milliseconds(), tok.Name, tok.Holder, tok.Epoch)
+	if err != nil {
+		return fmt.Errorf("renew lease %s: %w", tok, s.classify(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("renew lease %s: %w", tok, s.classify(err))
+	} else if n == 0 {
+		return fmt.Errorf("renew lease %s: %w", tok, sqlease.ErrLeaseLost)
+	}
+	return nil
+}

@@ -119,9 +119,21 @@ func testSingletonPlacement(t *testing.T, s *sqlstore.Store) {
 		}
 	}
 
+	// RenewMember renews (one statement on every dialect) and refuses a
+	// token that does not hold the lease.
+	if err := s.RenewMember(ctx, b, time.Minute); err != nil {
+		t.Fatalf("RenewMember: %v", err)
+	}
+	if err := s.RenewMember(ctx, sqlease.Token{Name: b.Name, Holder: "b", Epoch: b.Epoch + 1}, time.Minute); !errors.Is(err, sqlease.ErrLeaseLost) {
+		t.Fatalf("RenewMember under a wrong epoch: %v, want ErrLeaseLost", err)
+	}
+
 	// a's lease expires: its saves are refused at once, before anybody
 	// reassigns p1 (the generation alone would still accept them).
 	waitExpired(t, s, sqlstore.MemberLeasePrefix+"a")
+	if err := s.RenewMember(ctx, a, time.Minute); !errors.Is(err, sqlease.ErrLeaseLost) {
+		t.Fatalf("RenewMember of an expired lease: %v, want ErrLeaseLost", err)
+	}
 	if err := s.SaveAssigned(ctx, "p1", p1, []byte(`{"n":2}`)); !errors.Is(err, sqlease.ErrLeaseLost) {
 		t.Fatalf("save after a's member lease expired: %v, want ErrLeaseLost", err)
 	}

@@ -49,7 +49,7 @@ func (p *protoNode) run(ctx context.Context) {
 				tok = l.Token()
 				p.lastRenew.Store(sent.UnixNano())
 			}
-		} else if _, err := p.st.Renew(ctx, tok, protoLease); err != nil {
+		} else if err := p.st.RenewMember(ctx, tok, protoLease); err != nil {
 			tok = sqlease.Token{}
 		} else {
 			p.lastRenew.Store(sent.UnixNano())
