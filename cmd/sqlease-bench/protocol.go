@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -86,11 +87,15 @@ func (p *protoNode) place(ctx context.Context, tok sqlease.Token, v sqlstore.Pla
 			want = v.Unplaced // nobody else takes them: beyond the share
 		}
 		// Nodes placing at once may pick the same candidates (MariaDB:
-		// the candidates are read without SKIP LOCKED) and the loser
-		// places fewer than it wanted: it places again at once, not an
-		// interval later.
+		// the candidates are read without SKIP LOCKED, and one of two
+		// concurrent placements is often a deadlock victim): the loser
+		// places again at once, not an interval later.
 		for attempt := 0; want > 0 && attempt < 4; attempt++ {
 			n, err := p.st.PlaceSingletons(ctx, tok, p.names, want)
+			if errors.Is(err, sqlease.ErrTransient) {
+				time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
+				continue
+			}
 			if err != nil {
 				break
 			}
