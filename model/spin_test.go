@@ -93,9 +93,29 @@ var checks = []check{
 	{name: "failover_bug_short_holdoff", file: failoverModel, defs: []string{"-DHOLD=2"}, refutedBy: assertG1},
 	{name: "failover_reach_holdoff", file: failoverModel, defs: []string{"-DREACH_HOLDOFF"}, refutedBy: "violated 0"},
 	{name: "failover_reach_new_term", file: failoverModel, defs: []string{"-DREACH_NEW_TERM"}, refutedBy: "(tl==1)"},
+
+	// assign.pml: singletons placed on the nodes' member leases, fenced by
+	// the assignment's generation (issue 32).
+	{name: "assign", file: assignModel},
+	// A save checked against the generation only commits after its
+	// node's lease expired.
+	{name: "assign_bug_gen_only", file: assignModel, defs: []string{"-DBUG_GEN_ONLY"}, refutedBy: assertSaveFenced},
+	// Placement that counts a node with a lease row as live, expired or
+	// not: a dead node keeps its singleton.
+	{name: "assign_bug_dead_live", file: assignModel, defs: []string{"-DBUG_DEAD_LIVE"}, refutedBy: assertFailover},
+	// A node that keeps its assignment across the end of its lease term
+	// runs beside the node it was reassigned to.
+	{name: "assign_bug_keep", file: assignModel, defs: []string{"-DBUG_KEEP"}, refutedBy: assertG1},
+	// A give that does not wait for the body to stop.
+	{name: "assign_bug_no_stop", file: assignModel, defs: []string{"-DBUG_NO_STOP"}, refutedBy: assertG1},
+	{name: "assign_reach_reassign", file: assignModel, defs: []string{"-DREACH_REASSIGN"}, refutedBy: "((anode==0)||(anode==(i+1)))"},
+	{name: "assign_reach_give", file: assignModel, defs: []string{"-DREACH_GIVE"}, refutedBy: "violated 0"},
+	{name: "assign_reach_fence_fail", file: assignModel, defs: []string{"-DREACH_FENCE"}, refutedBy: "violated 0"},
 }
 
 const (
+	assignModel      = "assign.pml"
+	assertSaveFenced = "(anode==(i+1))&&((lep[i]==anep)" // a committed save's node lease is live under the assignment's epoch
 	failoverModel    = "failover.pml"
 	assertG2Failover = "(epoch>maxGranted)" // every epoch granted is above every one granted before, on either copy
 )

@@ -105,7 +105,7 @@ const (
 // leases.
 const (
 	LeasePrefix  = "singleton:"
-	MemberPrefix = "member:"
+	MemberPrefix = sqlstore.MemberLeasePrefix
 )
 
 // Config describes one singleton of state type S.

@@ -66,6 +66,15 @@ var documented = map[string]stmt{
 	"Singletons.SetPaused": {2, []string{singletons}}, // (paused, name)
 	"Singletons.Delete":    {1, []string{singletons}}, // (name)
 
+	"Singletons.Place":             {4, []string{singletons, leases}}, // (holder, node_epoch, names JSON, limit)
+	"Singletons.Give":              {4, []string{singletons, leases}}, // (to, holder, node_epoch, names JSON)
+	"Singletons.Assigned":          {2, []string{singletons}},         // (holder, node_epoch)
+	"Singletons.Placement":         {0, []string{singletons, leases}}, // ()
+	"Singletons.StartAssigned":     {5, []string{singletons, leases}}, // (holder, generation, name, holder, generation)
+	"Singletons.SaveAssigned":      {4, []string{singletons, leases}}, // (state, name, holder, generation)
+	"Singletons.HeartbeatAssigned": {3, []string{singletons, leases}}, // (name, holder, generation)
+	"Singletons.FailAssigned":      {5, []string{singletons, leases}}, // (last_error, quick, name, holder, generation)
+
 	"Jobs.AbandonDeleted": {1, []string{runs}},       // (job_id)
 	"Jobs.RunsBefore":     {4, []string{jobs, runs}}, // (job_name, scheduled_for, attempt, limit)
 	"Jobs.Now":            {0, nil},
@@ -394,7 +403,9 @@ func TestOneClock(t *testing.T) {
 		"Jobs.AbandonRunning", "Jobs.AbandonDeleted", "Jobs.StartJob", "Jobs.InsertRun", "Jobs.Heartbeat", "Jobs.FinishRun", "Jobs.ReleaseJob", "Jobs.PauseLike", "Jobs.SetBreaker",
 		"Jobs.Stats", "Jobs.PruneRuns", "Jobs.DueWindow",
 		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat",
-		"Singletons.Fail", "Singletons.Page", "Singletons.Create", "Output.Insert", "Output.Prune", "Checkpoints.Save", "Checkpoints.Prune", "Revoked.Insert", "Revoked.Check", "Revoked.Prune"}
+		"Singletons.Fail", "Singletons.Page", "Singletons.Create",
+		"Singletons.Place", "Singletons.Give", "Singletons.Placement", "Singletons.StartAssigned", "Singletons.SaveAssigned",
+		"Singletons.HeartbeatAssigned", "Singletons.FailAssigned", "Output.Insert", "Output.Prune", "Checkpoints.Save", "Checkpoints.Prune", "Revoked.Insert", "Revoked.Check", "Revoked.Prune"}
 	for key, text := range got {
 		n := strings.Count(text, "SYSUTCDATETIME()")
 		want := 0
@@ -475,6 +486,13 @@ func TestLockHints(t *testing.T) {
 		"Jobs.StartJob":      {"WHERE j.id = @p3 AND j.locked_by = @p4 AND j.lock_epoch = @p5"},
 		"Jobs.Heartbeat":     {"WHERE id = @p1 AND locked_by = @p2 AND lock_epoch = @p3"},
 		"Jobs.ReleaseJob":    {"WHERE j.id = @p4 AND j.locked_by = @p5 AND j.lock_epoch = @p6"},
+		// Placement by node: the member leases a write depends on stay as
+		// read until it commits; placing nodes skip each other's rows.
+		"Singletons.Place": {"SELECT TOP (@p4)", "WITH (UPDLOCK, READPAST, ROWLOCK)", "ORDER BY s.name", "NOT EXISTS (SELECT 1 FROM [" + leases + "] AS l WITH (REPEATABLEREAD, ROWLOCK)",
+			"m.holder_id = @p1 AND m.lease_epoch = @p2 AND m.expires_at > n.now"},
+		"Singletons.Give":          {"d.holder_id = @p1 AND d.expires_at > n.now", "m.holder_id = @p2 AND m.lease_epoch = @p3", "WHERE s.node_id = @p2 AND s.node_epoch = @p3"},
+		"Singletons.SaveAssigned":  {"s.node_id = s.holder_id AND s.generation = s.lease_epoch AND EXISTS (SELECT 1 FROM [" + leases + "] AS l WITH (REPEATABLEREAD, ROWLOCK)", "l.lease_epoch = s.node_epoch AND l.expires_at > n.now"},
+		"Singletons.StartAssigned": {"s.node_id = @p4 AND s.generation = @p5 AND EXISTS"},
 	} {
 		for _, want := range wants {
 			if !strings.Contains(got[key], want) {

@@ -28,7 +28,7 @@ type SingletonQueries struct {
 	// Get: (name). (state|NULL, state_saved_at|NULL, heartbeat_at|NULL,
 	// holder_id|NULL, lease_epoch, started_at|NULL, restarts, spec|NULL,
 	// spec_hash|NULL, paused, failures, last_error|NULL,
-	// last_error_at|NULL, now).
+	// last_error_at|NULL, node_id|NULL, node_epoch, generation, now).
 	Get string
 	// List: (). (name, then Get's columns) ordered by name.
 	List string
@@ -60,6 +60,48 @@ type SingletonQueries struct {
 	SetPaused string
 	// Delete: (name). Daemon singletons only; rows affected.
 	Delete string
+
+	// Placement by node (issue 32, model/assign.pml). Each singleton row
+	// also carries its assignment: node_id (the node's holder id, NULL when
+	// unassigned), node_epoch (the epoch of that node's member lease,
+	// MemberLeasePrefix + node_id, when it was assigned) and generation,
+	// which grows at every assignment and is the singleton's fencing
+	// token. An assignment is live while its node's member lease is live
+	// in database time under node_epoch (on PostgreSQL: and of the current
+	// timeline). Listed in Columns too, for older tables.
+
+	// Place: (holder, node_epoch, names JSON array, limit). Assigns to
+	// holder under node_epoch, only while that member lease is live, up to
+	// limit of the named singletons, by name, that are not paused and
+	// whose assignment is not live (unassigned, or its node's lease
+	// expired or renewed under a newer epoch): generation =
+	// max(generation, lease_epoch) + 1 (on PostgreSQL also at least the
+	// timeline's first epoch). One statement for every singleton of a dead
+	// node. Rows affected.
+	Place string
+	// Give: (to, holder, node_epoch, names JSON array). Moves the named
+	// singletons assigned to holder under node_epoch, while that lease is
+	// live, to the live member lease of `to` (generation as Place). Rows
+	// affected: 0 when `to` has no live lease.
+	Give string
+	// Assigned: (holder, node_epoch). (name, generation) of the singletons
+	// assigned to holder under node_epoch, by name.
+	Assigned string
+	// Placement: (). One row per live member lease: (holder, epoch, the
+	// number of unpaused singletons assigned to it under that epoch,
+	// expires_at, now); then one row (NULL, 0, the number of unpaused
+	// singletons whose assignment is not live, NULL, now).
+	Placement string
+	// StartAssigned: (holder, generation, name, holder, generation). Start
+	// (holder_id, lease_epoch := holder, generation), only while the
+	// assignment is (holder, generation) and live.
+	StartAssigned string
+	// SaveAssigned, HeartbeatAssigned, FailAssigned: Save, Heartbeat and
+	// Fail with their arguments (the epoch being the generation), only
+	// while the row's run is the assignment's (node_id = holder_id,
+	// generation = lease_epoch) and the assignment is live: one fenced
+	// statement, no lease-fenced transaction.
+	SaveAssigned, HeartbeatAssigned, FailAssigned string
 }
 
 // SingletonRow is one singleton's stored record.
@@ -84,6 +126,11 @@ type SingletonRow struct {
 	Failures    int64
 	LastError   string
 	LastErrorAt time.Time
+	// Node, NodeEpoch and Generation are the singleton's assignment
+	// (Place): "" and zero when it was never assigned.
+	Node       string
+	NodeEpoch  int64
+	Generation int64
 	// Now is the database clock at the read.
 	Now time.Time
 }
@@ -104,10 +151,10 @@ func (s *Store) EnsureSingleton(ctx context.Context, name string) error {
 func scanSingleton(sc scanner, r *SingletonRow, withName bool) error {
 	var state sql.NullString
 	var saved, beat, started, failed nullTime
-	var holder, spec, hash, lastErr sql.NullString
+	var holder, spec, hash, lastErr, node sql.NullString
 	var now dbTime
 	dest := []any{&state, &saved, &beat, &holder, &r.Epoch, &started, &r.Restarts, &spec, &hash, &r.Paused,
-		&r.Failures, &lastErr, &failed, &now}
+		&r.Failures, &lastErr, &failed, &node, &r.NodeEpoch, &r.Generation, &now}
 	if withName {
 		dest = append([]any{&r.Name}, dest...)
 	}
@@ -121,7 +168,7 @@ func scanSingleton(sc scanner, r *SingletonRow, withName bool) error {
 		r.Spec = []byte(spec.String)
 	}
 	r.StateSavedAt, r.HeartbeatAt, r.StartedAt, r.Holder, r.SpecHash, r.Now = saved.T, beat.T, started.T, holder.String, hash.String, now.T
-	r.LastError, r.LastErrorAt = lastErr.String, failed.T
+	r.LastError, r.LastErrorAt, r.Node = lastErr.String, failed.T, node.String
 	return nil
 }
 

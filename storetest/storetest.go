@@ -104,6 +104,8 @@ func Run(t *testing.T, h Harness) {
 		{"RevokedSessions", testRevokedSessions},
 		{"SingletonPages", testSingletonPages},
 		{"SingletonFailures", testSingletonFailures},
+		{"SingletonPlacement", testSingletonPlacement},
+		{"SingletonPlacementRace", testSingletonPlacementRace},
 		{"WorkerLeaseClaims", testWorkerLeaseClaims},
 		{"ClaimKeepsModified", testClaimKeepsModified},
 		{"PauseReasonAndPrefix", testPauseReasonAndPrefix},

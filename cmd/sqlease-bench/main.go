@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -60,6 +61,26 @@ SCENARIOS (-bench, comma-separated; default claim,submit,leader,memory)
           short page) and each reload (DueWindow) took, and the query plan
           of a refresh page with its cursor in the middle of the table. Each
           run is a child process of its own, so VmHWM is its alone.
+  singletons  Idle singletons (issue 32): -singleton-nodes library nodes
+          (election defaults, a pool each, the lease change feed on
+          PostgreSQL) register the same -singletons singletons whose bodies
+          only wait; once all run and no node is above its fair share,
+          statements are counted for -singleton-window: server-side
+          (pg_stat_statements, BEGIN/COMMIT included) on PostgreSQL,
+          client-side (a connector wrapper) everywhere; and terms lost
+          (bodies stopped) in the window. -singleton-modes lease,advisory.
+          Example: -bench singletons -singletons 1000 -singleton-nodes 3
+  protocol  Placement by node's protocol (model/assign.pml) run by
+          -singleton-nodes bench nodes directly on the store's statements
+          (the singleton package does not use them yet) over -singletons
+          singletons: idle statements/s (server-counted), the time from a
+          dead node's last renew until all its singletons are on live
+          nodes, and a joining node's time to its share and moves.
+  placement  The statements of placement by node (issue 32,
+          sqlstore/placement.go) at scale: -placement-singletons rows, one
+          statement placing all on a node, the Placement and Assigned reads,
+          SaveAssigned, one statement reassigning all of a dead node's, a
+          give of a third; wall-clock round trips from this process.
   bulk    Creating -bulk-jobs one-off jobs: one Create per job from 32
           goroutines, CreateMany in batches of -bulk-batch from 1 and 4
           callers, POST /v1/jobs:batch from 4 HTTP clients; jobs/s and the
@@ -175,8 +196,8 @@ func main() {
 		fs.PrintDefaults()
 	}
 	var (
-		benches     = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer, daemon, ontime (comma-separated; all = every one but bulk, peer, daemon and ontime)")
-		dialects    = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite (comma-separated)")
+		benches     = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer, daemon, ontime, singletons, placement, protocol (comma-separated; all = every one but bulk, peer, daemon, ontime, singletons, placement and protocol)")
+		dialects    = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite, mysql (MariaDB: the singletons scenario only; comma-separated)")
 		dbURL       = fs.String("db", "", "PostgreSQL URL of a role that may CREATE DATABASE (default $SQLEASE_TEST_POSTGRES_URL, else a private server)")
 		runs        = fs.Int("runs", 5, "repetitions of each measurement (medians are reported)")
 		jobs        = fs.Int("jobs", 20000, "claim: due one-off jobs per run")
@@ -216,7 +237,16 @@ func main() {
 		noNotify    = fs.Bool("no-notify-trigger", false, "PostgreSQL: drop the jobs table's NOTIFY trigger (the leader's change feed) after migrating, to measure what it costs")
 		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of this process (the Go client) to this file")
 		childMem    = fs.String("child-memory", "", "internal: run one memory run for this dialect and print JSON")
+		singletonsN = intList{1000}
+		sNodes      = intList{3}
+		sModes      = fs.String("singleton-modes", "lease", "singletons: election modes, lease and/or advisory (PostgreSQL: one connection per singleton and node)")
+		sWindow     = fs.Duration("singleton-window", 20*time.Second, "singletons: how long statements are counted once the fleet has settled")
+		sSettle     = fs.Duration("singleton-settle", 3*time.Minute, "singletons: give up when the fleet has not settled after this long")
 	)
+	placementN := intList{10000}
+	fs.Var(&placementN, "placement-singletons", "placement: singleton counts (comma-separated)")
+	fs.Var(&singletonsN, "singletons", "singletons: singleton counts to measure (comma-separated)")
+	fs.Var(&sNodes, "singleton-nodes", "singletons: node counts to measure (comma-separated)")
 	fs.Var(&workers, "workers", "claim: worker-scheduler counts to measure (comma-separated)")
 	fs.Var(&submitters, "submitters", "submit: concurrent submitter counts to measure (comma-separated)")
 	fs.BoolVar(&verbose, "v", false, "verbose: log progress details")
@@ -251,7 +281,7 @@ func main() {
 	for _, b := range strings.Split(*benches, ",") {
 		b = strings.TrimSpace(b)
 		switch b {
-		case "claim", "submit", "leader", "memory", "bulk", "peer", "daemon", "ontime":
+		case "claim", "submit", "leader", "memory", "bulk", "peer", "daemon", "ontime", "singletons", "placement", "protocol":
 			want[b] = true
 		case "all":
 			want["claim"], want["submit"], want["leader"], want["memory"] = true, true, true, true
@@ -263,7 +293,7 @@ func main() {
 	var dls []string
 	for _, d := range strings.Split(*dialects, ",") {
 		d = strings.TrimSpace(d)
-		if d != "postgres" && d != "sqlite" {
+		if d != "postgres" && d != "sqlite" && d != "mysql" {
 			fmt.Fprintf(os.Stderr, "unknown dialect %q in -dialects\n", d)
 			os.Exit(2)
 		}
@@ -273,6 +303,12 @@ func main() {
 	tb := &benchTB{verbose: verbose}
 	defer tb.runCleanups()
 	for _, d := range dls {
+		if d == "mysql" {
+			if e.myURL = os.Getenv(mysqltest.URLEnv); e.myURL == "" {
+				logf("starting a private MariaDB server (internal/mysqltest) ...")
+				e.myURL = mysqltest.Start(tb).URL()
+			}
+		}
 		if d != "postgres" {
 			continue
 		}
@@ -347,6 +383,34 @@ func main() {
 		if want["daemon"] {
 			if !daemonScenario(ctx, e, d, *daemonJobs, *daemonNodes, *runs) {
 				return
+			}
+		}
+		if want["singletons"] {
+			for _, mode := range strings.Split(*sModes, ",") {
+				for _, k := range sNodes {
+					for _, n := range singletonsN {
+						o := singletonOpts{dialect: d, n: n, nodes: k, advisory: strings.TrimSpace(mode) == "advisory", window: *sWindow, settle: *sSettle}
+						if !singletonScenario(ctx, e, o, *runs) {
+							return
+						}
+					}
+				}
+			}
+		}
+		if want["protocol"] {
+			for _, k := range sNodes {
+				for _, n := range singletonsN {
+					if !protocolScenario(ctx, e, d, n, k, *runs) {
+						return
+					}
+				}
+			}
+		}
+		if want["placement"] {
+			for _, n := range placementN {
+				if !placementScenario(ctx, e, d, n, *runs) {
+					return
+				}
 			}
 		}
 		if want["bulk"] {

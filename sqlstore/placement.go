@@ -1,0 +1,211 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sqlease/sqlease"
+)
+
+// Placement by node (issue 32; the protocol is model/assign.pml): a node's
+// liveness is its member lease, MemberLeasePrefix + its holder id, renewed
+// once per renew interval whatever it runs; singletons are assigned to
+// nodes by their rows (SingletonQueries.Place), and a singleton's fencing
+// token is its assignment's generation, which grows at every assignment.
+// Every write of a running singleton is one statement fenced by the
+// generation and by the node's member lease being live in database time.
+
+// MemberLeasePrefix starts the name of a node's member lease; the rest is
+// its holder id (singleton.MemberPrefix is the same).
+const MemberLeasePrefix = "member:"
+
+// NodePlacement is one live member lease as Placement reads it.
+type NodePlacement struct {
+	Holder    string
+	Epoch     int64
+	Assigned  int // unpaused singletons assigned to it under Epoch
+	ExpiresAt time.Time
+}
+
+// PlacementView is the fleet's placement at one instant of database time.
+type PlacementView struct {
+	Nodes []NodePlacement
+	// Unplaced counts the unpaused singletons whose assignment is not
+	// live: unassigned, or their node's lease has expired (or was
+	// acquired again under a newer epoch).
+	Unplaced int
+	Now      time.Time
+}
+
+// Assignment is one singleton assigned to a node: its fencing token is
+// sqlease.Token{Holder: node, Epoch: Generation}.
+type Assignment struct {
+	Name       string
+	Generation int64
+}
+
+func namesArg(names []string) (string, error) {
+	if names == nil {
+		names = []string{}
+	}
+	b, err := json.Marshal(names)
+	return string(b), err
+}
+
+// PlaceSingletons assigns to the member lease tok (holder, epoch) up to
+// limit of names whose assignment is not live, in one statement, and
+// returns how many it assigned: none when tok is no longer live.
+func (s *Store) PlaceSingletons(ctx context.Context, tok sqlease.Token, names []string, limit int) (int64, error) {
+	arg, err := namesArg(names)
+	if err != nil {
+		return 0, err
+	}
+	res, err := s.db.ExecContext(ctx, s.sq().Place, tok.Holder, tok.Epoch, arg, limit)
+	if err != nil {
+		return 0, fmt.Errorf("place singletons on %s: %w", tok, s.classify(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("place singletons on %s: %w", tok, s.classify(err))
+	}
+	return n, nil
+}
+
+// GiveSingletons moves names, assigned to the member lease tok, to the live
+// member lease of holder `to`, in one statement, while tok is live; it
+// returns how many moved (0 when `to` has no live member lease). The bodies
+// must have stopped first.
+func (s *Store) GiveSingletons(ctx context.Context, tok sqlease.Token, to string, names []string) (int64, error) {
+	arg, err := namesArg(names)
+	if err != nil {
+		return 0, err
+	}
+	res, err := s.db.ExecContext(ctx, s.sq().Give, to, tok.Holder, tok.Epoch, arg)
+	if err != nil {
+		return 0, fmt.Errorf("give singletons from %s to %q: %w", tok, to, s.classify(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("give singletons from %s to %q: %w", tok, to, s.classify(err))
+	}
+	return n, nil
+}
+
+// AssignedSingletons reads the singletons assigned to the member lease tok,
+// by name.
+func (s *Store) AssignedSingletons(ctx context.Context, tok sqlease.Token) ([]Assignment, error) {
+	rows, err := s.db.QueryContext(ctx, s.sq().Assigned, tok.Holder, tok.Epoch)
+	var out []Assignment
+	if _, err := scanRows(rows, err, func(sc scanner) error {
+		var a Assignment
+		if err := sc.Scan(&a.Name, &a.Generation); err != nil {
+			return err
+		}
+		out = append(out, a)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read the singletons assigned to %s: %w", tok, s.classify(err))
+	}
+	return out, nil
+}
+
+// Placement reads the live member leases with the number of singletons
+// each holds, and the number not placed on a live node, in one statement.
+func (s *Store) Placement(ctx context.Context) (PlacementView, error) {
+	rows, err := s.db.QueryContext(ctx, s.sq().Placement)
+	var v PlacementView
+	if _, err := scanRows(rows, err, func(sc scanner) error {
+		var holder sql.NullString
+		var epoch, n int64
+		var exp nullTime
+		var now dbTime
+		if err := sc.Scan(&holder, &epoch, &n, &exp, &now); err != nil {
+			return err
+		}
+		v.Now = now.T
+		if !holder.Valid {
+			v.Unplaced += int(n)
+			return nil
+		}
+		v.Nodes = append(v.Nodes, NodePlacement{Holder: holder.String, Epoch: epoch, Assigned: int(n), ExpiresAt: exp.T})
+		return nil
+	}); err != nil {
+		return PlacementView{}, fmt.Errorf("read the singletons' placement: %w", s.classify(err))
+	}
+	return v, nil
+}
+
+// StartAssigned records that tok (holder, generation) starts the singleton,
+// only while its assignment is tok and live; else an error wrapping
+// sqlease.ErrLeaseLost.
+func (s *Store) StartAssigned(ctx context.Context, name string, tok sqlease.Token) error {
+	return s.assignedWrite(ctx, "start singleton "+name, s.sq().StartAssigned, tok, tok.Holder, tok.Epoch, name, tok.Holder, tok.Epoch)
+}
+
+// SaveAssigned writes state under tok (holder, generation) in one
+// statement fenced by the assignment: the row's run is tok, tok is the
+// assignment, and the node's member lease is live in database time. Else
+// an error wrapping sqlease.ErrLeaseLost, and nothing changes.
+func (s *Store) SaveAssigned(ctx context.Context, name string, tok sqlease.Token, state []byte) error {
+	return s.assignedWrite(ctx, "save singleton "+name, s.sq().SaveAssigned, tok, string(state), name, tok.Holder, tok.Epoch)
+}
+
+// HeartbeatAssigned stamps the heartbeat under tok, as SaveAssigned.
+func (s *Store) HeartbeatAssigned(ctx context.Context, name string, tok sqlease.Token) error {
+	return s.assignedWrite(ctx, "heartbeat singleton "+name, s.sq().HeartbeatAssigned, tok, name, tok.Holder, tok.Epoch)
+}
+
+// FailAssigned is FailSingleton under tok, fenced as SaveAssigned.
+func (s *Store) FailAssigned(ctx context.Context, name string, tok sqlease.Token, why string, quick bool) error {
+	q := 0
+	if quick {
+		q = 1
+	}
+	return s.assignedWrite(ctx, "record the end of singleton "+name, s.sq().FailAssigned, tok, errorText(why), q, name, tok.Holder, tok.Epoch)
+}
+
+func (s *Store) assignedWrite(ctx context.Context, what, query string, tok sqlease.Token, args ...any) error {
+	res, err := s.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, s.classify(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("%s: %w", what, s.classify(err))
+	} else if n == 0 {
+		return fmt.Errorf("%s under %s: %w", what, tok, sqlease.ErrLeaseLost)
+	}
+	return nil
+}
+
+// RenewMember renews the member lease tok for ttl and reports only whether
+// it did: an error wrapping sqlease.ErrLeaseLost when tok no longer holds
+// it. One statement on every dialect — on MySQL and MariaDB Renew's write
+// alone, checked by rows affected, where Renew is a transaction of four
+// (BEGIN, the write, the read of RenewWR, COMMIT). A node needs nothing
+// more: its local deadline runs from the renew's send time (SPEC G1), not
+// from the expiry the database computed.
+func (s *Store) RenewMember(ctx context.Context, tok sqlease.Token, ttl time.Duration) error {
+	if s.d.Queries.RenewWR.Write == "" {
+		_, err := s.Renew(ctx, tok, ttl)
+		return err
+	}
+	if err := validateToken(tok); err != nil {
+		return err
+	}
+	if err := sqlease.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	res, err := s.db.ExecContext(ctx, s.d.Queries.RenewWR.Write, ttl.Milliseconds(), tok.Name, tok.Holder, tok.Epoch)
+	if err != nil {
+		return fmt.Errorf("renew lease %s: %w", tok, s.classify(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("renew lease %s: %w", tok, s.classify(err))
+	} else if n == 0 {
+		return fmt.Errorf("renew lease %s: %w", tok, sqlease.ErrLeaseLost)
+	}
+	return nil
+}
