@@ -73,15 +73,7 @@ func TestBreaker(t *testing.T) {
 			Retry: sqlease.Retry{MaxAttempts: 1}, Breaker: sqlease.Breaker{Failures: 2, CoolDown: time.Second}}); err != nil {
 			t.Fatal(err)
 		}
-		if lead {
-			l, err := st.Acquire(ctx, "lead", "w", time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			leadTerm(t, s, &settledGate{st: st, tok: l.Token()}, l.Token())
-		} else {
-			runClaim(t, s)
-		}
+		dispatch(t, st, s, lead)
 		job := func() sqlease.Job {
 			j, err := s.Job(ctx, "flaky")
 			if err != nil {
@@ -209,15 +201,7 @@ func TestTriggerProbesOpenBreaker(t *testing.T) {
 			Retry: sqlease.Retry{MaxAttempts: 1}, Breaker: sqlease.Breaker{Failures: 1, CoolDown: time.Hour}}); err != nil {
 			t.Fatal(err)
 		}
-		if lead {
-			l, err := st.Acquire(ctx, "lead", "w", time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			leadTerm(t, s, &settledGate{st: st, tok: l.Token()}, l.Token())
-		} else {
-			runClaim(t, s)
-		}
+		dispatch(t, st, s, lead)
 		job := func() sqlease.Job {
 			j, err := s.Job(ctx, "hourly")
 			if err != nil {

@@ -14,8 +14,9 @@ import (
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
-// overlapRun starts a dispatcher for s on st: claim mode, or a leader.
-func overlapRun(t *testing.T, st *sqlstore.Store, s *scheduler.Scheduler, lead bool) {
+// dispatch starts a dispatcher for s on st until the test ends: claim
+// mode, or a leader of a lease it acquires.
+func dispatch(t *testing.T, st *sqlstore.Store, s *scheduler.Scheduler, lead bool) {
 	t.Helper()
 	if !lead {
 		runClaim(t, s)
@@ -91,7 +92,7 @@ func TestOverlapSkip(t *testing.T) {
 			MissedRuns: sqlease.RunAll}); err != nil {
 			t.Fatal(err)
 		}
-		overlapRun(t, st, s, lead)
+		dispatch(t, st, s, lead)
 		waitFor(t, 15*time.Second, "two runs after the skipped ones", func() bool {
 			n := 0
 			for _, r := range overlapLedger(t, st, "tick") {
@@ -174,7 +175,7 @@ func TestOverlapCancelRunning(t *testing.T) {
 			Retry: sqlease.Retry{MaxAttempts: 3}}); err != nil {
 			t.Fatal(err)
 		}
-		overlapRun(t, st, s, lead)
+		dispatch(t, st, s, lead)
 		select {
 		case err := <-cause:
 			if err == nil || err.Error() != sqlease.OverlapCancelledError {
