@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ const maxFinishGroup = 512
 type finisher struct {
 	store   *sqlstore.Store
 	fence   fence
+	direct  directFinish // if not nil, tried before fence
 	obs     Observer
 	pending chan struct{} // bounds the runs queued for their finish write
 	kick    chan struct{} // 1-buffered: the queue has items
@@ -51,11 +53,23 @@ type finishItem struct {
 	done func(next time.Time)
 }
 
+// directFinish writes a group in one statement that fences itself
+// (sqlstore.Store.FinishRunsFenced, after the gate's check).
+type directFinish func(ctx context.Context, reqs []sqlstore.FinishReq) ([]bool, error)
+
 // startFinisher starts the writer, for at most maxPending runs waiting to
 // be written, each group written inside fence; obs hears of each run once
 // its write has returned.
 func startFinisher(store *sqlstore.Store, maxPending int, fence fence, obs Observer) *finisher {
-	f := &finisher{store: store, fence: fence, obs: obs, pending: make(chan struct{}, maxPending),
+	return startFinisherDirect(store, maxPending, fence, nil, obs)
+}
+
+// startFinisherDirect is startFinisher whose groups are written by direct
+// where it can: a group direct finished no run of (its fence failed, or
+// every lock is lost: it wrote nothing) is written inside fence, which
+// tells which.
+func startFinisherDirect(store *sqlstore.Store, maxPending int, fence fence, direct directFinish, obs Observer) *finisher {
+	f := &finisher{store: store, fence: fence, direct: direct, obs: obs, pending: make(chan struct{}, maxPending),
 		kick: make(chan struct{}, 1), quit: make(chan struct{})}
 	f.wg.Add(1)
 	go f.loop()
@@ -134,6 +148,11 @@ func (f *finisher) write(group []finishItem, reqs []sqlstore.FinishReq) []sqlsto
 	defer cancel()
 	var done []bool
 	err := retryTransient(ctx, func() (err error) {
+		if f.direct != nil {
+			if done, err = f.direct(ctx, reqs); err != nil || slices.Contains(done, true) {
+				return err
+			}
+		}
 		return f.fence(ctx, func(tx *sql.Tx) (err error) {
 			done, err = f.store.FinishRuns(ctx, tx, reqs)
 			return err
