@@ -69,6 +69,10 @@ SCENARIOS (-bench, comma-separated; default claim,submit,leader,memory)
           defaults, -peer-jobs due no-op jobs each, interleaved round by
           round; each figure as the median of the rounds' ratios to River
           tuned, with their range.
+  trickle A steady trickle, not a backlog: -trickle-jobs one-off no-op
+          jobs fall due one every 1/-trickle-rate s; claim (1 worker) and
+          leader mode in interleaved rounds; CPU per job (client, server)
+          over the run, idle time included, and the machine's utilization.
   daemon  Real "sqlease serve" nodes (-daemon-nodes; on SQLite all on one
           file) deliver -daemon-jobs one-off HTTP jobs, all due at one
           instant, to a receiver in this process, --dispatch leader and
@@ -163,7 +167,7 @@ func main() {
 		fs.PrintDefaults()
 	}
 	var (
-		benches     = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer, daemon (comma-separated; all = every one but bulk, peer and daemon)")
+		benches     = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer, daemon, trickle (comma-separated; all = every one but bulk, peer, daemon and trickle)")
 		dialects    = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite (comma-separated)")
 		dbURL       = fs.String("db", "", "PostgreSQL URL of a role that may CREATE DATABASE (default $SQLEASE_TEST_POSTGRES_URL, else a private server)")
 		runs        = fs.Int("runs", 5, "repetitions of each measurement (medians are reported)")
@@ -172,6 +176,8 @@ func main() {
 		daemonJobs  = fs.Int("daemon-jobs", 20000, "daemon: HTTP jobs per run")
 		daemonNodes = fs.Int("daemon-nodes", 1, "daemon: sqlease serve nodes")
 		peerJobs    = fs.Int("peer-jobs", 20000, "peer: due no-op jobs per run and way")
+		trickleJobs = fs.Int("trickle-jobs", 10000, "trickle: jobs per run and mode")
+		trickleRate = fs.Float64("trickle-rate", 1000, "trickle: jobs falling due per second")
 		peerDefault = fs.Bool("peer-river-defaults", true, "peer: also run River with its defaults (about 1,000 jobs/s whatever the count: 100 s a round at -peer-jobs 100000)")
 		bulkJobs    = fs.Int("bulk-jobs", 50000, "bulk: jobs created per run and way")
 		bulkBatch   = fs.Int("bulk-batch", 5000, "bulk: jobs per CreateMany call and per POST /v1/jobs:batch")
@@ -234,7 +240,7 @@ func main() {
 	for _, b := range strings.Split(*benches, ",") {
 		b = strings.TrimSpace(b)
 		switch b {
-		case "claim", "submit", "leader", "memory", "bulk", "peer", "daemon":
+		case "claim", "submit", "leader", "memory", "bulk", "peer", "daemon", "trickle":
 			want[b] = true
 		case "all":
 			want["claim"], want["submit"], want["leader"], want["memory"] = true, true, true, true
@@ -315,6 +321,11 @@ func main() {
 		}
 		if want["peer"] && d == "postgres" {
 			if !peerScenario(ctx, e, *peerJobs, *runs, *peerDefault, tuning, *timeout) {
+				return
+			}
+		}
+		if want["trickle"] {
+			if !trickleScenario(ctx, e, d, *trickleJobs, *trickleRate, *runs, tuning, *timeout) {
 				return
 			}
 		}
