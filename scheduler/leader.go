@@ -61,7 +61,7 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 		}
 		l.fin = startFinisherDirect(s.store, cap(s.leaderSem), func(ctx context.Context, fn func(*sql.Tx) error) error {
 			return gate.Fenced(ctx, tok, fn)
-		}, direct, s.cfg.Observer)
+		}, direct, finishLinger, s.cfg.Observer)
 		defer l.fin.stop() // after wg.Wait: every run's finish is written by then
 	}
 	var wg sync.WaitGroup
