@@ -78,6 +78,9 @@ SCENARIOS (-bench, comma-separated; default claim,submit,leader,memory)
           instant, to a receiver in this process, --dispatch leader and
           claim: deliveries/s from the due instant to the last arrival,
           p50/p99 from scheduled_for to arrival, every job exactly once.
+          Also with -dialects mysql (this scenario only): a MySQL or
+          MariaDB server at -mysql-db or $SQLEASE_TEST_MYSQL_URL, a fresh
+          database per run; the database's CPU is not measured there.
 
 WHAT ELSE IS REPORTED
   cpu     machine utilization over the run (/proc/stat, all cores), the
@@ -169,6 +172,7 @@ func main() {
 	var (
 		benches     = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer, daemon, trickle (comma-separated; all = every one but bulk, peer, daemon and trickle)")
 		dialects    = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite (comma-separated)")
+		mysqlDB     = fs.String("mysql-db", "", "-dialects mysql (daemon scenario only): mysql:// URL of an existing database, as a user that may CREATE DATABASE (default $SQLEASE_TEST_MYSQL_URL)")
 		dbURL       = fs.String("db", "", "PostgreSQL URL of a role that may CREATE DATABASE (default $SQLEASE_TEST_POSTGRES_URL, else a private server)")
 		runs        = fs.Int("runs", 5, "repetitions of each measurement (medians are reported)")
 		jobs        = fs.Int("jobs", 20000, "claim: due one-off jobs per run")
@@ -219,7 +223,7 @@ func main() {
 	defer stop()
 
 	e := &env{sqliteDir: *sqliteDir, maxIdle: *maxIdle, maxOpen: *maxOpen, trace: *trace, verbose: verbose,
-		settleBusy: *settleBusy, settleWait: *settleWait, dropNotify: *noNotify, dueSpread: *dueSpread}
+		settleBusy: *settleBusy, settleWait: *settleWait, dropNotify: *noNotify, dueSpread: *dueSpread, mysqlURL: mysqlURL(*mysqlDB)}
 	memOpts := memoryOpts{Jobs: *memJobs, Horizon: *memHorizon, Offset: *memOffset, Spread: *memSpread,
 		Wait: *memWait, Refreshes: *memRefresh}
 
@@ -252,7 +256,7 @@ func main() {
 	var dls []string
 	for _, d := range strings.Split(*dialects, ",") {
 		d = strings.TrimSpace(d)
-		if d != "postgres" && d != "sqlite" {
+		if d != "postgres" && d != "sqlite" && d != "mysql" {
 			fmt.Fprintf(os.Stderr, "unknown dialect %q in -dialects\n", d)
 			os.Exit(2)
 		}
@@ -295,6 +299,13 @@ func main() {
 	printHeader(e, tuning, dls)
 
 	for _, d := range dls {
+		if d == "mysql" {
+			// The daemon scenario alone (mysql.go).
+			if want["daemon"] && !daemonScenario(ctx, e, d, *daemonJobs, *daemonNodes, *runs) {
+				return
+			}
+			continue
+		}
 		if want["claim"] {
 			for _, w := range workers {
 				o := throughputOpts{dialect: d, mode: "claim", workers: w, jobs: *jobs, tuning: tuning, timeout: *timeout}

@@ -36,6 +36,7 @@ const prefix = "sqlease" // table prefix, as the library's examples use
 // are configured.
 type env struct {
 	pgURL     string // a role allowed to CREATE DATABASE; "" when PostgreSQL is not benchmarked
+	mysqlURL  string // -dialects mysql (mysql.go): a user allowed to CREATE DATABASE
 	pgss      bool   // pg_stat_statements is loaded and queryable from pgURL
 	sqliteDir string
 	maxIdle   int // <0: database/sql default (2)
@@ -86,6 +87,8 @@ func (e *env) newTarget(ctx context.Context, dialect string) (*target, error) {
 			defer conn.Close(context.Background())
 			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 		}}, nil
+	case "mysql":
+		return e.newMySQLTarget(ctx)
 	case "sqlite":
 		dir, err := os.MkdirTemp(e.sqliteDir, "sqlease-bench-")
 		if err != nil {
