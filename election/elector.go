@@ -723,6 +723,10 @@ func (e *Elector) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx
 	return err
 }
 
+// LeaseStore returns the store whose leases the elector holds, the one
+// Fenced fences by (Config.Store).
+func (e *Elector) LeaseStore() sqlease.LeaseStore { return e.cfg.Store }
+
 // IsLeader reports whether the gate is open now.
 func (e *Elector) IsLeader() bool {
 	_, err := e.Require(context.Background())

@@ -31,7 +31,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 	// ClaimStart returns what a run needs (sqlstore.ClaimColumns), and has
 	// read the count once already, before its update.
 	startCols := strings.Replace(qualify(sqlstore.ClaimColumns), "j.attempt,", "c.run_attempt - 1,", 1)
-	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{runs}", prefix+"_runs", "{out}", prefix+"_run_output", "{cols}", cols,
+	r := strings.NewReplacer("{jobs}", prefix+"_jobs", "{leases}", prefix+"_leases", "{runs}", prefix+"_runs", "{out}", prefix+"_run_output", "{cols}", cols,
 		"{jcols}", jcols, "{startcols}", startCols, "{runcols}", sqlstore.RunColumns,
 		"{ms}", "* interval '1 millisecond'", "{added}", sqlstore.ColumnsDDL(addedColumns),
 		// A job is due to claim (every claim statement says it the same
@@ -285,6 +285,19 @@ SELECT count(*) FROM j`),
 		ClaimStartJobs: r.Replace(claimStart(`j.id = ANY($1::bigint[]) AND {due}
 	  AND (j.locked_by IS NULL OR {stale} OR {ownterm})
 	ORDER BY j.id`, "$2", "$3", "$3")),
+		// ClaimStartJobs and FinishRuns fenced in their own statement, for
+		// a leader that would otherwise pay a transaction of five round
+		// trips (BEGIN, FenceLock, the write, FenceCheck, COMMIT) for each:
+		// the lease row is checked and share-locked (as FenceLock does) by a
+		// CTE that the statement's first write joins, so that nothing is
+		// written unless the lease holds, and no acquire can take the lease
+		// until the statement commits. Run outside a transaction, the
+		// statement commits as it ends, without waiting for its client: no
+		// frozen holder can keep the lease row locked (which FenceLock's
+		// timeouts guard against in a transaction).
+		ClaimStartJobsFenced: r.Replace(fenced(claimStart(`j.id = ANY($1::bigint[]) AND {due}
+	  AND (j.locked_by IS NULL OR {stale} OR {ownterm})
+	ORDER BY j.id`, "$2", "$3", "$3"), "$4", "$2", "$3", "FROM {jobs} j, n\n")),
 		// FOR SHARE holds each job row until the insert commits, so that a
 		// reclaim (which bumps lock_epoch) cannot slip between the lock
 		// check and the start.
@@ -300,29 +313,10 @@ INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, 
 SELECT v.id, v.name, v.sf, v.attempt, v.holder, v.run_epoch, clock_timestamp(), 'running' FROM v JOIN l ON l.id = v.id
 ON CONFLICT DO NOTHING
 RETURNING job_id`),
-		FinishRuns: r.Replace(`WITH v AS (
-	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::timestamptz[], $5::int[], $6::bigint[],
-		$7::text[], $8::text[], $9::timestamptz[], $10::int[], $11::text[])
-		AS v(id, epoch, holder, next, next_attempt, backoff_ms, outcome, err, sf, run_attempt, out)
-), n AS (SELECT clock_timestamp() AS now),
-j AS (
-	UPDATE {jobs} j SET locked_by = NULL, locked_at = NULL, lock_lease_epoch = 0,
-		next_run_at = v.next, attempt = v.next_attempt, not_before = n.now + v.backoff_ms {ms},
-		last_run_at = n.now, last_modified_at = n.now
-	FROM v, n WHERE j.id = ANY($1::bigint[]) AND j.id = v.id AND j.locked_by = v.holder AND j.lock_epoch = v.epoch
-	RETURNING j.id
-), r AS (
-	UPDATE {runs} r SET outcome = v.outcome, error = v.err, finished_at = (SELECT now FROM n)
-	FROM v JOIN j ON j.id = v.id
-	WHERE r.job_id = v.id AND r.scheduled_for = v.sf AND r.attempt = v.run_attempt AND r.outcome = 'running'
-), o AS (
-	INSERT INTO {out} (job_id, scheduled_for, attempt, finished_at, output)
-	SELECT v.id, v.sf, v.run_attempt, n.now, v.out FROM v JOIN j ON j.id = v.id, n WHERE v.out IS NOT NULL
-	ON CONFLICT DO NOTHING
-)
-SELECT id FROM j`),
-		OwnClaims: r.Replace(`SELECT id, lock_epoch, next_run_at, attempt FROM {jobs} WHERE locked_by = $1 AND lock_lease_epoch = $2`),
-		Heartbeat: r.Replace(`UPDATE {jobs} SET locked_at = clock_timestamp() WHERE id = $1 AND locked_by = $2 AND lock_epoch = $3`),
+		FinishRuns:       r.Replace(finishRuns),
+		FinishRunsFenced: r.Replace(fenced(finishRuns, "$12", "$13", "$14", "FROM v, n WHERE")),
+		OwnClaims:        r.Replace(`SELECT id, lock_epoch, next_run_at, attempt FROM {jobs} WHERE locked_by = $1 AND lock_lease_epoch = $2`),
+		Heartbeat:        r.Replace(`UPDATE {jobs} SET locked_at = clock_timestamp() WHERE id = $1 AND locked_by = $2 AND lock_epoch = $3`),
 		FinishRun: r.Replace(`UPDATE {runs} SET outcome = $1, error = $2, finished_at = clock_timestamp()
 WHERE job_id = $3 AND scheduled_for = $4 AND attempt = $5 AND outcome = 'running'`),
 		ReleaseJob: r.Replace(`UPDATE {jobs} SET locked_by = NULL, locked_at = NULL, lock_lease_epoch = 0,
@@ -355,6 +349,47 @@ FROM n`),
 WHERE last_modified_at >= $1 AND (last_modified_at, id) > ($2, $3) AND next_run_at IS NOT NULL
 ORDER BY last_modified_at, id LIMIT $4`),
 	}))
+}
+
+// finishRuns is JobQueries.FinishRuns.
+const finishRuns = `WITH v AS (
+	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::timestamptz[], $5::int[], $6::bigint[],
+		$7::text[], $8::text[], $9::timestamptz[], $10::int[], $11::text[])
+		AS v(id, epoch, holder, next, next_attempt, backoff_ms, outcome, err, sf, run_attempt, out)
+), n AS (SELECT clock_timestamp() AS now),
+j AS (
+	UPDATE {jobs} j SET locked_by = NULL, locked_at = NULL, lock_lease_epoch = 0,
+		next_run_at = v.next, attempt = v.next_attempt, not_before = n.now + v.backoff_ms {ms},
+		last_run_at = n.now, last_modified_at = n.now
+	FROM v, n WHERE j.id = ANY($1::bigint[]) AND j.id = v.id AND j.locked_by = v.holder AND j.lock_epoch = v.epoch
+	RETURNING j.id
+), r AS (
+	UPDATE {runs} r SET outcome = v.outcome, error = v.err, finished_at = (SELECT now FROM n)
+	FROM v JOIN j ON j.id = v.id
+	WHERE r.job_id = v.id AND r.scheduled_for = v.sf AND r.attempt = v.run_attempt AND r.outcome = 'running'
+), o AS (
+	INSERT INTO {out} (job_id, scheduled_for, attempt, finished_at, output)
+	SELECT v.id, v.sf, v.run_attempt, n.now, v.out FROM v JOIN j ON j.id = v.id, n WHERE v.out IS NOT NULL
+	ON CONFLICT DO NOTHING
+)
+SELECT id FROM j`
+
+// fenced returns the statement stmt (a WITH query) with the lease fence of
+// Queries.FenceLock as its first CTE, f, on (name, holder, epoch) (the
+// parameters that say them), joined into the FROM list that from begins
+// (it must occur once): the statement's first write then writes no row
+// unless the lease holds.
+func fenced(stmt, name, holder, epoch, from string) string {
+	if !strings.HasPrefix(stmt, "WITH ") || strings.Count(stmt, from) != 1 {
+		panic("postgres: cannot fence statement at " + from)
+	}
+	f := `WITH f AS (
+	SELECT 1 FROM {leases} WHERE lease_name = ` + name + ` AND holder_id = ` + holder + ` AND lease_epoch = ` + epoch + `::bigint
+		AND expires_at > clock_timestamp()
+	FOR SHARE
+), `
+	joined := strings.Replace(from, " n", " n, f", 1)
+	return f + strings.Replace(stmt[len("WITH "):], from, joined, 1)
 }
 
 // addedColumns are the jobs table's columns newer than its first version:

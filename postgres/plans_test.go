@@ -47,6 +47,11 @@ FROM `+prefix+`_jobs, generate_series(1, 20000) g WHERE name = 'model'`); err !=
 		attempts[i], names[i], runEpochs[i] = 1, fmt.Sprint("copy-", i), 1
 	}
 	q := st.Dialect().Jobs
+	// The self-fenced statements' lease, held by the batches' holder.
+	lease, err := st.Acquire(ctx, "lead", "w", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name, text string
 		args       []any
@@ -54,6 +59,8 @@ FROM `+prefix+`_jobs, generate_series(1, 20000) g WHERE name = 'model'`); err !=
 		{"FinishRuns", q.FinishRuns, []any{ids, epochs, holders, nexts, attempts, backoffs, outcomes, errs, sfs, runAttempts, outs}},
 		{"StartRuns", q.StartRuns, []any{ids, epochs, sfs, attempts, names, holders, runEpochs}},
 		{"ClaimStartJobs", q.ClaimStartJobs, []any{ids, "w", int64(1)}},
+		{"FinishRunsFenced", q.FinishRunsFenced, []any{ids, epochs, holders, nexts, attempts, backoffs, outcomes, errs, sfs, runAttempts, outs, "lead", "w", lease.Epoch}},
+		{"ClaimStartJobsFenced", q.ClaimStartJobsFenced, []any{ids, "w", lease.Epoch, "lead"}},
 		{"ClaimJobs", q.ClaimJobs, []any{ids, "w", int64(1)}},
 	} {
 		plan := strings.Join(texts(t, st.DB(), "EXPLAIN "+c.text, c.args...), "\n")
@@ -90,6 +97,7 @@ FROM `+prefix+`_jobs, generate_series(1, 20000) g WHERE name = 'model'`); err !=
 			{"ClaimStart", q.ClaimStart, `'w', 512, 0`},
 			{"ClaimStartAfter", q.ClaimStartAfter, `'w', 512, 0, '-infinity', 0`},
 			{"ClaimStartJobs", q.ClaimStartJobs, `ARRAY[` + strings.Join(ids, ",") + `]::bigint[], 'w', 1`},
+			{"ClaimStartJobsFenced", q.ClaimStartJobsFenced, `ARRAY[` + strings.Join(ids, ",") + `]::bigint[], 'w', ` + fmt.Sprint(lease.Epoch) + `, 'lead'`},
 		} {
 			plan := preparedPlan(t, st.DB(), mode, "EXPLAIN (ANALYZE, TIMING OFF)", c.text, c.args)
 			claimed := false

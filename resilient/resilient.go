@@ -186,6 +186,9 @@ func (s *Store) Leases(ctx context.Context) ([]sqlease.Lease, error) {
 	return v.([]sqlease.Lease), nil
 }
 
+// Unwrap returns the store s wraps.
+func (s *Store) Unwrap() sqlease.LeaseStore { return s.next }
+
 // Fenced implements sqlease.LeaseStore (breaker only).
 func (s *Store) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) error {
 	_, err := s.call(ctx, false, func() (any, error) { return nil, s.next.Fenced(ctx, tok, fn) })

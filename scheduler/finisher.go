@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,6 +31,8 @@ const maxFinishGroup = 512
 type finisher struct {
 	store   *sqlstore.Store
 	fence   fence
+	direct  directFinish  // if not nil, tried before fence
+	linger  time.Duration // how long a small group waits for more (see finishLinger)
 	obs     Observer
 	pending chan struct{} // bounds the runs queued for their finish write
 	kick    chan struct{} // 1-buffered: the queue has items
@@ -51,11 +54,24 @@ type finishItem struct {
 	done func(next time.Time)
 }
 
+// directFinish writes a group in one statement that fences itself
+// (sqlstore.Store.FinishRunsFenced, after the gate's check).
+type directFinish func(ctx context.Context, reqs []sqlstore.FinishReq) ([]bool, error)
+
 // startFinisher starts the writer, for at most maxPending runs waiting to
 // be written, each group written inside fence; obs hears of each run once
 // its write has returned.
 func startFinisher(store *sqlstore.Store, maxPending int, fence fence, obs Observer) *finisher {
-	f := &finisher{store: store, fence: fence, obs: obs, pending: make(chan struct{}, maxPending),
+	return startFinisherDirect(store, maxPending, fence, nil, 0, obs)
+}
+
+// startFinisherDirect is startFinisher whose groups are written by direct
+// where it can: a group direct finished no run of (its fence failed, or
+// every lock is lost: it wrote nothing) is written inside fence, which
+// tells which; a group of fewer than finishLingerBelow runs waits linger
+// for more first.
+func startFinisherDirect(store *sqlstore.Store, maxPending int, fence fence, direct directFinish, linger time.Duration, obs Observer) *finisher {
+	f := &finisher{store: store, fence: fence, direct: direct, linger: linger, obs: obs, pending: make(chan struct{}, maxPending),
 		kick: make(chan struct{}, 1), quit: make(chan struct{})}
 	f.wg.Add(1)
 	go f.loop()
@@ -93,6 +109,7 @@ func (f *finisher) loop() {
 	defer f.wg.Done()
 	var group []finishItem
 	var reqs []sqlstore.FinishReq
+	var linger *time.Timer
 	for {
 		select {
 		case <-f.kick:
@@ -102,10 +119,43 @@ func (f *finisher) loop() {
 			}
 			return
 		}
+		if f.linger > 0 && f.queued() < finishLingerBelow {
+			// A trickle: wait a little for the runs finishing next, so
+			// that one statement writes them together.
+			if linger == nil {
+				linger = time.NewTimer(f.linger)
+			} else {
+				linger.Reset(f.linger)
+			}
+			select {
+			case <-linger.C:
+			case <-f.quit:
+				linger.Stop()
+			}
+		}
 		for group = f.take(group); len(group) > 0; group = f.take(group) {
 			reqs = f.write(group, reqs)
 		}
 	}
+}
+
+// finishLinger is how long the leader's finisher lets a group of fewer
+// than finishLingerBelow runs wait for more before writing it. A run's
+// slot is handed on before its write (finish), so the wait delays no
+// start, only the release of the run's job (its next occurrence, for a
+// recurring job, is scheduled once the write returns). At a trickle (1,000
+// one-off jobs a second, one falling due each millisecond) each group was
+// one or two runs: a statement each, much of a run's cost on both sides.
+const (
+	finishLinger      = 3 * time.Millisecond
+	finishLingerBelow = 16
+)
+
+// queued is how many outcomes wait for the writer.
+func (f *finisher) queued() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.queue)
 }
 
 // take moves up to maxFinishGroup queued items into group (reusing its
@@ -134,6 +184,11 @@ func (f *finisher) write(group []finishItem, reqs []sqlstore.FinishReq) []sqlsto
 	defer cancel()
 	var done []bool
 	err := retryTransient(ctx, func() (err error) {
+		if f.direct != nil {
+			if done, err = f.direct(ctx, reqs); err != nil || slices.Contains(done, true) {
+				return err
+			}
+		}
 		return f.fence(ctx, func(tx *sql.Tx) (err error) {
 			done, err = f.store.FinishRuns(ctx, tx, reqs)
 			return err

@@ -47,10 +47,21 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 	s.setPhase(PhaseStarting, nil)
 	defer s.setPhase("", nil)
 	if s.store.Batched() {
-		// Outcomes are written in groups, each in one fenced transaction.
-		l.fin = startFinisher(s.store, cap(s.leaderSem), func(ctx context.Context, fn func(*sql.Tx) error) error {
+		// Outcomes are written in groups, each in one fenced transaction,
+		// or in one statement that fences itself.
+		var direct directFinish
+		if g, ok := gate.(leaseStoreGate); ok && s.store.SelfFenced(g.LeaseStore()) {
+			l.selfFenced = true
+			direct = func(ctx context.Context, reqs []sqlstore.FinishReq) ([]bool, error) {
+				if err := gate.Ensure(tok); err != nil {
+					return nil, err
+				}
+				return s.store.FinishRunsFenced(ctx, tok, reqs)
+			}
+		}
+		l.fin = startFinisherDirect(s.store, cap(s.leaderSem), func(ctx context.Context, fn func(*sql.Tx) error) error {
 			return gate.Fenced(ctx, tok, fn)
-		}, s.cfg.Observer)
+		}, direct, finishLinger, s.cfg.Observer)
 		defer l.fin.stop() // after wg.Wait: every run's finish is written by then
 	}
 	var wg sync.WaitGroup
@@ -177,11 +188,14 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 }
 
 type leader struct {
-	s     *Scheduler
-	gate  Gate
-	tok   sqlease.Token
-	sched *schedule
-	fin   *finisher // groups finish writes (Store.Batched), else nil
+	s    *Scheduler
+	gate Gate
+	// selfFenced: claims and finishes fence themselves in one statement
+	// (leaseStoreGate).
+	selfFenced bool
+	tok        sqlease.Token
+	sched      *schedule
+	fin        *finisher // groups finish writes (Store.Batched), else nil
 	// settled is the gate's PriorTermsEnd: an occurrence whose attempt an
 	// earlier term started (and may still be sending) is not retried
 	// before it.
@@ -555,6 +569,11 @@ func (l *leader) claimBatch(ctx context.Context, batch []schedEntry) []leaderCla
 	for i, e := range batch {
 		ids[i], at[e.id] = e.id, i
 	}
+	if l.selfFenced {
+		if done, ok := l.claimBatchSelfFenced(ctx, ids, at, out); ok {
+			return done
+		}
+	}
 	err := l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) error {
 		clear(out)
 		// One-off jobs are started by the claim itself where the store can.
@@ -601,6 +620,91 @@ func (l *leader) claimBatch(ctx context.Context, batch []schedEntry) []leaderCla
 		}
 	}
 	return out
+}
+
+// leaseStoreGate is a Gate that tells whose leases it holds
+// (election.Elector.LeaseStore): where they are the store's, the leader's
+// claims and finishes fence themselves in their one statement
+// (sqlstore.Store.SelfFenced).
+type leaseStoreGate interface {
+	LeaseStore() sqlease.LeaseStore
+}
+
+// claimBatchSelfFenced is claimBatch in one statement that fences itself
+// (sqlstore.Store.ClaimStartJobsFenced), after the gate's check: one round
+// trip instead of a fenced transaction's five. The runs of claimed jobs the
+// statement did not start but fastStart may, and the rows it could not
+// decode, are then written in a fenced transaction of their own: their jobs
+// stay locked under this term meanwhile. Should that transaction fail, the
+// claims stand (they committed) and execute starts their runs, in a fenced
+// transaction each, as it does a run StartRuns did not start; an undecoded
+// row's claim fails, and the next claim takes it again (its own term's
+// lock, ClaimStartJobs). A failed statement fails every claim, as a failed
+// transaction does: one whose commit was lost with its reply is taken again
+// by the next claim likewise. ok is false when
+// the statement claimed nothing, which it also does when its fence fails:
+// the caller then claims in a fenced transaction, which tells which.
+func (l *leader) claimBatchSelfFenced(ctx context.Context, ids []int64, at map[int64]int, out []leaderClaim) ([]leaderClaim, bool) {
+	fail := func(err error) ([]leaderClaim, bool) {
+		for i := range out {
+			out[i] = leaderClaim{err: err}
+		}
+		return out, true
+	}
+	if err := l.gate.Ensure(l.tok); err != nil {
+		return fail(err)
+	}
+	claimed, err := l.s.store.ClaimStartJobsFenced(ctx, l.tok, ids)
+	var bad *sqlstore.CorruptClaims
+	if err != nil && !errors.As(err, &bad) {
+		return fail(err)
+	}
+	if len(claimed) == 0 && bad == nil {
+		return nil, false
+	}
+	var reqs []sqlstore.StartReq
+	for _, c := range claimed {
+		i := at[c.ID]
+		out[i] = leaderClaim{c: c, ok: true, started: c.Started}
+		if c.Started != nil {
+			continue
+		}
+		if req, ok := fastStart(c); ok {
+			req.RunEpoch = l.tok.Epoch
+			reqs = append(reqs, req)
+		}
+	}
+	if len(reqs) == 0 && bad == nil {
+		return out, true
+	}
+	var started []bool
+	err = l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) (err error) {
+		if bad != nil {
+			if err := l.s.setAside(ctx, tx, bad); err != nil {
+				return err
+			}
+		}
+		started, err = l.s.store.StartRuns(ctx, tx, reqs)
+		return err
+	})
+	if bad != nil {
+		for _, c := range bad.Rows {
+			out[at[c.Lock.JobID]] = leaderClaim{aside: err == nil, err: err}
+		}
+	}
+	if err != nil {
+		// The claims stand (committed): the runs not started yet are
+		// started by execute, in a fenced transaction of their own, as
+		// those of a claim whose StartRuns found them taken.
+		return out, true
+	}
+	for k, q := range reqs {
+		if started[k] {
+			out[at[q.Lock.JobID]].started = &sqlease.Run{JobID: q.Lock.JobID, Job: q.Job, ScheduledFor: q.ScheduledFor,
+				Attempt: q.Attempt, Holder: q.Lock.Holder, Epoch: l.tok.Epoch, Outcome: sqlease.OutcomeRunning}
+		}
+	}
+	return out, true
 }
 
 // run executes a claimed job (its run already started when started is not

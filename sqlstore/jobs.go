@@ -175,6 +175,13 @@ type JobQueries struct {
 	// it claims, with the lease epoch as the run's epoch. Returns what
 	// ClaimStart returns.
 	ClaimStartJobs string
+	// ClaimStartJobsFenced, optional (with FinishRunsFenced): ClaimStartJobs
+	// that fences itself, run outside any transaction: (ids, holder,
+	// lease_epoch, lease_name). It claims only while the lease (lease_name,
+	// holder, lease_epoch) is held and unexpired, which it checks and holds
+	// (FOR SHARE, as Queries.FenceLock) in the same statement: it returns no
+	// row when the fence fails. See Store.ClaimStartJobsFenced.
+	ClaimStartJobsFenced string
 	// StartRuns, optional (with FinishRuns; see Store.Batched), starts many
 	// runs in one statement. Arguments are arrays of equal length, one
 	// element per run: (job_id, lock_epoch, scheduled_for, attempt, job_name,
@@ -192,6 +199,11 @@ type JobQueries struct {
 	// run finished, whose output (where not NULL) it keeps in the output
 	// table as Output.Insert does; a run whose lock is lost changes nothing.
 	FinishRuns string
+	// FinishRunsFenced, optional (with ClaimStartJobsFenced): FinishRuns
+	// that fences itself, as ClaimStartJobsFenced does, with three more
+	// arguments: (…, lease_name, holder, lease_epoch). It writes nothing and
+	// returns no row when the fence fails.
+	FinishRunsFenced string
 	// FinishRunsJSON, optional, where FinishRuns is empty: FinishRuns in a
 	// few statements per group of runs, each taking the group as one JSON
 	// argument (see FinishJSON), instead of ReleaseJob, FinishRun and the

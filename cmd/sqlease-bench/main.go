@@ -90,11 +90,18 @@ SCENARIOS (-bench, comma-separated; default claim,submit,leader,memory)
           defaults, -peer-jobs due no-op jobs each, interleaved round by
           round; each figure as the median of the rounds' ratios to River
           tuned, with their range.
+  trickle A steady trickle, not a backlog: -trickle-jobs one-off no-op
+          jobs fall due one every 1/-trickle-rate s; claim (1 worker) and
+          leader mode in interleaved rounds; CPU per job (client, server)
+          over the run, idle time included, and the machine's utilization.
   daemon  Real "sqlease serve" nodes (-daemon-nodes; on SQLite all on one
           file) deliver -daemon-jobs one-off HTTP jobs, all due at one
           instant, to a receiver in this process, --dispatch leader and
           claim: deliveries/s from the due instant to the last arrival,
           p50/p99 from scheduled_for to arrival, every job exactly once.
+          Also with -dialects mysql: a MySQL or MariaDB server at
+          -mysql-db or $SQLEASE_TEST_MYSQL_URL (else a private MariaDB), a
+          fresh database per run; the database's CPU is not measured there.
   ontime  Jobs due at known times: -ontime-jobs one-off no-op jobs due at
           -ontime-rate a second, the first -ontime-lead after they are
           created (CreateMany through another pool, dispatch already
@@ -196,8 +203,9 @@ func main() {
 		fs.PrintDefaults()
 	}
 	var (
-		benches     = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer, daemon, ontime, singletons, placement, protocol (comma-separated; all = every one but bulk, peer, daemon, ontime, singletons, placement and protocol)")
-		dialects    = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite, mysql (MariaDB: the singletons scenario only; comma-separated)")
+		benches     = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer, daemon, ontime, trickle, singletons, placement, protocol (comma-separated; all = every one but bulk, peer, daemon, ontime, trickle, singletons, placement and protocol)")
+		dialects    = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite, mysql (MySQL/MariaDB: the daemon and singletons scenarios; comma-separated)")
+		mysqlDB     = fs.String("mysql-db", "", "-dialects mysql: mysql:// URL of a user that may CREATE DATABASE (default $SQLEASE_TEST_MYSQL_URL, else a private MariaDB)")
 		dbURL       = fs.String("db", "", "PostgreSQL URL of a role that may CREATE DATABASE (default $SQLEASE_TEST_POSTGRES_URL, else a private server)")
 		runs        = fs.Int("runs", 5, "repetitions of each measurement (medians are reported)")
 		jobs        = fs.Int("jobs", 20000, "claim: due one-off jobs per run")
@@ -210,6 +218,8 @@ func main() {
 		ontimeLead  = fs.Duration("ontime-lead", 3*time.Second, "ontime: the first job is due this long after the jobs are created")
 		backlog     = fs.Int("backlog", 6000, "ontime: occurrences behind in the backlog drain (0: skip it)")
 		ontimeWays  = fs.String("ontime-ways", "", "ontime: the ways to run, comma-separated: claim, leader, river-defaults, river-tuned (default: all)")
+		trickleJobs = fs.Int("trickle-jobs", 10000, "trickle: jobs per run and mode")
+		trickleRate = fs.Float64("trickle-rate", 1000, "trickle: jobs falling due per second")
 		peerDefault = fs.Bool("peer-river-defaults", true, "peer: also run River with its defaults (about 1,000 jobs/s whatever the count: 100 s a round at -peer-jobs 100000)")
 		bulkJobs    = fs.Int("bulk-jobs", 50000, "bulk: jobs created per run and way")
 		bulkBatch   = fs.Int("bulk-batch", 5000, "bulk: jobs per CreateMany call and per POST /v1/jobs:batch")
@@ -260,7 +270,7 @@ func main() {
 	defer stop()
 
 	e := &env{sqliteDir: *sqliteDir, maxIdle: *maxIdle, maxOpen: *maxOpen, trace: *trace, verbose: verbose,
-		settleBusy: *settleBusy, settleWait: *settleWait, dropNotify: *noNotify, dueSpread: *dueSpread}
+		settleBusy: *settleBusy, settleWait: *settleWait, dropNotify: *noNotify, dueSpread: *dueSpread, mysqlURL: mysqlURL(*mysqlDB)}
 	memOpts := memoryOpts{Jobs: *memJobs, Horizon: *memHorizon, Offset: *memOffset, Spread: *memSpread,
 		Wait: *memWait, Refreshes: *memRefresh}
 
@@ -281,7 +291,7 @@ func main() {
 	for _, b := range strings.Split(*benches, ",") {
 		b = strings.TrimSpace(b)
 		switch b {
-		case "claim", "submit", "leader", "memory", "bulk", "peer", "daemon", "ontime", "singletons", "placement", "protocol":
+		case "claim", "submit", "leader", "memory", "bulk", "peer", "daemon", "ontime", "trickle", "singletons", "placement", "protocol":
 			want[b] = true
 		case "all":
 			want["claim"], want["submit"], want["leader"], want["memory"] = true, true, true, true
@@ -304,9 +314,9 @@ func main() {
 	defer tb.runCleanups()
 	for _, d := range dls {
 		if d == "mysql" {
-			if e.myURL = os.Getenv(mysqltest.URLEnv); e.myURL == "" {
+			if e.mysqlURL == "" {
 				logf("starting a private MariaDB server (internal/mysqltest) ...")
-				e.myURL = mysqltest.Start(tb).URL()
+				e.mysqlURL = mysqltest.Start(tb).URL()
 			}
 		}
 		if d != "postgres" {
@@ -342,6 +352,13 @@ func main() {
 	printHeader(e, tuning, dls)
 
 	for _, d := range dls {
+		if d == "mysql" {
+			// The daemon scenario alone (mysql.go).
+			if want["daemon"] && !daemonScenario(ctx, e, d, *daemonJobs, *daemonNodes, *runs) {
+				return
+			}
+			continue
+		}
 		if want["claim"] {
 			for _, w := range workers {
 				o := throughputOpts{dialect: d, mode: "claim", workers: w, jobs: *jobs, tuning: tuning, timeout: *timeout}
@@ -377,6 +394,11 @@ func main() {
 				o.ways = strings.Split(*ontimeWays, ",")
 			}
 			if !ontimeScenario(ctx, e, d, o, *backlog, *runs, *timeout) {
+				return
+			}
+		}
+		if want["trickle"] {
+			if !trickleScenario(ctx, e, d, *trickleJobs, *trickleRate, *runs, tuning, *timeout) {
 				return
 			}
 		}

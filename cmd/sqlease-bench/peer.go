@@ -171,14 +171,20 @@ func peerScenario(ctx context.Context, e *env, jobs, runs int, riverDefaults boo
 	// drifts over minutes; a ratio of two runs a few seconds apart keeps
 	// less of that drift than the ratio of the medians.
 	ratios := make([][]float64, len(ways))
+	// The machine's load: busy share the second before each run (other
+	// processes) and over the run (setup included).
+	var bgs, busies []float64
 	for r := 1; r <= runs; r++ {
 		round := make([]float64, len(ways))
 		for i, w := range ways {
 			if ctx.Err() != nil {
 				return false
 			}
-			settle(e.settleBusy, e.settleWait)
+			bg := settle(e.settleBusy, e.settleWait)
+			before := sampleCPU()
 			pr, err := w.run()
+			busy := cpuBetween(before, sampleCPU()).Utilization()
+			bgs, busies = append(bgs, bg), append(busies, busy)
 			if err != nil {
 				fmt.Printf("  run %d, %s: ERROR %v\n", r, w.name, err)
 				exitCode = 1
@@ -192,7 +198,8 @@ func peerScenario(ctx context.Context, e *env, jobs, runs int, riverDefaults boo
 				servers[i] = append(servers[i], float64(pr.server.Microseconds()))
 				server = fmt.Sprintf("server %4d µs", pr.server.Microseconds())
 			}
-			fmt.Printf("  run %d: %-16s %8.0f jobs/s  CPU per job: client %4d µs, %s\n", r, w.name, pr.perSec, pr.client.Microseconds(), server)
+			fmt.Printf("  run %d: [bg %2.0f%%] %-16s %8.0f jobs/s  CPU per job: client %4d µs, %s  machine %2.0f%% (setup included)\n",
+				r, bg*100, w.name, pr.perSec, pr.client.Microseconds(), server, busy*100)
 		}
 		for i := range ways {
 			if round[0] > 0 && round[i] > 0 {
@@ -201,6 +208,9 @@ func peerScenario(ctx context.Context, e *env, jobs, runs int, riverDefaults boo
 		}
 	}
 	fmt.Printf("  medians of %d runs (ratio to River tuned: the median of the rounds' ratios [their range]; CPU per job, client = the benchmark's or River's process, server = every PostgreSQL process):\n", runs)
+	if len(bgs) > 0 {
+		fmt.Printf("  machine load: before each run %s busy, over each run %s\n", summarize(bgs).format(fpct), summarize(busies).format(fpct))
+	}
 	for i, w := range ways {
 		ratio := "-"
 		if len(ratios[i]) > 0 {

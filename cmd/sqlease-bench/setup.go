@@ -23,7 +23,6 @@ import (
 	moderncsqlite "modernc.org/sqlite"
 
 	"github.com/sqlease/sqlease"
-	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/mysql"
 	"github.com/sqlease/sqlease/postgres"
@@ -38,7 +37,7 @@ const prefix = "sqlease" // table prefix, as the library's examples use
 // are configured.
 type env struct {
 	pgURL     string // a role allowed to CREATE DATABASE; "" when PostgreSQL is not benchmarked
-	myURL     string // MariaDB: a user allowed to create databases named sqlease%; "" when not benchmarked
+	mysqlURL  string // MySQL/MariaDB (mysql.go): a user allowed to CREATE DATABASE; "" when not benchmarked
 	pgss      bool   // pg_stat_statements is loaded and queryable from pgURL
 	sqliteDir string
 	maxIdle   int // <0: database/sql default (2)
@@ -90,25 +89,7 @@ func (e *env) newTarget(ctx context.Context, dialect string) (*target, error) {
 			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 		}}, nil
 	case "mysql":
-		name := "sqlease_bench_" + randHex(4)
-		db, err := mysql.Open(e.myURL)
-		if err != nil {
-			return nil, err
-		}
-		defer db.Close()
-		if _, err := db.ExecContext(ctx, "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
-			return nil, fmt.Errorf("create database %s: %w", name, err)
-		}
-		dsn, err := mysqltest.WithDatabase(e.myURL, name)
-		if err != nil {
-			return nil, err
-		}
-		return &target{env: e, dialect: dialect, dsn: dsn, dbName: name, cleanup: func() {
-			if db, err := mysql.Open(e.myURL); err == nil {
-				_, _ = db.Exec("DROP DATABASE IF EXISTS `" + name + "`")
-				db.Close()
-			}
-		}}, nil
+		return e.newMySQLTarget(ctx)
 	case "sqlite":
 		dir, err := os.MkdirTemp(e.sqliteDir, "sqlease-bench-")
 		if err != nil {

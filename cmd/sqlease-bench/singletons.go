@@ -243,7 +243,7 @@ func runSingletons(ctx context.Context, e *env, o singletonOpts) (res singletonR
 // private server serves nothing else; this read itself counts 1).
 func (e *env) serverCalls(ctx context.Context, t *target) (int64, bool) {
 	if t.dialect == "mysql" {
-		db, err := mysql.Open(e.myURL)
+		db, err := mysql.Open(e.mysqlURL)
 		if err != nil {
 			return 0, false
 		}

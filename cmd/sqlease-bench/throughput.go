@@ -229,6 +229,9 @@ type throughputOpts struct {
 	jobs    int
 	tuning  schedTuning
 	timeout time.Duration
+	// trickle, if not zero: the jobs fall due one every trickle, the first
+	// trickleAfter after the seed, instead of all being due (trickle.go).
+	trickle, trickleAfter time.Duration
 }
 
 // runThroughput seeds opts.jobs due one-off jobs and measures how fast they
@@ -248,7 +251,11 @@ func runThroughput(ctx context.Context, e *env, o throughputOpts) (throughputRes
 	if err := tg.migrate(ctx, setup); err != nil {
 		return res, err
 	}
-	minID, maxID, err := seed(ctx, setup, o.dialect, o.jobs, seedDue, 0, e.dueSpread)
+	kind, offset, step := seedDue, time.Duration(0), e.dueSpread
+	if o.trickle > 0 {
+		kind, offset, step = seedFuture, o.trickleAfter, o.trickle
+	}
+	minID, maxID, err := seed(ctx, setup, o.dialect, o.jobs, kind, offset, step)
 	if err != nil {
 		return res, err
 	}

@@ -160,6 +160,9 @@ type requireLeases struct {
 	check func() error
 }
 
+// Unwrap returns the store s wraps (its Fenced is that store's).
+func (s requireLeases) Unwrap() sqlease.LeaseStore { return s.LeaseStore }
+
 func (s requireLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (sqlease.Lease, error) {
 	if err := s.check(); err != nil {
 		return sqlease.Lease{}, fmt.Errorf("%w: %w", sqlease.ErrLeaseHeld, err)

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// trickleScenario measures what a steady trickle of jobs costs, rather
+// than a backlog: -trickle-jobs one-off no-op jobs fall due one every
+// 1/-trickle-rate seconds, the first a second after the seed; claim mode (1
+// worker) and leader mode run them in interleaved rounds. The figure is
+// CPU per job over the run (from dispatch start to the last finish write,
+// idle time included): client = this process, server = every PostgreSQL
+// process; and the machine's utilization, since other load inflates both.
+func trickleScenario(ctx context.Context, e *env, dialect string, jobs int, rate float64, runs int, tuning schedTuning, timeout time.Duration) bool {
+	step := time.Duration(float64(time.Second) / rate)
+	fmt.Printf("\n== trickle — %s, %d one-off no-op jobs falling due one every %s (%.0f/s), interleaved: claim (1 worker), leader\n", dialect, jobs, step, rate)
+	modes := []string{"claim", "leader"}
+	clients, servers, utils := make([][]float64, len(modes)), make([][]float64, len(modes)), make([][]float64, len(modes))
+	for r := 1; r <= runs; r++ {
+		for i, mode := range modes {
+			bg := settle(e.settleBusy, e.settleWait)
+			o := throughputOpts{dialect: dialect, mode: mode, workers: 1, jobs: jobs, tuning: tuning, timeout: timeout,
+				trickle: step, trickleAfter: time.Second}
+			res, err := runThroughput(ctx, e, o)
+			if err != nil {
+				fmt.Printf("  run %d: %-7s ERROR %v\n", r, mode, err)
+				exitCode = 1
+				return ctx.Err() == nil
+			}
+			if p := res.problems(); p != "" {
+				fmt.Printf("  run %d: %-7s exactly-once check: %s\n", r, mode, p)
+				exitCode = 1
+			}
+			client := float64(res.CPU.Self) / float64(max(res.Done, 1))
+			server := -1.0
+			if res.PGCPU != nil {
+				server = float64(res.PGCPU.Total) / float64(max(res.Done, 1))
+				servers[i] = append(servers[i], server)
+			}
+			clients[i] = append(clients[i], client)
+			utils[i] = append(utils[i], res.CPU.Utilization())
+			srv := "n/a"
+			if server >= 0 {
+				srv = fmtDur(time.Duration(server))
+			}
+			stmts := ""
+			if res.Server != nil {
+				// Statements and transactions per job (pg_stat_statements
+				// counts BEGIN and COMMIT as statements too).
+				var calls int64
+				for _, st := range res.Server.Stmts {
+					calls += st.Calls
+				}
+				stmts = fmt.Sprintf("  statements/job %.2f, commits/job %.2f", float64(calls)/float64(max(res.Done, 1)),
+					float64(res.Server.XactCommit)/float64(max(res.Done, 1)))
+			}
+			fmt.Printf("  run %d: [bg %2.0f%%] %-7s %6d jobs in %s (%.0f/s)  CPU per job: client %s, server %s  machine %s%s\n",
+				r, bg*100, mode, res.Done, res.Elapsed.Round(time.Millisecond), res.PerSec, fmtDur(time.Duration(client)), srv,
+				fpct(res.CPU.Utilization()), stmts)
+		}
+	}
+	fmt.Printf("  medians of %d runs [min .. max]:\n", runs)
+	for i, mode := range modes {
+		line := fmt.Sprintf("    %-7s client %s/job", mode, summarize(clients[i]).format(fdur))
+		if len(servers[i]) > 0 {
+			line += fmt.Sprintf("  server %s/job", summarize(servers[i]).format(fdur))
+		}
+		fmt.Printf("%s  machine %s\n", line, summarize(utils[i]).format(fpct))
+	}
+	return true
+}
