@@ -139,43 +139,9 @@ func (s *Store) LatestCheckpoint(ctx context.Context, jobID int64, scheduledFor 
 // one job) from the checkpoint table: one query for the page, over its
 // range of occurrences, as addOutputs does.
 func (s *Store) addCheckpoints(ctx context.Context, runs []sqlease.Run) error {
-	if len(runs) == 0 || s.cq().Between == "" {
-		return nil
-	}
-	lo, hi := runs[0].ScheduledFor, runs[0].ScheduledFor
-	for _, r := range runs[1:] {
-		if r.ScheduledFor.Before(lo) {
-			lo = r.ScheduledFor
-		}
-		if r.ScheduledFor.After(hi) {
-			hi = r.ScheduledFor
-		}
-	}
-	type key struct {
-		at      int64
-		attempt int
-	}
-	at := make(map[key]int, len(runs))
-	for i, r := range runs {
-		if r.JobID == runs[0].JobID {
-			at[key{r.ScheduledFor.UnixNano(), r.Attempt}] = i
-		}
-	}
-	rows, err := s.db.QueryContext(ctx, s.cq().Between, runs[0].JobID, s.timeArg(lo), s.timeArg(hi))
-	var sf dbTime
-	var attempt int
-	var v string
-	_, err = scanRows(rows, err, func(sc scanner) error {
-		if err := sc.Scan(&sf, &attempt, &v); err != nil {
-			return err
-		}
-		if i, ok := at[key{sf.T.UnixNano(), attempt}]; ok {
-			runs[i].Checkpoint = json.RawMessage(v)
-		}
-		return nil
-	})
+	err := s.fillRuns(ctx, runs, s.cq().Between, func(r *sqlease.Run, v string) { r.Checkpoint = json.RawMessage(v) })
 	if err != nil {
-		return fmt.Errorf("read run checkpoints: %w", s.classify(err))
+		return fmt.Errorf("read run checkpoints: %w", err)
 	}
 	return nil
 }

@@ -98,7 +98,19 @@ func (s *Store) hasOutput(reqs []FinishReq) bool {
 // from the output table: one query for the page, over its range of
 // occurrences.
 func (s *Store) addOutputs(ctx context.Context, runs []sqlease.Run) error {
-	if len(runs) == 0 || s.oq().Between == "" {
+	err := s.fillRuns(ctx, runs, s.oq().Between, func(r *sqlease.Run, v string) { r.Output = v })
+	if err != nil {
+		return fmt.Errorf("read run output: %w", err)
+	}
+	return nil
+}
+
+// fillRuns reads, with query (job_id, from, to → scheduled_for, attempt,
+// value; "" when the dialect has none), the values kept beside a page of
+// runs of one job over its range of occurrences, in one query, and gives
+// each to set with its run.
+func (s *Store) fillRuns(ctx context.Context, runs []sqlease.Run, query string, set func(*sqlease.Run, string)) error {
+	if len(runs) == 0 || query == "" {
 		return nil
 	}
 	lo, hi := runs[0].ScheduledFor, runs[0].ScheduledFor
@@ -120,23 +132,20 @@ func (s *Store) addOutputs(ctx context.Context, runs []sqlease.Run) error {
 			at[key{r.ScheduledFor.UnixNano(), r.Attempt}] = i
 		}
 	}
-	rows, err := s.db.QueryContext(ctx, s.oq().Between, runs[0].JobID, s.timeArg(lo), s.timeArg(hi))
+	rows, err := s.db.QueryContext(ctx, query, runs[0].JobID, s.timeArg(lo), s.timeArg(hi))
 	var sf dbTime
 	var attempt int
-	var out string
+	var v string
 	_, err = scanRows(rows, err, func(sc scanner) error {
-		if err := sc.Scan(&sf, &attempt, &out); err != nil {
+		if err := sc.Scan(&sf, &attempt, &v); err != nil {
 			return err
 		}
 		if i, ok := at[key{sf.T.UnixNano(), attempt}]; ok {
-			runs[i].Output = out
+			set(&runs[i], v)
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("read run output: %w", s.classify(err))
-	}
-	return nil
+	return s.classify(err)
 }
 
 // deleteOutputs deletes a job's outputs in tx (DeleteJob's transaction).
