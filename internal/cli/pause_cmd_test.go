@@ -48,7 +48,8 @@ func TestPauseReasonPrefixAndBreakerText(t *testing.T) {
 		t.Errorf("jobs list --text does not give the reasons:\n%s", out)
 	}
 	out = run(t, nil, "", "jobs", "get", "--text", "tenant-a.sync", "--db", db).ok(t).stdout
-	if !strings.Contains(out, "pause reason:  vendor outage INC-42") || !strings.Contains(out, "breaker:       closed 0/5 cool-down 1m0s") {
+	if !strings.Contains(out, "pause reason:  vendor outage INC-42") || !strings.Contains(out, "breaker:       closed 0/5 cool-down 1m0s") ||
+		!strings.Contains(out, "overlap:       wait\n") {
 		t.Errorf("jobs get --text:\n%s", out)
 	}
 

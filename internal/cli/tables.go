@@ -141,7 +141,7 @@ func printJob(w io.Writer, j httpapi.Job, runs []sqlease.Run) error {
 	for _, f := range [][2]string{
 		{"name", j.Name}, {"state", j.State}, {"pause reason", j.PauseReason}, {"breaker", breakerText(j.Breaker)},
 		{"schedule", scheduleText(j.Schedule)},
-		{"action", string(j.Action)}, {"missed runs", j.MissedRuns}, {"lock timeout", j.LockTimeout},
+		{"action", string(j.Action)}, {"missed runs", j.MissedRuns}, {"overlap", j.Overlap}, {"lock timeout", j.LockTimeout},
 		{"next run at", j.NextRunAt}, {"last run at", j.LastRunAt}, {"attempts", fmt.Sprint(j.AttemptCount)},
 		{"locked by", j.LockedBy}, {"created at", j.CreatedAt}, {"modified at", j.LastModifiedAt},
 	} {
