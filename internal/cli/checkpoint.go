@@ -2,18 +2,12 @@ package cli
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/action"
-	"github.com/sqlease/sqlease/httpapi"
 	"github.com/sqlease/sqlease/scheduler"
 )
 
@@ -24,43 +18,28 @@ import (
 // the secret of an attempt running here saves through that run's
 // scheduler.Checkpoint, fenced like the run's other writes.
 //
-// Only a hash of each secret is kept, compared in constant time; the
-// secret itself lives in the action's environment or request only, is
-// never logged nor stored, and is redacted from the run's output.
+// The secrets are runSecrets': the secret itself lives in the action's
+// environment or request only, is never logged nor stored, and is redacted
+// from the run's output.
 type runHost struct {
-	api string // this node's base URL
-
-	mu   sync.Mutex
-	runs map[string]*jobRun // by job name: one run of a job at a time (its lock)
+	api  string              // this node's base URL
+	runs runSecrets[*jobRun] // by job name: one run of a job at a time (its lock)
 }
 
 // jobRun is an attempt running here.
 type jobRun struct {
-	epoch  int64
-	secret [32]byte // sha256 of the token
-	ctx    context.Context
+	epoch int64
+	ctx   context.Context
 }
 
-func newRunHost() *runHost { return &runHost{runs: map[string]*jobRun{}} }
+func newRunHost() *runHost { return &runHost{} }
 
 // Handler wraps next (the action's handler) so that each attempt gets its
 // secret and is known here while it runs.
 func (h *runHost) Handler(next scheduler.Handler) scheduler.Handler {
 	return func(ctx context.Context, run sqlease.Run) error {
-		var raw [24]byte
-		_, _ = rand.Read(raw[:])
-		token := hex.EncodeToString(raw[:])
-		r := &jobRun{epoch: run.Epoch, secret: sha256.Sum256([]byte(token)), ctx: ctx}
-		h.mu.Lock()
-		h.runs[run.Job] = r
-		h.mu.Unlock()
-		defer func() {
-			h.mu.Lock()
-			if h.runs[run.Job] == r {
-				delete(h.runs, run.Job)
-			}
-			h.mu.Unlock()
-		}()
+		token, release := h.runs.issue(run.Job, &jobRun{epoch: run.Epoch, ctx: ctx})
+		defer release()
 		return next(action.WithRunAccess(ctx, action.RunAccess{API: h.api, Token: token}), run)
 	}
 }
@@ -74,20 +53,7 @@ func (h *runHost) Authenticate(name, secret string) error {
 	return err
 }
 
-func (h *runHost) find(name, secret string) (*jobRun, error) {
-	got := sha256.Sum256([]byte(secret))
-	h.mu.Lock()
-	r := h.runs[name]
-	h.mu.Unlock()
-	want := noSecret
-	if r != nil {
-		want = r.secret
-	}
-	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || r == nil {
-		return nil, httpapi.ErrUnauthorized
-	}
-	return r, nil
-}
+func (h *runHost) find(name, secret string) (*jobRun, error) { return h.runs.find(name, secret) }
 
 // SaveCheckpoint saves v for the attempt of job name that holds secret:
 // ErrConflict when it runs under another epoch than the caller says, or

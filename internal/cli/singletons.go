@@ -4,9 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -177,9 +175,9 @@ type singletonHost struct {
 	kick chan struct{} // a write through this node: sync now
 
 	mu         sync.Mutex
-	registered map[string]string   // name -> spec hash it was registered with
-	refused    map[string]bool     // names refused by the exec policy, logged once
-	runs       map[string]*procRun // name -> the run on this node
+	registered map[string]string    // name -> spec hash it was registered with
+	refused    map[string]bool      // names refused by the exec policy, logged once
+	runs       runSecrets[*procRun] // name -> the run on this node
 }
 
 // The dashboard's singletons page pauses, resumes and deletes through
@@ -188,14 +186,13 @@ var _ dashboard.SingletonControl = (*singletonHost)(nil)
 
 // procRun is a singleton process running on this node.
 type procRun struct {
-	epoch  int64
-	secret [32]byte // sha256 of the run's token
-	in     *singleton.Instance[json.RawMessage]
+	epoch int64
+	in    *singleton.Instance[json.RawMessage]
 }
 
 func newSingletonHost(admin singletonAdmin, node *singleton.Node, api string, lease time.Duration, log *slog.Logger) *singletonHost {
 	return &singletonHost{singletonAdmin: admin, node: node, api: api, every: syncInterval(lease), log: log, kick: make(chan struct{}, 1),
-		registered: map[string]string{}, refused: map[string]bool{}, runs: map[string]*procRun{}}
+		registered: map[string]string{}, refused: map[string]bool{}}
 }
 
 // syncEvery bounds how often a node re-reads the singletons table: a change
@@ -336,20 +333,8 @@ const processReap = 2 * time.Second
 // body runs the singleton's process with its run's variables.
 func (h *singletonHost) body(spec action.ProcessSpec) func(ctx context.Context, in *singleton.Instance[json.RawMessage]) error {
 	return func(ctx context.Context, in *singleton.Instance[json.RawMessage]) error {
-		var raw [24]byte
-		_, _ = rand.Read(raw[:])
-		token := hex.EncodeToString(raw[:])
-		r := &procRun{epoch: in.Token().Epoch, secret: sha256.Sum256([]byte(token)), in: in}
-		h.mu.Lock()
-		h.runs[spec.Name] = r
-		h.mu.Unlock()
-		defer func() {
-			h.mu.Lock()
-			if h.runs[spec.Name] == r {
-				delete(h.runs, spec.Name)
-			}
-			h.mu.Unlock()
-		}()
+		token, release := h.runs.issue(spec.Name, &procRun{epoch: in.Token().Epoch, in: in})
+		defer release()
 		state := in.State()
 		if len(state) == 0 {
 			state = json.RawMessage("null")
@@ -407,39 +392,17 @@ func (e *endError) Unwrap() error { return e.err }
 // httpapi.ErrUnauthorized, for every caller without the run's secret, so
 // that no caller learns which singletons run where (issue 30, item 17).
 func (h *singletonHost) Authenticate(name, secret string) error {
-	got := sha256.Sum256([]byte(secret))
-	h.mu.Lock()
-	r := h.runs[name]
-	h.mu.Unlock()
-	want := noSecret
-	if r != nil {
-		want = r.secret
-	}
-	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || r == nil {
-		return httpapi.ErrUnauthorized
-	}
-	return nil
+	_, err := h.runs.find(name, secret)
+	return err
 }
-
-// noSecret stands for the secret of a run that is not here.
-var noSecret = func() (s [32]byte) {
-	_, _ = rand.Read(s[:])
-	return s
-}()
 
 // current returns the run of name on this node for a process's call: the
 // secret must be the run's (checked first: Authenticate), and only then
 // does a stale epoch tell the process to exit (ErrConflict).
 func (h *singletonHost) current(name string, epoch int64, secret string) (*procRun, error) {
-	if err := h.Authenticate(name, secret); err != nil {
+	r, err := h.runs.find(name, secret)
+	if err != nil {
 		return nil, err
-	}
-	h.mu.Lock()
-	r := h.runs[name]
-	h.mu.Unlock()
-	got := sha256.Sum256([]byte(secret))
-	if r == nil || subtle.ConstantTimeCompare(got[:], r.secret[:]) != 1 {
-		return nil, httpapi.ErrUnauthorized // the run ended (and maybe another began) meanwhile
 	}
 	if r.epoch != epoch {
 		return nil, fmt.Errorf("%w: singleton %q does not run under epoch %d on this node: the process must exit", sqlease.ErrConflict, name, epoch)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"net/http"
 	"path/filepath"
@@ -19,7 +18,9 @@ import (
 // singleton runs here, under which epoch, or not at all — and only the
 // run's own secret learns that its epoch is stale (ErrConflict).
 func TestProcessCallSecretFirst(t *testing.T) {
-	h := &singletonHost{runs: map[string]*procRun{"svc": {epoch: 7, secret: sha256.Sum256([]byte("right"))}}}
+	h := &singletonHost{}
+	right, release := h.runs.issue("svc", &procRun{epoch: 7})
+	defer release()
 	for _, tc := range []struct {
 		name   string
 		epoch  int64
@@ -30,7 +31,7 @@ func TestProcessCallSecretFirst(t *testing.T) {
 		{"svc", 6, "wrong", httpapi.ErrUnauthorized},
 		{"absent", 7, "wrong", httpapi.ErrUnauthorized},
 		{"absent", 7, "", httpapi.ErrUnauthorized},
-		{"svc", 6, "right", sqlease.ErrConflict},
+		{"svc", 6, right, sqlease.ErrConflict},
 	} {
 		if _, err := h.current(tc.name, tc.epoch, tc.secret); !errors.Is(err, tc.want) {
 			t.Errorf("%+v: %v", tc, err)
@@ -39,8 +40,22 @@ func TestProcessCallSecretFirst(t *testing.T) {
 			t.Errorf("heartbeat %+v: %v", tc, err)
 		}
 	}
-	if r, err := h.current("svc", 7, "right"); err != nil || r.epoch != 7 {
+	if r, err := h.current("svc", 7, right); err != nil || r.epoch != 7 {
 		t.Fatalf("the run's own call: %v", err)
+	}
+	// A run that ended is gone with its secret; a later run of the name
+	// has a secret of its own.
+	release()
+	if _, err := h.current("svc", 7, right); !errors.Is(err, httpapi.ErrUnauthorized) {
+		t.Fatalf("an ended run's secret: %v", err)
+	}
+	next, release2 := h.runs.issue("svc", &procRun{epoch: 8})
+	defer release2()
+	if next == right {
+		t.Fatal("two runs got the same secret")
+	}
+	if _, err := h.current("svc", 8, right); !errors.Is(err, httpapi.ErrUnauthorized) {
+		t.Fatalf("the earlier run's secret for the later run: %v", err)
 	}
 }
 
