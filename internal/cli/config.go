@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -55,6 +57,10 @@ type Config struct {
 	// and host names HTTP actions may reach although the destination policy
 	// refuses them (loopback and link-local, beyond loopback).
 	HTTPActionAllow string
+	// AdvertiseURL is the base URL at which actions and singleton
+	// processes reach this node's API (SQLEASE_API, Sqlease-Api): needed
+	// when they run on other hosts and --http listens on every address.
+	AdvertiseURL string
 	// RequireSyncReplication refuses to lead and to accept writes while
 	// the database does not replicate commits synchronously.
 	RequireSyncReplication bool
@@ -186,6 +192,16 @@ var settings = []setting{
 	str("allowed-hosts", "comma-separated host names the API is reached by besides loopback (e.g. behind a proxy); * for any", func(c *Config) *string { return &c.AllowedHosts }, false, true),
 	str("exec-user", "run exec actions and singleton processes as this OS user (the daemon must run as root)", func(c *Config) *string { return &c.ExecUser }, false, true),
 	oneOf("allow-exec", "allow exec actions and singletons (default: only when --http listens on loopback)", func(c *Config) *string { return &c.AllowExec }, "true", "false"),
+	{name: "advertise-url", usage: "base URL at which actions and singleton processes call this node's API (SQLEASE_API, Sqlease-Api; default http:// and the --http address, 127.0.0.1 when it listens on every address)", serve: true,
+		get: func(c *Config) string { return c.AdvertiseURL },
+		set: func(c *Config, v string) error {
+			u, err := advertiseURL(v)
+			if err != nil {
+				return err
+			}
+			c.AdvertiseURL = u
+			return nil
+		}},
 	str("http-action-allow", "comma-separated networks (CIDR), addresses or host names HTTP actions may reach although they are loopback or link-local (refused by default when --http listens beyond loopback)", func(c *Config) *string { return &c.HTTPActionAllow }, false, true),
 	oneOf("log-format", "log format", func(c *Config) *string { return &c.LogFormat }, "text", "json"),
 	oneOf("log-level", "log level", func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error"),
@@ -445,7 +461,44 @@ func (c Config) execPolicy() action.ExecPolicy {
 }
 
 // allowedHosts splits --allowed-hosts.
-func (c Config) allowedHosts() []string { return splitList(c.AllowedHosts) }
+// allowedHosts are the host names the API accepts besides loopback: the
+// configured ones and the advertised URL's, which actions call it by.
+func (c Config) allowedHosts() []string {
+	hosts := splitList(c.AllowedHosts)
+	if u, err := url.Parse(c.AdvertiseURL); err == nil && c.AdvertiseURL != "" {
+		hosts = append(hosts, u.Hostname())
+	}
+	return hosts
+}
+
+// advertiseURL checks a --advertise-url: an absolute http or https URL
+// naming a host, with no credentials, path, query or fragment (actions
+// append /v1/… to it); a trailing slash is dropped.
+func advertiseURL(v string) (string, error) {
+	u, err := url.Parse(v)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("must be a URL such as http://10.0.0.5:8080, got %q", v)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("must be an http:// or https:// URL, got %q", v)
+	case u.Hostname() == "":
+		return "", fmt.Errorf("must name a host, got %q", v)
+	case u.User != nil:
+		return "", fmt.Errorf("must not hold credentials (actions get their own run token), got a URL with user information")
+	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery || strings.Trim(u.Path, "/") != "":
+		return "", fmt.Errorf("must be a base URL without a path, query or fragment, got %q", v)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
+// apiBase is the base URL actions and singleton processes are given for
+// this node's API, listening on addr.
+func (c Config) apiBase(addr net.Addr) string {
+	if c.AdvertiseURL != "" {
+		return strings.TrimSuffix(c.AdvertiseURL, "/")
+	}
+	return "http://" + localAddr(addr)
+}
 
 // splitList splits a comma-separated setting, dropping empty items.
 func splitList(s string) []string {

@@ -104,6 +104,11 @@ func TestConfigErrors(t *testing.T) {
 		{"renew >= lease across sources", "lease_duration: 2s\n", map[string]string{"SQLEASE_RENEW_INTERVAL": "5s"}, nil, []string{"renew_interval (5s)", "lease_duration (2s)", "shorter"}},
 		{"renew >= lease in file", "lease_duration: 2s\nrenew_interval: 5s\n", nil, nil, []string{"renew_interval (5s)", "lease_duration (2s)", "shorter"}},
 		{"renew >= lease in env", "", map[string]string{"SQLEASE_LEASE_DURATION": "2s", "SQLEASE_RENEW_INTERVAL": "2s"}, nil, []string{"renew_interval (2s)", "lease_duration (2s)"}},
+		{"advertise URL without scheme", "", nil, []string{"--advertise-url", "10.0.0.5:8080"}, []string{"advertise_url", "a URL such as http://"}},
+		{"advertise URL of another scheme", "", nil, []string{"--advertise-url", "ftp://node-1"}, []string{"advertise_url", "http:// or https://"}},
+		{"advertise URL with a path", "advertise_url: http://node-1:8080/api\n", nil, nil, []string{"advertise_url", "without a path"}},
+		{"advertise URL with credentials", "", map[string]string{"SQLEASE_ADVERTISE_URL": "http://u:secret@node-1"}, nil, []string{"advertise_url", "credentials"}},
+		{"advertise URL without host", "", nil, []string{"--advertise-url", "http://:8080"}, []string{"advertise_url", "must name a host"}},
 		{"missing config file (flag)", "", nil, []string{"--config", "/nonexistent/sqlease.yaml"}, []string{"config", "/nonexistent/sqlease.yaml"}},
 		{"missing config file (env)", "", map[string]string{"SQLEASE_CONFIG": "/nonexistent/sqlease.yaml"}, nil, []string{"config", "/nonexistent/sqlease.yaml"}},
 	} {

@@ -267,8 +267,8 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	}
 	smetrics.node = snode
 	n.singletonChanges = singletonChanges
-	n.singletons = newSingletonHost(singletonAdmin{store: store, leases: store}, snode, "http://"+localAddr(ln.Addr()), cfg.LeaseDuration, log)
-	n.runs.api = "http://" + localAddr(ln.Addr())
+	n.singletons = newSingletonHost(singletonAdmin{store: store, leases: store}, snode, cfg.apiBase(ln.Addr()), cfg.LeaseDuration, log)
+	n.runs.api = cfg.apiBase(ln.Addr())
 	n.singletons.exec = execPolicy
 
 	// The API handler computes readiness; it is made after the dashboard
@@ -342,7 +342,7 @@ func (n *Node) Addr() string { return n.listener.Addr().String() }
 func (n *Node) Run(ctx context.Context) error {
 	defer n.close()
 	n.log.Info("node_started", slog.String("http", n.Addr()), slog.String("db", redact(n.cfg.DB)),
-		slog.String("holder_id", n.elector.HolderID()), slog.String("dispatch", n.cfg.Dispatch))
+		slog.String("holder_id", n.elector.HolderID()), slog.String("dispatch", n.cfg.Dispatch), slog.String("api_url", n.runs.api))
 	if !isLoopback(n.Addr()) && n.cfg.APIToken == "" {
 		n.log.Warn("api_unprotected", slog.String("http", n.Addr()),
 			slog.String("hint", "the API listens beyond loopback without --api-token: anyone who can reach it can create and run jobs"))
