@@ -23,7 +23,7 @@ import (
 // from the run's output.
 type runHost struct {
 	api  string              // this node's base URL
-	runs runSecrets[*jobRun] // by job name: one run of a job at a time (its lock)
+	runs runSecrets[*jobRun] // the attempts running here, by their secret
 }
 
 // jobRun is an attempt running here.
