@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -117,6 +118,10 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 		req.Header.Set("User-Agent", "sqlease")
 	}
 	for _, v := range append(runValues(run), callbackValues(ctx, run)...) {
+		if v.header == "Sqlease-Checkpoint" && len(v.value) > MaxCheckpointHeaderBytes && runAccessOf(ctx).Token != "" {
+			req.Header.Set("Sqlease-Checkpoint-Size", strconv.Itoa(len(v.value)))
+			continue
+		}
 		req.Header.Set(v.header, v.value)
 	}
 

@@ -42,6 +42,14 @@ func runSecrets(ctx context.Context) []string {
 	return nil
 }
 
+// MaxCheckpointHeaderBytes bounds the checkpoint an HTTP action receives in
+// its Sqlease-Checkpoint header. Common servers refuse a request with a
+// larger header (nginx and Apache at 8 KiB a line, Node.js at 16 KiB in
+// all), so that every retry of the occurrence would fail the same way: a
+// larger checkpoint is announced by Sqlease-Checkpoint-Size instead, and
+// the action reads it with GET $SQLEASE_API/v1/jobs/{name}/checkpoint.
+const MaxCheckpointHeaderBytes = 4096
+
 // callbackValues are the values of API.md's table beyond the run's
 // identity: the node's API and the attempt's token when ctx carries them,
 // and the checkpoint an earlier attempt saved (none on a first attempt, or

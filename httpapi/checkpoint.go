@@ -13,8 +13,8 @@ import (
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
-// Checkpoints serves PUT /v1/jobs/{name}/checkpoint: the runs of job
-// actions this node executes, each with its own secret (the action's
+// Checkpoints serves PUT and GET /v1/jobs/{name}/checkpoint: the runs of
+// job actions this node executes, each with its own secret (the action's
 // SQLEASE_RUN_TOKEN or Sqlease-Run-Token).
 type Checkpoints interface {
 	// Authenticate checks a running action's secret (in constant time)
@@ -30,6 +30,9 @@ type Checkpoints interface {
 	// sqlease.ErrInvalidConfig for an invalid v; ErrUnauthorized when the
 	// attempt ended since Authenticate.
 	SaveCheckpoint(ctx context.Context, name string, epoch int64, secret string, v []byte) error
+	// GivenCheckpoint returns the checkpoint the attempt was handed when
+	// it started (nil when none): ErrUnauthorized as Authenticate.
+	GivenCheckpoint(name, secret string) (json.RawMessage, error)
 }
 
 // routeCheckpoints registers the checkpoint route when the node runs job
@@ -78,6 +81,27 @@ func (a *api) routeCheckpoints() {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
+	})
+	// The checkpoint the attempt was handed, for an HTTP action that got
+	// only its size (action.MaxCheckpointHeaderBytes).
+	a.handleFunc("GET /v1/jobs/{name}/checkpoint", func(w http.ResponseWriter, r *http.Request) {
+		secret, ok := bearerCredential(r)
+		if !ok {
+			refuseRunSecret(w, r)
+			return
+		}
+		v, err := c.GivenCheckpoint(r.PathValue("name"), secret)
+		if err != nil {
+			refuseRunSecret(w, r)
+			return
+		}
+		if len(v) == 0 {
+			writeProblem(w, http.StatusNotFound, "this attempt was handed no checkpoint (a first attempt, or no earlier attempt saved one)")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(v)
 	})
 }
 

@@ -19,6 +19,14 @@ type oneRun struct {
 	mu    sync.Mutex
 	saved []string
 	err   error
+	given json.RawMessage
+}
+
+func (o *oneRun) GivenCheckpoint(name, secret string) (json.RawMessage, error) {
+	if err := o.Authenticate(name, secret); err != nil {
+		return nil, err
+	}
+	return o.given, nil
 }
 
 func (o *oneRun) Authenticate(name, secret string) error {
@@ -87,6 +95,35 @@ func TestCheckpointRoute(t *testing.T) {
 	}
 	if got := strings.Join(runs.saved, ","); got != `{"n":1}` {
 		t.Errorf("saved %s, want only the valid call's", got)
+	}
+}
+
+// TestGivenCheckpointRoute: GET answers the attempt's own secret only (one
+// 401 for everyone else), with the checkpoint it was handed, or 404 when
+// it was handed none.
+func TestGivenCheckpointRoute(t *testing.T) {
+	runs := &oneRun{}
+	n := newNode(t, dbPath(t), nodeOpts{noElector: true, configure: func(cfg *httpapi.Config) { cfg.Checkpoints = runs }})
+	big := `{"rows":"` + strings.Repeat("r", 10000) + `"}`
+	for _, c := range []struct {
+		what   string
+		path   string
+		hdr    []string
+		given  string
+		status int
+		body   string
+	}{
+		{"no token", "/v1/jobs/ckpt/checkpoint", nil, big, 401, "SQLEASE_RUN_TOKEN"},
+		{"a wrong token", "/v1/jobs/ckpt/checkpoint", []string{"Authorization", "Bearer wrong"}, big, 401, "SQLEASE_RUN_TOKEN"},
+		{"another job", "/v1/jobs/other/checkpoint", []string{"Authorization", "Bearer s3cret-token"}, big, 401, "SQLEASE_RUN_TOKEN"},
+		{"none handed", "/v1/jobs/ckpt/checkpoint", []string{"Authorization", "Bearer s3cret-token"}, "", 404, "no checkpoint"},
+		{"the one handed", "/v1/jobs/ckpt/checkpoint", []string{"Authorization", "Bearer s3cret-token"}, big, 200, big},
+	} {
+		runs.given = json.RawMessage(c.given)
+		r := n.do("GET", c.path, "", c.hdr...)
+		if r.status != c.status || !strings.Contains(string(r.body), c.body) {
+			t.Errorf("%s: %d %.200s, want %d with %.40q", c.what, r.status, r.body, c.status, c.body)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"net/http"
 	"reflect"
 	"slices"
@@ -58,6 +59,9 @@ type noRuns struct{}
 func (noRuns) Authenticate(string, string) error { return httpapi.ErrUnauthorized }
 func (noRuns) SaveCheckpoint(context.Context, string, int64, string, []byte) error {
 	return httpapi.ErrUnauthorized
+}
+func (noRuns) GivenCheckpoint(string, string) (json.RawMessage, error) {
+	return nil, httpapi.ErrUnauthorized
 }
 
 // TestOpenAPIRoutes: the document and the server have the same routes,

@@ -127,6 +127,7 @@ func routePolicies(maxBody int64) map[string]Policy {
 		"GET /v1/jobs/{name}/runs":     list,
 		// Called by a running action with its attempt's secret.
 		"PUT /v1/jobs/{name}/checkpoint": {Auth: AuthRunSecret, Body: scheduler.MaxCheckpointBytes},
+		"GET /v1/jobs/{name}/checkpoint": {Auth: AuthRunSecret},
 		"GET /v1/leases":                 list,
 		"GET /v1/leases/{name}/history":  list,
 

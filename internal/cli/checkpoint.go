@@ -30,6 +30,7 @@ type runHost struct {
 type jobRun struct {
 	epoch int64
 	ctx   context.Context
+	given json.RawMessage // the checkpoint the attempt was handed, if any
 }
 
 func newRunHost() *runHost { return &runHost{} }
@@ -38,7 +39,7 @@ func newRunHost() *runHost { return &runHost{} }
 // secret and is known here while it runs.
 func (h *runHost) Handler(next scheduler.Handler) scheduler.Handler {
 	return func(ctx context.Context, run sqlease.Run) error {
-		token, release := h.runs.issue(run.Job, &jobRun{epoch: run.Epoch, ctx: ctx})
+		token, release := h.runs.issue(run.Job, &jobRun{epoch: run.Epoch, ctx: ctx, given: run.Checkpoint})
 		defer release()
 		return next(action.WithRunAccess(ctx, action.RunAccess{API: h.api, Token: token}), run)
 	}
@@ -54,6 +55,17 @@ func (h *runHost) Authenticate(name, secret string) error {
 }
 
 func (h *runHost) find(name, secret string) (*jobRun, error) { return h.runs.find(name, secret) }
+
+// GivenCheckpoint returns the checkpoint the attempt of job name that
+// holds secret was handed when it started (nil when none), for an HTTP
+// action whose checkpoint was too large for a header.
+func (h *runHost) GivenCheckpoint(name, secret string) (json.RawMessage, error) {
+	r, err := h.find(name, secret)
+	if err != nil {
+		return nil, err
+	}
+	return r.given, nil
+}
 
 // SaveCheckpoint saves v for the attempt of job name that holds secret:
 // ErrConflict when it runs under another epoch than the caller says, or

@@ -56,6 +56,7 @@ var routeTable = map[string]routeRow{
 	"GET /v1/jobs/{name}/runs":     {auth: httpapi.AuthToken, listing: true, path: "/v1/jobs/rt-web/runs"},
 	// Called by a running action with its attempt's run token.
 	"PUT /v1/jobs/{name}/checkpoint": {auth: httpapi.AuthRunSecret, body: true, path: "/v1/jobs/rt-web/checkpoint", reqBody: `{"n":1}`},
+	"GET /v1/jobs/{name}/checkpoint": {auth: httpapi.AuthRunSecret, path: "/v1/jobs/rt-web/checkpoint"},
 	"GET /v1/leases":                 {auth: httpapi.AuthToken, listing: true, path: "/v1/leases"},
 	"GET /v1/leases/{name}/history":  {auth: httpapi.AuthToken, listing: true, path: "/v1/leases/sqlease-leader/history"},
 
