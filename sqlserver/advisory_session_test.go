@@ -324,14 +324,18 @@ func TestSessionWatcher(t *testing.T) {
 			if err := s.Lock(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(50 * time.Millisecond)
-			notLost(t, s)
-			if f.count("holds") < 3 {
-				t.Errorf("%d checks in 50ms at a 10ms interval", f.count("holds"))
+			// The watcher checks again and again (on a busy machine a
+			// 10 ms interval may stretch: wait for three checks, not for
+			// a time), and the lock stays held meanwhile.
+			for deadline := time.Now().Add(10 * time.Second); f.count("holds") < 3; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d checks in 10 s at a 10ms interval", f.count("holds"))
+				}
 			}
+			notLost(t, s)
 			broke := time.Now()
 			f.set(tc.breakf)
-			waitLost(t, s, time.Second)
+			waitLost(t, s, 10*time.Second)
 			t.Logf("Lost after %s", time.Since(broke))
 			if _, err := s.Renew(context.Background(), sqlease.Token{Name: "adv", Holder: "h", Epoch: 1}, time.Minute); !errors.Is(err, sqlease.ErrSessionLost) {
 				t.Errorf("Renew after Lost: %v", err)

@@ -40,13 +40,16 @@ func AdvisoryFrozenHolder(t *testing.T, store sqlease.LeaseStore, locker sqlease
 		LeaseDuration: ttl, RenewInterval: 100 * time.Millisecond, AcquireInterval: acquire, AcquireJitter: -1,
 		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) { <-ctx.Done() }})
 	bound := ttl + acquire
-	waitCond(t, bound+2*time.Second, "b to lead while the frozen holder keeps the lock", b.IsLeader)
+	// The slack beyond the bound is for a busy machine (a test suite on
+	// two cores), whose goroutines may wait their turn for a second or
+	// more; the faults suites measure the bound between processes.
+	waitCond(t, bound+5*time.Second, "b to lead while the frozen holder keeps the lock", b.IsLeader)
 	took := time.Since(tookAt)
 	t.Logf("frozen holder replaced %s after its last write (bound lease + acquire = %s)", took, bound)
 	if took < ttl {
 		t.Fatalf("b led %s after the frozen holder's takeover, before its lease of %s could expire", took, ttl)
 	}
-	if took > bound+time.Second {
+	if took > bound+3*time.Second {
 		t.Errorf("b led %s after the frozen holder's last write, want about lease + acquire = %s", took, bound)
 	}
 	tok, err := b.Require(ctx)

@@ -16,9 +16,14 @@ import (
 // with durability=…, the metrics export it, and the dashboard shows it.
 func TestReadyzSaysDurability(t *testing.T) {
 	n := startNode(t, nil)
+	// The node is ready before its first look at the database's
+	// replication may have answered (a busy machine): wait for it.
 	body, code := get(n.addr, "/readyz")
-	if code != 200 || !strings.Contains(body, "durability=single standbys=0 sync_standbys=0") {
-		t.Fatalf("/readyz: %d %q", code, body)
+	for deadline := time.Now().Add(15 * time.Second); code != 200 || !strings.Contains(body, "durability=single standbys=0 sync_standbys=0"); body, code = get(n.addr, "/readyz") {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz: %d %q", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	metrics, _ := get(n.addr, "/metrics")
 	for _, want := range []string{"sqlease_replication_synchronous 0", `sqlease_replication_standbys{sync="false"} 0`} {
