@@ -268,7 +268,10 @@ func TestPresence(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				history.Presence(ctx, s, "node-p", 100*time.Millisecond, 400*time.Millisecond, nil)
+				// A renewal every 100 ms for a ttl of 1 s: ten chances
+				// per ttl, so that a loaded machine's stall of a few
+				// hundred milliseconds does not let it expire.
+				history.Presence(ctx, s, "node-p", 100*time.Millisecond, time.Second, nil)
 			}()
 			lease := func() sqlease.Lease {
 				l, err := s.Lease(t.Context(), sqlstore.NodeLeasePrefix+"node-p")
@@ -285,7 +288,7 @@ func TestPresence(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			first := lease()
-			time.Sleep(1200 * time.Millisecond) // three ttls
+			time.Sleep(2100 * time.Millisecond) // two ttls
 			if l := lease(); l.Expired() || l.Epoch != first.Epoch || !l.RenewedAt.After(first.RenewedAt) {
 				t.Fatalf("presence not renewed: %+v, then %+v", first, l)
 			}

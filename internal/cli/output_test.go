@@ -71,10 +71,11 @@ func testRunOutputNode(t *testing.T, db, dispatch, secret string, open func() (*
 	// argument: the node's SQLEASE_* variables are not the command's).
 	script := `i=0; while [ $i -lt 40 ]; do echo "out $i"; echo "err $i" >&2; i=$((i+1)); done; echo "token $1"; exit 3`
 	jobs := []string{
-		fmt.Sprintf(`{"name": "chatty", "schedule": {}, "action": {"exec": {"command": ["sh", "-c", %q, "sh", %q]}}}`, script, secret),
-		// One attempt: a retry (the default policy retries a 503 after
-		// its backoff) would add a run and an output row if the checks
-		// below come after it, as they did on a loaded machine.
+		// One attempt each: a retry (the default policy retries a
+		// failure after its backoff) would add a run and an output row
+		// if the checks below come after it, as they did on a loaded
+		// machine.
+		fmt.Sprintf(`{"name": "chatty", "schedule": {}, "retry": {"max_attempts": 1}, "action": {"exec": {"command": ["sh", "-c", %q, "sh", %q]}}}`, script, secret),
 		`{"name": "hook", "schedule": {}, "retry": {"max_attempts": 1}, "action": {"http": {"url": "` + hook.URL + `/", "headers": {"Authorization": {"env": "SQLEASE_SECRET_OUTPUT_TEST"}}}}}`,
 		`{"name": "quiet", "schedule": {}, "action": {"exec": {"command": ["true"]}}}`,
 	}
