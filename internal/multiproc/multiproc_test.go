@@ -3,12 +3,11 @@ package multiproc
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,28 +20,20 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if fleettest.IsWorker() {
-		os.Exit(WorkerMain())
-	}
-	os.Exit(m.Run())
+	os.Exit(fleettest.WorkersMain(m, WorkerMain, &failovers, fmt.Sprintf(" (bound %v)", failoverBound)))
 }
 
-// Timings of every worker. Crash failover is bounded by
-// leaseDuration + acquireInterval×(1+jitter) ≈ 1.12 s; slack absorbs a loaded
-// two-core machine running five race-enabled processes.
 const (
-	leaseDuration   = 1 * time.Second
-	renewInterval   = 250 * time.Millisecond
-	acquireInterval = 100 * time.Millisecond
-	acquireJitter   = 0.2
-	safetyMargin    = 200 * time.Millisecond
-	actInterval     = 20 * time.Millisecond
-	slack           = 2 * time.Second
+	actInterval = 20 * time.Millisecond
+	slack       = 2 * time.Second // for five race-enabled processes
+	prefix      = "mp"
+	leaseName   = "multiproc"
+)
 
-	failoverBound = leaseDuration + time.Duration(float64(acquireInterval)*(1+acquireJitter)) + slack
-
-	leaseName = "multiproc"
-	prefix    = "mp"
+// The lease of every worker, and the bound of a crash failover.
+var (
+	workerLease   = fleettest.FastLease(leaseName)
+	failoverBound = workerLease.FailoverBound(slack)
 )
 
 // backend is one database shared by the workers of one test.
@@ -58,10 +49,7 @@ func (b *backend) leasesTable() string { return prefix + "_leases" }
 
 func (b *backend) config() WorkerConfig {
 	return WorkerConfig{
-		Dialect: b.dialect, DSN: b.dsn, Prefix: prefix, LeaseName: leaseName,
-		LeaseDuration: leaseDuration, RenewInterval: renewInterval,
-		AcquireInterval: acquireInterval, AcquireJitter: acquireJitter,
-		SafetyMargin: safetyMargin, ActInterval: actInterval,
+		Dialect: b.dialect, DSN: b.dsn, Prefix: prefix, Lease: workerLease, ActInterval: actInterval,
 	}
 }
 
@@ -131,7 +119,10 @@ var scenarios = []scenario{
 	{name: "e2_leader_paused_inside_fenced_transaction", run: testPausedInsideFencedTx},
 }
 
+// TestSQLite and TestPostgres run in parallel: each scenario has a database
+// of its own, and most of their time is spent waiting on leases.
 func TestSQLite(t *testing.T) {
+	t.Parallel()
 	for _, sc := range scenarios {
 		if sc.postgresOnly {
 			continue
@@ -144,6 +135,7 @@ func TestPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL servers")
 	}
+	t.Parallel()
 	shared := pgtest.Shared(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -159,30 +151,12 @@ func TestPostgres(t *testing.T) {
 	}
 }
 
-// failovers collects every measured crash failover, for the summary.
-var (
-	failoverMu sync.Mutex
-	failovers  = map[string][]time.Duration{}
-)
+// failovers collects every measured crash failover (SIGKILL to the first
+// fenced write of the next leader), for the summary TestMain prints (-v).
+var failovers fleettest.Timings
 
 func recordFailover(dialect string, d time.Duration) {
-	failoverMu.Lock()
-	defer failoverMu.Unlock()
-	failovers[dialect] = append(failovers[dialect], d)
-}
-
-func TestZZFailoverSummary(t *testing.T) {
-	failoverMu.Lock()
-	defer failoverMu.Unlock()
-	if len(failovers) == 0 {
-		t.Skip("no failover measured")
-	}
-	for dialect, ds := range failovers {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		t.Logf("%s: crash failover (SIGKILL to first fenced write of the next leader), %d samples: min %v median %v max %v (bound %v)",
-			dialect, len(s), s[0].Round(time.Millisecond), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), failoverBound)
-	}
+	failovers.Record(dialect+": crash failover", d)
 }
 
 // --- helpers ---
@@ -310,7 +284,7 @@ func testFailoverAfterKill(t *testing.T, b *backend) {
 	for round := 1; round <= 2; round++ {
 		victim := f.Proc(cur.Holder)
 		// Kill at a random point of the renewal cycle.
-		time.Sleep(rand.N(renewInterval))
+		time.Sleep(rand.N(workerLease.RenewInterval))
 		mark := f.Mark()
 		killedAt := time.Now()
 		victim.Kill()
@@ -379,12 +353,12 @@ func testFollowersNeverPassTheGate(t *testing.T, b *backend) {
 	mark := f.Mark()
 	termAt := time.Now()
 	f.Proc(first.Holder).Term()
-	next := f.Wait(mark, 2*acquireInterval+slack, "a new leader after the graceful handoff", func(e Event) bool {
+	next := f.Wait(mark, 2*workerLease.AcquireInterval+slack, "a new leader after the graceful handoff", func(e Event) bool {
 		return isFencedOK(e) && e.Epoch > first.Epoch
 	})
 	handoff := next.T.Sub(termAt)
 	t.Logf("graceful handoff %s@%d -> %s@%d: %v (followers poll every %v±%.0f%%)",
-		first.Holder, first.Epoch, next.Holder, next.Epoch, handoff.Round(time.Millisecond), acquireInterval, acquireJitter*100)
+		first.Holder, first.Epoch, next.Holder, next.Epoch, handoff.Round(time.Millisecond), workerLease.AcquireInterval, workerLease.AcquireJitter*100)
 	f.Wait(next.Index, 10*time.Second, "a second of acting", func(e Event) bool {
 		return isFencedOK(e) && e.Holder == next.Holder && e.T.Sub(next.T) >= time.Second
 	})
@@ -509,12 +483,12 @@ func testLeaderStopsWhenDatabaseStops(t *testing.T, b *backend) {
 	f.Start(3, nil)
 	lead := waitLeader(t, f, 0, 10)
 
-	time.Sleep(rand.N(renewInterval)) // stop at a random point of the renewal cycle
+	time.Sleep(rand.N(workerLease.RenewInterval)) // stop at a random point of the renewal cycle
 	mark := f.Mark()
 	stopAt := time.Now()
 	b.srv.Stop(t)
 	t.Logf("database stopped in %v", time.Since(stopAt).Round(time.Millisecond))
-	stopped := f.Wait(mark, leaseDuration+slack, lead.Holder+" stopped_leading after the database stopped", func(e Event) bool {
+	stopped := f.Wait(mark, workerLease.LeaseDuration+slack, lead.Holder+" stopped_leading after the database stopped", func(e Event) bool {
 		return e.Ev == EvStoppedLeading && e.Holder == lead.Holder && e.Epoch == lead.Epoch
 	})
 	latency := stopped.T.Sub(stopAt)
@@ -532,8 +506,8 @@ func testLeaderStopsWhenDatabaseStops(t *testing.T, b *backend) {
 	if len(failed) > 0 {
 		t.Logf("first failed write: %v", failed[0])
 	}
-	if latency > leaseDuration {
-		t.Errorf("the leader stopped %v after the database went away; want within lease_duration %v", latency, leaseDuration)
+	if latency > workerLease.LeaseDuration {
+		t.Errorf("the leader stopped %v after the database went away; want within lease_duration %v", latency, workerLease.LeaseDuration)
 	}
 	for _, line := range strings.Split(f.Proc(lead.Holder).Stderr(), "\n") {
 		if strings.Contains(line, "leader_lost") || strings.Contains(line, "renew_failed") {
@@ -547,7 +521,7 @@ func testLeaderStopsWhenDatabaseStops(t *testing.T, b *backend) {
 	startAt := time.Now()
 	b.srv.Start(t)
 	t.Logf("database back after %v down (start took %v)", time.Since(stopAt).Round(time.Millisecond), time.Since(startAt).Round(time.Millisecond))
-	next := f.Wait(down, leaseDuration+failoverBound, "a leader under a higher epoch after the database returned", func(e Event) bool {
+	next := f.Wait(down, workerLease.LeaseDuration+failoverBound, "a leader under a higher epoch after the database returned", func(e Event) bool {
 		return isFencedOK(e) && e.Epoch > lead.Epoch
 	})
 	t.Logf("%s@%d writes %v after the database started again", next.Holder, next.Epoch, next.T.Sub(startAt).Round(time.Millisecond))
@@ -605,7 +579,7 @@ func testPausedLeader(t *testing.T, b *backend) {
 	})
 	t.Logf("%s@%d stopped at %s; %s@%d writes %v later", lead.Holder, lead.Epoch, pausing.T.Format("15:04:05.000"),
 		next.Holder, next.Epoch, next.T.Sub(pausing.T).Round(time.Millisecond))
-	if d := time.Until(pausing.T.Add(2 * leaseDuration)); d > 0 {
+	if d := time.Until(pausing.T.Add(2 * workerLease.LeaseDuration)); d > 0 {
 		time.Sleep(d) // keep it stopped for 2×lease_duration
 	}
 
@@ -674,7 +648,7 @@ func testPausedInsideFencedTx(t *testing.T, b *backend) {
 		return e.Ev == EvPausing && e.Holder == lead.Holder && e.InTx
 	})
 	p.WaitStopped(2 * time.Second)
-	next, tookOver := f.TryWait(mark, time.Until(pausing.T.Add(2*leaseDuration)), func(e Event) bool {
+	next, tookOver := f.TryWait(mark, time.Until(pausing.T.Add(2*workerLease.LeaseDuration)), func(e Event) bool {
 		return isFencedOK(e) && e.Epoch > lead.Epoch
 	})
 	if tookOver {
@@ -682,11 +656,11 @@ func testPausedInsideFencedTx(t *testing.T, b *backend) {
 	} else if b.dialect == "postgres" {
 		// The fence's session timeouts end a frozen transaction once its
 		// lease has expired, so failover stays bounded.
-		t.Errorf("no takeover during the %v the leader was stopped inside a fenced transaction", 2*leaseDuration)
+		t.Errorf("no takeover during the %v the leader was stopped inside a fenced transaction", 2*workerLease.LeaseDuration)
 	} else {
-		t.Logf("LIMITATION: no takeover during the %v the leader was stopped inside a fenced transaction: its lock blocks every acquirer (failover is not bounded by lease_duration + acquire_interval here)", 2*leaseDuration)
+		t.Logf("LIMITATION: no takeover during the %v the leader was stopped inside a fenced transaction: its lock blocks every acquirer (failover is not bounded by lease_duration + acquire_interval here)", 2*workerLease.LeaseDuration)
 	}
-	if d := time.Until(pausing.T.Add(2 * leaseDuration)); d > 0 {
+	if d := time.Until(pausing.T.Add(2 * workerLease.LeaseDuration)); d > 0 {
 		time.Sleep(d)
 	}
 

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,31 +23,26 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if fleettest.IsWorker() {
-		os.Exit(WorkerMain())
-	}
-	os.Exit(m.Run())
+	os.Exit(fleettest.WorkersMain(m, WorkerMain, &timings, ""))
 }
 
 const (
 	prefix    = "sp"
 	leaseName = "schedproc"
 
-	// Leader mode. Crash failover is bounded by leaseDuration +
-	// acquireInterval×(1+jitter) ≈ 1.12 s; slack absorbs a loaded two-core
-	// machine running several race-enabled processes.
-	leaseDuration   = 1 * time.Second
-	renewInterval   = 250 * time.Millisecond
-	acquireInterval = 100 * time.Millisecond
-	acquireJitter   = 0.2
-	safetyMargin    = 200 * time.Millisecond
+	// Leader mode.
 	refreshInterval = 200 * time.Millisecond // schedule_refresh_interval
 
 	// Claim mode.
 	pollInterval = 100 * time.Millisecond
 
-	slack         = 3 * time.Second
-	failoverBound = leaseDuration + time.Duration(float64(acquireInterval)*(1+acquireJitter)) + slack
+	slack = 3 * time.Second
+)
+
+// The lease of leader mode's workers, and the bound of a crash failover.
+var (
+	workerLease   = fleettest.FastLease(leaseName)
+	failoverBound = workerLease.FailoverBound(slack)
 )
 
 // backend is one database shared by the workers of one test.
@@ -71,9 +65,7 @@ func (b *backend) claimConfig() WorkerConfig {
 // interval), elsewhere it polls every refresh interval.
 func (b *backend) leaderConfig(refresh time.Duration) WorkerConfig {
 	return WorkerConfig{Dialect: b.dialect, DSN: b.dsn, Prefix: prefix, Mode: ModeLeader,
-		LeaseName: leaseName, LeaseDuration: leaseDuration, RenewInterval: renewInterval,
-		AcquireInterval: acquireInterval, AcquireJitter: acquireJitter, SafetyMargin: safetyMargin,
-		RefreshInterval: refresh, ListenJobs: b.dialect == "postgres"}
+		Lease: workerLease, RefreshInterval: refresh, ListenJobs: b.dialect == "postgres"}
 }
 
 func newBackend(t *testing.T, dialect, dsn string) *backend {
@@ -136,7 +128,10 @@ var scenarios = []scenario{
 	{name: "start_run_failure_loses_occurrence", run: testStartRunFailure},
 }
 
+// TestSQLite and TestPostgres run in parallel: each scenario has a database
+// of its own, and most of their time is spent waiting on leases.
 func TestSQLite(t *testing.T) {
+	t.Parallel()
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			sc.run(t, newBackend(t, "sqlite", filepath.Join(t.TempDir(), "sched.db")))
@@ -148,6 +143,7 @@ func TestPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a PostgreSQL server")
 	}
+	t.Parallel()
 	shared := pgtest.Shared(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -532,7 +528,7 @@ func testLeaderFailover(t *testing.T, b *backend) {
 	caughtUp(t, f, l1.Index, l1.Epoch)
 
 	// 1. SIGKILL the leader at a random point of its schedule.
-	time.Sleep(rand.N(renewInterval))
+	time.Sleep(rand.N(workerLease.RenewInterval))
 	victim := f.Proc(l1.Holder)
 	mark := f.Mark()
 	killedAt := time.Now()
@@ -584,7 +580,7 @@ func testLeaderFailover(t *testing.T, b *backend) {
 	t.Logf("%s@%d stopped in the handler of tick@%s#%d; %s@%d started leading %v later, first tick %s#%d after %v",
 		pausing.Holder, pausing.Epoch, pausing.SF, pausing.Attempt, l3.Holder, l3.Epoch, l3.T.Sub(pausing.T).Round(time.Millisecond),
 		first3.SF, first3.Attempt, first3.T.Sub(pausing.T).Round(time.Millisecond))
-	if d := time.Until(pausing.T.Add(2 * leaseDuration)); d > 0 {
+	if d := time.Until(pausing.T.Add(2 * workerLease.LeaseDuration)); d > 0 {
 		time.Sleep(d)
 	}
 	cont := f.Mark()
@@ -952,34 +948,9 @@ func testStartRunFailure(t *testing.T, b *backend) {
 	}
 }
 
-// --- timings summary ---
-
-var (
-	timingMu sync.Mutex
-	timings  = map[string][]time.Duration{}
-)
+// timings holds what the scenarios measure; TestMain prints it (-v).
+var timings fleettest.Timings
 
 func recordTiming(dialect, what string, d time.Duration) {
-	timingMu.Lock()
-	defer timingMu.Unlock()
-	k := dialect + ": " + what
-	timings[k] = append(timings[k], d)
-}
-
-func TestZZTimingSummary(t *testing.T) {
-	timingMu.Lock()
-	defer timingMu.Unlock()
-	if len(timings) == 0 {
-		t.Skip("nothing measured")
-	}
-	keys := make([]string, 0, len(timings))
-	for k := range timings {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		s := slices.Clone(timings[k])
-		slices.Sort(s)
-		t.Logf("%s: %d samples: min %v median %v max %v", k, len(s), s[0].Round(time.Millisecond), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
-	}
+	timings.Record(dialect+": "+what, d)
 }
