@@ -541,6 +541,7 @@ fi
 # the failed packages and the first failing tests of each.
 test_log=$(mktemp)
 head_log=$(mktemp)
+ends_file=$(mktemp) # when each part of the run ended
 
 # fuzz_stage runs the fuzz targets beyond their seed corpus, for a bounded
 # time: any input either refused with a 4xx-class error or round-tripping.
@@ -573,21 +574,26 @@ fuzz_stage() {
 # run_tests is go test (two of them for the whole suite) and the fuzz stage;
 # its status is the first failure's.
 run_tests() {
-	local head_pid="" rc=0 head_rc=0
+	local head_pid="" rc=0 head_rc=0 t0=$SECONDS
 	if [[ -n $head_pkg ]]; then
 		go test -race -count=1 -timeout "$pkg_timeout" "$head_pkg" </dev/null >"$head_log" 2>&1 &
 		head_pid=$!
 	fi
 	go test -race -count=1 -p "$par" -timeout "$pkg_timeout" "$@" </dev/null 2>&1 | tee "$test_log" || rc=$?
+	# Which part of the run was its longest: a line for the summary.
+	local ends="the packages: $((SECONDS - t0)) s"
 	if ((rc == 0 && fuzz)); then
 		fuzz_stage || rc=1
+		ends+=", then the fuzz stage: $((SECONDS - t0)) s"
 	fi
 	if [[ -n $head_pid ]]; then
 		wait "$head_pid" || head_rc=$?
 		cat "$head_log"
 		cat "$head_log" >>"$test_log"
 		((rc)) || rc=$head_rc
+		ends+="; beside them ${head_pkg#./}: $((SECONDS - t0)) s"
 	fi
+	echo "$ends" >"$ends_file"
 	return "$rc"
 }
 
@@ -630,10 +636,13 @@ summary() {
 	fi
 }
 summary
+if [[ -s $ends_file ]]; then
+	say "ended after go test started: $(cat "$ends_file")"
+fi
 if shares=$(share_summary) && [[ -n $shares ]]; then
 	say "CPU share of a runnable thread during the tests: $shares"
 fi
-rm -f "$test_log" "$head_log" "$starve_log"
+rm -f "$test_log" "$head_log" "$ends_file" "$starve_log"
 if ((status == 0)); then
 	say "PASS"
 elif [[ -s $starved_file ]]; then
