@@ -10,7 +10,7 @@
 # here, or for SQLEASE_FUZZTIME (a duration, or a count such as 5000x).
 #
 # Arguments, when given, replace "./..." on the go test command line; they come
-# after the defaults (-race -count=1 -timeout 12m), so e.g. -timeout 30m
+# after the defaults (-race -count=1 -p 4 -timeout 12m), so e.g. -timeout 30m
 # overrides. gofmt and go vet always cover the whole module.
 #
 # Unless SQLEASE_TEST_POSTGRES_URL is already set (then that server is used and
