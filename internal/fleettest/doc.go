@@ -8,7 +8,8 @@
 //     Workers configures each worker with a package's WorkerConfig (JSON);
 //     the worker side is IsWorker, ReadConfig, OpenStore, Out and
 //     ReadCommands. Their election is a Lease (FastLease: the timings
-//     every worker fleet runs, and its failover bound).
+//     every worker fleet runs, and its failover bound); the database they
+//     share with the test, migrated with the action ledger, a Backend.
 //     A worker prints one JSON event per line on stdout (fields ev, holder,
 //     t, err at least; the package's event type embeds Meta) and reads
 //     commands on stdin; the fleet keeps the event log and waits on it with

@@ -2,7 +2,6 @@ package multiproc
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,9 +13,6 @@ import (
 	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/ledger"
 	"github.com/sqlease/sqlease/internal/pgtest"
-	"github.com/sqlease/sqlease/postgres"
-	"github.com/sqlease/sqlease/sqlite"
-	"github.com/sqlease/sqlease/sqlstore"
 )
 
 func TestMain(m *testing.M) {
@@ -38,68 +34,25 @@ var (
 
 // backend is one database shared by the workers of one test.
 type backend struct {
-	dialect string
-	dsn     string
-	db      *sql.DB // the test's own pool
-	store   *sqlstore.Store
-	srv     *pgtest.Server // set when the test owns the server
+	*fleettest.Backend
+	srv *pgtest.Server // set when the test owns the server
 }
 
 func (b *backend) leasesTable() string { return prefix + "_leases" }
 
 func (b *backend) config() WorkerConfig {
 	return WorkerConfig{
-		Dialect: b.dialect, DSN: b.dsn, Prefix: prefix, Lease: workerLease, ActInterval: actInterval,
-	}
-}
-
-func (b *backend) migrate(t *testing.T) {
-	t.Helper()
-	ctx := context.Background()
-	if err := b.store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := ledger.Migrate(ctx, b.db, b.dialect); err != nil {
-		t.Fatal(err)
+		Dialect: b.Dialect, DSN: b.DSN, Prefix: prefix, Lease: workerLease, ActInterval: actInterval,
 	}
 }
 
 func newSQLite(t *testing.T) *backend {
-	path := filepath.Join(t.TempDir(), "lease.db")
-	db, err := sqlite.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	store, err := sqlite.New(db, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &backend{dialect: "sqlite", dsn: path, db: db, store: store}
-	b.migrate(t)
-	return b
+	return &backend{Backend: fleettest.NewBackend(t, "sqlite", filepath.Join(t.TempDir(), "lease.db"), prefix)}
 }
 
-// newPostgres makes a fresh database on the server at url. Commits are made
-// durable (synchronous_commit = on), as in production, so that what a worker
-// saw committed survives an immediate server stop.
+// newPostgres makes a fresh database on the server at url.
 func newPostgres(t *testing.T, url string) *backend {
-	dsn := pgtest.CreateDatabase(t, url)
-	db, err := postgres.Open(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(`DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = on', current_database()); END $$`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := postgres.New(db, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &backend{dialect: "postgres", dsn: dsn, db: db, store: store}
-	b.migrate(t)
-	return b
+	return &backend{Backend: fleettest.NewBackend(t, "postgres", pgtest.CreateDatabase(t, url), prefix)}
 }
 
 type scenario struct {
@@ -192,7 +145,7 @@ func finish(t *testing.T, f *Fleet, b *backend, extraHolders ...string) Summary 
 	t.Helper()
 	f.Shutdown(10 * time.Second)
 	f.CheckWorkers()
-	sum := f.Verify(b.db, b.dialect, b.leasesTable(), extraHolders...)
+	sum := f.Verify(b.DB, b.Dialect, b.leasesTable(), extraHolders...)
 	t.Logf("ledger: %d rows;%s", len(sum.Rows), sum)
 	return sum
 }
@@ -221,11 +174,11 @@ func testOneLeaderOnConcurrentStart(t *testing.T, b *backend) {
 		})
 	}
 	ctx := context.Background()
-	lease, err := b.store.Lease(ctx, leaseName)
+	lease, err := b.Store.Lease(ctx, leaseName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := ledger.Rows(ctx, b.db, b.dialect)
+	rows, err := ledger.Rows(ctx, b.DB, b.Dialect)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +219,7 @@ func testOneLeaderOnConcurrentStart(t *testing.T, b *backend) {
 	// Followers first, so that nobody takes over; then the leader releases.
 	f.Shutdown(10*time.Second, others(procs, leader)...)
 	f.Shutdown(10*time.Second, f.Proc(leader))
-	if l, err := b.store.Lease(ctx, leaseName); err != nil || !l.Expired() || l.Holder != leader {
+	if l, err := b.Store.Lease(ctx, leaseName); err != nil || !l.Expired() || l.Holder != leader {
 		t.Errorf("after the leader's graceful exit the lease is %+v (%v); want it released (expired)", l, err)
 	}
 	finish(t, f, b)
@@ -293,7 +246,7 @@ func testFailoverAfterKill(t *testing.T, b *backend) {
 		}
 		// The dead leader's final lease row (a renewal it sent just before
 		// dying could still land: that only makes the check below weaker).
-		deadLease, err := b.store.Lease(context.Background(), leaseName)
+		deadLease, err := b.Store.Lease(context.Background(), leaseName)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +261,7 @@ func testFailoverAfterKill(t *testing.T, b *backend) {
 			return e.Ev == EvStartedLeading && e.Holder == next.Holder && e.Epoch == next.Epoch
 		})
 		failover := next.T.Sub(killedAt)
-		recordFailover(b.dialect, failover)
+		recordFailover(b.Dialect, failover)
 		t.Logf("round %d: killed %s@%d; %s@%d acquired after %v, first fenced write after %v (bound %v)",
 			round, cur.Holder, cur.Epoch, next.Holder, next.Epoch,
 			started.T.Sub(killedAt).Round(time.Millisecond), failover.Round(time.Millisecond), failoverBound)
@@ -323,7 +276,7 @@ func testFailoverAfterKill(t *testing.T, b *backend) {
 		}
 		// In database time, the new lease was acquired no earlier than the
 		// dead leader's last expiry.
-		if l, err := b.store.Lease(context.Background(), leaseName); err != nil {
+		if l, err := b.Store.Lease(context.Background(), leaseName); err != nil {
 			t.Fatal(err)
 		} else if l.Epoch == next.Epoch && l.AcquiredAt.Before(deadExpiry) {
 			t.Errorf("epoch %d acquired at %s, before the killed leader's lease expired at %s", l.Epoch, l.AcquiredAt, deadExpiry)
@@ -410,8 +363,8 @@ WHERE lease_name = ?1 RETURNING lease_epoch`,
 		"postgres": `UPDATE ` + b.leasesTable() + ` SET holder_id = 'intruder', lease_epoch = lease_epoch + 1,
 	renewed_at = clock_timestamp(), expires_at = clock_timestamp() + interval '1 hour'
 WHERE lease_name = $1 RETURNING lease_epoch`,
-	}[b.dialect]
-	tx, err := b.db.BeginTx(ctx, nil)
+	}[b.Dialect]
+	tx, err := b.DB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +373,7 @@ WHERE lease_name = $1 RETURNING lease_epoch`,
 	if err := tx.QueryRowContext(ctx, q, leaseName).Scan(&epoch); err != nil {
 		t.Fatalf("takeover: %v", err)
 	}
-	if err := ledger.Append(ctx, tx, b.dialect, "intruder", epoch, "takeover"); err != nil {
+	if err := ledger.Append(ctx, tx, b.Dialect, "intruder", epoch, "takeover"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -653,7 +606,7 @@ func testPausedInsideFencedTx(t *testing.T, b *backend) {
 	})
 	if tookOver {
 		t.Logf("%s@%d took over %v after the leader stopped inside its transaction", next.Holder, next.Epoch, next.T.Sub(pausing.T).Round(time.Millisecond))
-	} else if b.dialect == "postgres" {
+	} else if b.Dialect == "postgres" {
 		// The fence's session timeouts end a frozen transaction once its
 		// lease has expired, so failover stays bounded.
 		t.Errorf("no takeover during the %v the leader was stopped inside a fenced transaction", 2*workerLease.LeaseDuration)
