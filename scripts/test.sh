@@ -10,7 +10,7 @@
 # here, or for SQLEASE_FUZZTIME (a duration, or a count such as 5000x).
 #
 # Arguments, when given, replace "./..." on the go test command line; they come
-# after the defaults (-race -count=1 -timeout 12m), so e.g. -timeout 30m
+# after the defaults (-race -count=1 -p 4 -timeout 12m), so e.g. -timeout 30m
 # overrides. gofmt and go vet always cover the whole module.
 #
 # Unless SQLEASE_TEST_POSTGRES_URL is already set (then that server is used and
@@ -30,6 +30,11 @@
 # installed first (apt-get; the package's own service is not started). The
 # server is killed and its directory removed when the script exits, and by a
 # watchdog should the script itself be killed.
+#
+# Scheduling: the whole suite runs its longest package (internal/faults) in
+# a go test of its own from the start, the others SQLEASE_TEST_P at a time
+# (default 4: most of them wait on leases and processes, not on a CPU) in
+# the order of quiet_times below, and the fuzz stage once those are done.
 #
 # Headroom and starvation: a package is stopped at 12 minutes, at least twice
 # the longest package's time on a quiet machine (quiet_times below). While go
@@ -356,11 +361,16 @@ start_mariadb() {
 }
 
 # --- headroom and starvation ---
-# Quiet-machine times of the longest packages (seconds, 2 cores, CI), and of
-# the whole run: what the start announces and what the timeout must cover
-# twice over.
-quiet_total_min=13
-quiet_times="internal/faults:249 internal/failover:105 scheduler:144 httpapi:83 model:81 internal/cli:78 internal/hafailover:74"
+# Quiet-machine times of the longest packages (seconds, 2 cores, each run
+# alone; for failover, schedproc, e2e and multiproc, whose tests now run in
+# parallel, their times on a loaded machine), and of the whole run: what the
+# start announces and what the timeout must cover twice over. The whole suite starts them in this order:
+# the first, the longest, in a go test of its own; then the others, those
+# that mostly wait on leases and processes between those that keep a core
+# busy (scheduler, model, httpapi, internal/cli), so that these do not all
+# run at once.
+quiet_total_min=7
+quiet_times="internal/faults:254 internal/failover:128 scheduler:135 internal/hafailover:66 model:60 internal/schedproc:42 httpapi:37 internal/e2e:67 internal/cli:38 postgres:48 mysql:47 internal/multiproc:28"
 pkg_timeout=12m
 
 # cpu_share prints the share of a core (per mille) this shell got while
@@ -494,27 +504,108 @@ machine="this machine now: load $(cut -d' ' -f1 /proc/loadavg) on $(nproc) cores
 if ((share_now < 500)); then
 	machine+=": expect it to take longer"
 fi
+# Most packages spend their time waiting on lease durations and on the
+# processes they start, not on the CPU: go test runs SQLEASE_TEST_P of them
+# at once (default 4; go's own default is one per core).
+par=${SQLEASE_TEST_P:-4}
+[[ $par =~ ^[1-9][0-9]*$ ]] || die "SQLEASE_TEST_P must be a positive number of packages, not '$par'"
+head_pkg="" # the whole suite: the longest package, run beside the others
 if (($# == 0)); then
-	set -- ./...
 	fuzz=1 # the whole suite also fuzzes for a bounded time
+	# The longest package runs in a go test of its own from the start, the
+	# others longest first (go test starts packages in the order given), and
+	# the fuzz stage once they are done, while the longest still runs.
+	head_pkg=./${quiet_times%%:*}
+	order=()
+	for entry in $quiet_times; do
+		[[ ./${entry%%:*} == "$head_pkg" ]] || order+=("./${entry%%:*}")
+	done
+	module=$(go list -m)
+	while read -r p; do
+		p=.${p#"$module"}
+		[[ $p == "$head_pkg" || " ${order[*]} " == *" $p "* ]] || order+=("$p")
+	done < <(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...)
+	set -- "${order[@]}"
 	say "expected duration: about $quiet_total_min minutes on a quiet 2-core machine (longest package: $longest); $machine"
 else
 	say "expected duration: the packages' own (the whole suite: about $quiet_total_min minutes on a quiet 2-core machine); $machine"
 fi
 say "a package is stopped at $pkg_timeout, at least twice its quiet time (longest: $longest)"
-say "go test -race -count=1 -timeout $pkg_timeout $*"
+if [[ -n $head_pkg ]]; then
+	say "go test -race -count=1 -timeout $pkg_timeout $head_pkg (beside the others; its output comes at the end)"
+	say "go test -race -count=1 -p $par -timeout $pkg_timeout <the $# other packages with tests, in the order of quiet_times>"
+else
+	say "go test -race -count=1 -p $par -timeout $pkg_timeout $*"
+fi
 # The output is also kept, for the summary at the end: each package's time,
 # the failed packages and the first failing tests of each.
 test_log=$(mktemp)
-# go test runs in its own process group (set -m) in the background, so that a
-# signal to this script alone is forwarded to it and the tests too, instead of
+head_log=$(mktemp)
+ends_file=$(mktemp) # when each part of the run ended
+
+# fuzz_stage runs the fuzz targets beyond their seed corpus, for a bounded
+# time: any input either refused with a 4xx-class error or round-tripping.
+# Each run starts from the seed corpus in a cache of its own: the shared one
+# ($GOCACHE/fuzz) grows with every run on a machine, and once replaying it
+# outlasted -fuzztime the target failed with "context deadline exceeded" (210
+# cached inputs, here). A failing input is still written to testdata/fuzz.
+#
+# The budget is a count of inputs, not a duration: when a duration ran out,
+# Go's fuzzing coordinator (before Go 1.27, go.dev/issue/75804) could report
+# its own deadline as the target's failure ("context deadline exceeded" with
+# no failing input; CI on ad6779f). The counts take about 10 s each here.
+fuzz_stage() {
+	local fuzzcache target budget rc=0
+	fuzzcache=$(mktemp -d)
+	for target in "FuzzDecodeJob ./httpapi 30000x" "FuzzConfigFile ./internal/cli 3000x" "FuzzRedact ./action 5000x" \
+		"FuzzParseProcessSpec ./action 5000x" "FuzzForms ./dashboard 500x" "FuzzSingletonCreate ./internal/cli 500x"; do
+		set -- $target
+		budget=${SQLEASE_FUZZTIME:-$3}
+		say "go test -run '^\$' -fuzz $1 -fuzztime $budget -fuzzminimizetime 2s -parallel 1 $2 -args -test.fuzzcachedir=$fuzzcache"
+		if ! go test -run '^$' -fuzz "$1" -fuzztime "$budget" -fuzzminimizetime 2s -parallel 1 "$2" -args -test.fuzzcachedir="$fuzzcache" </dev/null; then
+			rc=1
+			break
+		fi
+	done
+	rm -rf "$fuzzcache"
+	return "$rc"
+}
+
+# run_tests is go test (two of them for the whole suite) and the fuzz stage;
+# its status is the first failure's.
+run_tests() {
+	local head_pid="" rc=0 head_rc=0 t0=$SECONDS
+	if [[ -n $head_pkg ]]; then
+		go test -race -count=1 -timeout "$pkg_timeout" "$head_pkg" </dev/null >"$head_log" 2>&1 &
+		head_pid=$!
+	fi
+	go test -race -count=1 -p "$par" -timeout "$pkg_timeout" "$@" </dev/null 2>&1 | tee "$test_log" || rc=$?
+	# Which part of the run was its longest: a line for the summary.
+	local ends="the packages: $((SECONDS - t0)) s"
+	if ((rc == 0 && fuzz)); then
+		fuzz_stage || rc=1
+		ends+=", then the fuzz stage: $((SECONDS - t0)) s"
+	fi
+	if [[ -n $head_pid ]]; then
+		wait "$head_pid" || head_rc=$?
+		cat "$head_log"
+		cat "$head_log" >>"$test_log"
+		((rc)) || rc=$head_rc
+		ends+="; beside them ${head_pkg#./}: $((SECONDS - t0)) s"
+	fi
+	echo "$ends" >"$ends_file"
+	return "$rc"
+}
+
+# The tests run in their own process group (set -m) in the background, so
+# that a signal to this script alone is forwarded to them, instead of
 # waiting for the tests to finish. (stdin: a background job reading the
 # terminal would be stopped.)
 status=0
 starve_log=$(mktemp)
 starved_file=$(mktemp -u)
 set -m
-(set -o pipefail; go test -race -count=1 -timeout "$pkg_timeout" "$@" </dev/null 2>&1 | tee "$test_log") &
+(set -o pipefail; run_tests "$@") &
 test_pgid=$!
 set +m
 if [[ ${SQLEASE_STARVED_SECONDS:-180} != 0 ]]; then
@@ -531,33 +622,6 @@ fi
 if [[ -s $starved_file ]]; then
 	status=3
 fi
-if ((status == 0)) && ((fuzz)); then
-	# The fuzz targets beyond their seed corpus, for a bounded time: any
-	# input either refused with a 4xx-class error or round-tripping. Each
-	# run starts from the seed corpus in a cache of its own: the shared one
-	# ($GOCACHE/fuzz) grows with every run on a machine, and once replaying
-	# it outlasted -fuzztime the target failed with "context deadline
-	# exceeded" (210 cached inputs, here). A failing input is still written
-	# to testdata/fuzz.
-	#
-	# The budget is a count of inputs, not a duration: when a duration
-	# ran out, Go's fuzzing coordinator (before Go 1.27, go.dev/issue/75804)
-	# could report its own deadline as the target's failure ("context
-	# deadline exceeded" with no failing input; CI on ad6779f). The counts
-	# take about 10 s each here.
-	fuzzcache=$(mktemp -d)
-	for target in "FuzzDecodeJob ./httpapi 30000x" "FuzzConfigFile ./internal/cli 3000x" "FuzzRedact ./action 5000x" \
-		"FuzzParseProcessSpec ./action 5000x" "FuzzForms ./dashboard 500x" "FuzzSingletonCreate ./internal/cli 500x"; do
-		set -- $target
-		budget=${SQLEASE_FUZZTIME:-$3}
-		say "go test -run '^\$' -fuzz $1 -fuzztime $budget -fuzzminimizetime 2s -parallel 1 $2 -args -test.fuzzcachedir=$fuzzcache"
-		if ! go test -run '^$' -fuzz "$1" -fuzztime "$budget" -fuzzminimizetime 2s -parallel 1 "$2" -args -test.fuzzcachedir="$fuzzcache" </dev/null; then
-			status=1
-			break
-		fi
-	done
-	rm -rf "$fuzzcache"
-fi
 summary() {
 	# Package times, longest first; then what failed, without the
 	# goroutine dumps a timeout prints.
@@ -572,10 +636,13 @@ summary() {
 	fi
 }
 summary
+if [[ -s $ends_file ]]; then
+	say "ended after go test started: $(cat "$ends_file")"
+fi
 if shares=$(share_summary) && [[ -n $shares ]]; then
 	say "CPU share of a runnable thread during the tests: $shares"
 fi
-rm -f "$test_log" "$starve_log"
+rm -f "$test_log" "$head_log" "$ends_file" "$starve_log"
 if ((status == 0)); then
 	say "PASS"
 elif [[ -s $starved_file ]]; then

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	neturl "net/url"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/sqlease/sqlease/internal/cli"
 	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/internal/syncbuf"
+	"github.com/sqlease/sqlease/internal/testserver"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/sqlite"
 )
@@ -535,15 +535,7 @@ func TestPasswordNotLoggedByRunningNode(t *testing.T) {
 }
 
 // freeAddr returns a loopback address with a port that is free right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testserver.FreeAddr(t) }
 
 // startServe runs "sqlease serve" in-process until the test ends and waits
 // until addr answers /readyz with mode=leader. It returns the node's log

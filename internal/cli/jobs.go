@@ -46,21 +46,9 @@ func jobsCmd(env Env) *cobra.Command {
 		Short: "Create a job from its JSON (as POST /v1/jobs), or many from a JSON array or NDJSON (as POST /v1/jobs:batch: all or nothing); idempotent for the same content",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return usagef("file: -f FILE (or - for standard input) is required")
-			}
-			var r io.Reader = env.Stdin
-			if file != "-" {
-				f, err := os.Open(file)
-				if err != nil {
-					return usagef("file: %v", err)
-				}
-				defer f.Close()
-				r = f
-			}
-			raw, err := io.ReadAll(r)
+			raw, err := readFileFlag(env, file, 0)
 			if err != nil {
-				return usagef("file: %v", err)
+				return err
 			}
 			jobs, err := httpapi.DecodeJobs(bytes.NewReader(raw), scheduler.MaxCreateMany)
 			if err != nil {
@@ -192,6 +180,33 @@ func jobsCmd(env Env) *cobra.Command {
 // command's configuration, which must exist (openExisting): fn's result is
 // printed as indented JSON (a textOut prints itself; nil: nothing), and an
 // invalid-input error exits 2.
+// readFileFlag reads what the -f FILE|- flag names: the file, or standard
+// input for "-", up to max bytes when max > 0 (the caller refuses more, so
+// it reads one byte past its bound). A missing flag or a file that cannot be
+// read is a usage error.
+func readFileFlag(env Env, file string, max int64) ([]byte, error) {
+	if file == "" {
+		return nil, usagef("file: -f FILE (or - for standard input) is required")
+	}
+	var r io.Reader = env.Stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, usagef("file: %v", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	if max > 0 {
+		r = io.LimitReader(r, max)
+	}
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return nil, usagef("file: %v", err)
+	}
+	return raw, nil
+}
+
 func withStore(env Env, cmd *cobra.Command, fn func(ctx context.Context, st *sqlstore.Store) (any, error)) error {
 	cfg, err := load(cmd.Flags(), env.Getenv, false)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -35,21 +34,9 @@ func singletonsCmd(env Env) *cobra.Command {
 		Short: "Create a singleton from its JSON (as POST /v1/singletons); idempotent for the same content",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return usagef("file: -f FILE (or - for standard input) is required")
-			}
-			var r io.Reader = env.Stdin
-			if file != "-" {
-				f, err := os.Open(file)
-				if err != nil {
-					return usagef("file: %v", err)
-				}
-				defer f.Close()
-				r = f
-			}
-			raw, err := io.ReadAll(io.LimitReader(r, httpapi.MaxSingletonBytes+1)) // more is refused, not cut
+			raw, err := readFileFlag(env, file, httpapi.MaxSingletonBytes+1) // more is refused, not cut
 			if err != nil {
-				return usagef("file: %v", err)
+				return err
 			}
 			if err := cliExecPolicy(env).Check("command"); err != nil {
 				return err

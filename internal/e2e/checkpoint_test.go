@@ -127,14 +127,7 @@ func TestCheckpointAfterKill(t *testing.T) {
 			if first.checkpoint != "none" || strings.Join(first.saves, ",") != "1 204,2 204,3 204" {
 				t.Fatalf("attempt 1 got checkpoint %s and saved %v; want none, and three 204s", first.checkpoint, first.saves)
 			}
-			var holder, other *node
-			for _, n := range nodes {
-				if n.holder == first.holder {
-					holder = n
-				} else {
-					other = n
-				}
-			}
+			holder, other := holderOf(nodes, first.holder)
 			if holder == nil {
 				t.Fatalf("attempt 1 ran on %q, not a node of the fleet", first.holder)
 			}

@@ -20,15 +20,18 @@ import (
 )
 
 // TestFleet runs every fleet scenario on three nodes sharing one PostgreSQL
-// database and on two nodes sharing one SQLite file.
+// database and on two nodes sharing one SQLite file, the two fleets in
+// parallel.
 func TestFleet(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		if os.Getenv(pgtest.URLEnv) == "" && testing.Short() {
 			t.Skip(pgtest.URLEnv + " is not set and -short: not starting PostgreSQL")
 		}
+		t.Parallel()
 		scenarios(t, backend{name: "postgres", nodes: 3, db: postgresDB(t)})
 	})
 	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
 		scenarios(t, backend{name: "sqlite", nodes: 2, db: sqliteDB})
 	})
 }

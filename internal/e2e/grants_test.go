@@ -129,14 +129,7 @@ func leastPrivilegeFailover(t *testing.T, db, app string) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var leader, other *node
-	for _, n := range nodes {
-		if n.holder == first.Holder {
-			leader = n
-		} else {
-			other = n
-		}
-	}
+	leader, other := holderOf(nodes, first.Holder)
 	if leader == nil {
 		t.Fatalf("run by %q, not a node of the fleet", first.Holder)
 	}

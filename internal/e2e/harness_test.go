@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/pgtest"
+	"github.com/sqlease/sqlease/internal/testserver"
 )
 
 // binary is the sqlease command TestMain built.
@@ -352,14 +352,31 @@ func poll(timeout time.Duration, cond func() (bool, string)) error {
 	}
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t *testing.T) string { return testserver.FreeAddr(t) }
+
+// holderOf returns the node of nodes whose holder id is holder (nil when
+// none is) and another one of them.
+func holderOf(nodes []*node, holder string) (held, other *node) {
+	for _, n := range nodes {
+		if n.holder == holder {
+			held = n
+		} else {
+			other = n
+		}
+	}
+	return held, other
+}
+
+// counterScript writes fleettest.CounterScript to a file of its own and
+// returns its path and the path of the file it records its PIDs in.
+func counterScript(t *testing.T) (script, pids string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	dir := t.TempDir()
+	script, pids = filepath.Join(dir, "counter.sh"), filepath.Join(dir, "pids")
+	if err := os.WriteFile(script, []byte(fleettest.CounterScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return script, pids
 }
 
 func without(nodes []*node, n *node) []*node {

@@ -49,11 +49,7 @@ func TestSingletonProcessFailover(t *testing.T) {
 	}{{backend{name: "sqlite", db: sqliteDB}, nil}, {backend{name: "postgres", db: pg}, nil},
 		{backend{name: "postgres-advisory", db: pg}, []string{"--election", "advisory"}}} {
 		t.Run(b.name, func(t *testing.T) {
-			dir := t.TempDir()
-			script, pids := filepath.Join(dir, "counter.sh"), filepath.Join(dir, "pids")
-			if err := os.WriteFile(script, []byte(fleettest.CounterScript), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			script, pids := counterScript(t)
 			f := newFleet(t, b.db(t), b.flags...)
 			nodes := f.start("a", "b")
 			def := fmt.Sprintf(`{"name":"counter","command":["bash",%q],"env":{"PIDS":%q},"initial_state":{"n":0},"heartbeat":"1s","stop_timeout":"2s"}`, script, pids)
@@ -76,14 +72,7 @@ func TestSingletonProcessFailover(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			var holder, other *node
-			for _, n := range nodes {
-				if n.holder == v.Holder {
-					holder = n
-				} else {
-					other = n
-				}
-			}
+			holder, other := holderOf(nodes, v.Holder)
 			if holder == nil {
 				t.Fatalf("holder %q is not a node of the fleet", v.Holder)
 			}
@@ -140,11 +129,7 @@ func TestSingletonProcessFailover(t *testing.T) {
 // A singleton that stops heart-beating makes its node's /readyz answer 503
 // with singleton_stale=<name>, and the status says stale.
 func TestSingletonFrozenNodeAndStaleness(t *testing.T) {
-	dir := t.TempDir()
-	script, pids := filepath.Join(dir, "counter.sh"), filepath.Join(dir, "pids")
-	if err := os.WriteFile(script, []byte(fleettest.CounterScript), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	script, pids := counterScript(t)
 	db := sqliteDB(t)
 	f := newFleet(t, db)
 	nodes := f.start("a", "b")
@@ -168,14 +153,7 @@ func TestSingletonFrozenNodeAndStaleness(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var holder, other *node
-	for _, n := range nodes {
-		if n.holder == v.Holder {
-			holder = n
-		} else {
-			other = n
-		}
-	}
+	holder, other := holderOf(nodes, v.Holder)
 	// Outside its writes: frozen inside one (a save, milliseconds, 20 a
 	// second) it would hold the file's write lock, and every other node
 	// with it, until it wakes (README, SQLite).
@@ -272,11 +250,7 @@ func TestSingletonFrozenNodeAndStaleness(t *testing.T) {
 // growing across 20 kill -9 failovers (PostgreSQL, advisory mode, so that
 // each takes milliseconds), and one copy runs after each.
 func TestSingletonCounterMonotonicAcrossFailovers(t *testing.T) {
-	dir := t.TempDir()
-	script, pids := filepath.Join(dir, "counter.sh"), filepath.Join(dir, "pids")
-	if err := os.WriteFile(script, []byte(fleettest.CounterScript), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	script, pids := counterScript(t)
 	f := newFleet(t, postgresDB(t)(t), "--election", "advisory")
 	nodes := f.start("n0", "n1")
 	def := fmt.Sprintf(`{"name":"counter","command":["bash",%q],"env":{"PIDS":%q},"heartbeat":"1s","stop_timeout":"1s"}`, script, pids)

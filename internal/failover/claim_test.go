@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,9 +42,7 @@ func hitOf(req *http.Request) hit {
 // test releases it: a run in flight on its worker.
 type holdServer struct {
 	url     string
-	mu      sync.Mutex
-	arrived []hit
-	notify  chan struct{}
+	arrived fleettest.Log[hit]
 	release chan struct{}
 }
 
@@ -55,14 +52,10 @@ func newHoldServer(t *testing.T) *holdServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &holdServer{url: "http://" + l.Addr().String() + "/hold", notify: make(chan struct{}), release: make(chan struct{})}
+	s := &holdServer{url: "http://" + l.Addr().String() + "/hold", release: make(chan struct{})}
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := hitOf(r)
-		s.mu.Lock()
-		s.arrived = append(s.arrived, h)
-		close(s.notify)
-		s.notify = make(chan struct{})
-		s.mu.Unlock()
+		s.arrived.Add(func(int) hit { return h })
 		select {
 		case <-s.release:
 		case <-r.Context().Done(): // the worker died
@@ -77,29 +70,10 @@ func newHoldServer(t *testing.T) *holdServer {
 
 // wait returns the n-th arrival (from 0), waiting up to timeout.
 func (s *holdServer) wait(n int, timeout time.Duration) (hit, bool) {
-	deadline := time.After(timeout)
-	for {
-		s.mu.Lock()
-		if len(s.arrived) > n {
-			h := s.arrived[n]
-			s.mu.Unlock()
-			return h, true
-		}
-		ch := s.notify
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline:
-			return hit{}, false
-		}
-	}
+	return s.arrived.TryWait(n, timeout, func(hit) bool { return true })
 }
 
-func (s *holdServer) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.arrived)
-}
+func (s *holdServer) count() int { return s.arrived.Len() }
 
 // claimWorkerFault runs two claim-mode nodes and one job whose run the
 // action endpoint holds open, then kills (SIGKILL) or freezes (SIGSTOP) the
@@ -169,9 +143,7 @@ func claimWorkerFault(t *testing.T, db string, sig syscall.Signal) time.Duration
 		n := hold.count()
 		victim.signal(syscall.SIGCONT)
 		time.Sleep(2 * time.Second)
-		hold.mu.Lock()
-		late := append([]hit(nil), hold.arrived[n:]...)
-		hold.mu.Unlock()
+		late := hold.arrived.All()[n:]
 		for _, h := range late {
 			if h.Holder == victim.id {
 				t.Errorf("after waking, worker %s sent the action again: %+v", victim.id, h)
@@ -182,31 +154,46 @@ func claimWorkerFault(t *testing.T, db string, sig syscall.Signal) time.Duration
 }
 
 // TestClaimWorkerFault: in claim mode a worker killed or frozen mid-run
-// loses its claim with its own lease, on PostgreSQL, MariaDB and SQLite.
+// loses its claim with its own lease, on PostgreSQL, MariaDB and SQLite. The
+// databases run in parallel (each fleet has a database of its own; the
+// bound's slack is 2.3 s), the two faults on each one after the other.
 func TestClaimWorkerFault(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and sqlease processes")
 	}
-	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
-		t.Run("postgres/"+sig.String(), func(t *testing.T) {
-			t.Logf("claim mode, PostgreSQL, %s of the worker mid-run → re-run after %s", sig, claimWorkerFault(t, pgtest.CreateDatabase(t, serverURL(t)), sig))
-		})
-		t.Run("mysql/"+sig.String(), func(t *testing.T) {
-			url := os.Getenv(mysqltest.URLEnv)
-			if url == "" {
-				t.Skip(mysqltest.URLEnv + " is not set: scripts/test.sh starts a MariaDB and sets it")
-			}
-			t.Logf("claim mode, MariaDB, %s of the worker mid-run → re-run after %s", sig, claimWorkerFault(t, mysqltest.CreateDatabase(t, url), sig))
-		})
-		// Both nodes on one file. A process frozen inside a write
-		// transaction holds every other writer off until it wakes (SQLite's
-		// lock): the worker is frozen mid-run, its handler waiting on the
-		// action, and outside its writes (FreezeOutsideWrites: a lease
-		// renewal or a claim holds the lock for milliseconds, and one
-		// freeze in a CI run hit one).
-		t.Run("sqlite/"+sig.String(), func(t *testing.T) {
-			db := "sqlite:" + filepath.Join(t.TempDir(), "claim.db")
-			t.Logf("claim mode, SQLite, %s of the worker mid-run → re-run after %s", sig, claimWorkerFault(t, db, sig))
-		})
-	}
+	signals := []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP}
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		for _, sig := range signals {
+			t.Run(sig.String(), func(t *testing.T) {
+				t.Logf("claim mode, PostgreSQL, %s of the worker mid-run → re-run after %s", sig, claimWorkerFault(t, pgtest.CreateDatabase(t, serverURL(t)), sig))
+			})
+		}
+	})
+	t.Run("mysql", func(t *testing.T) {
+		url := os.Getenv(mysqltest.URLEnv)
+		if url == "" {
+			t.Skip(mysqltest.URLEnv + " is not set: scripts/test.sh starts a MariaDB and sets it")
+		}
+		t.Parallel()
+		for _, sig := range signals {
+			t.Run(sig.String(), func(t *testing.T) {
+				t.Logf("claim mode, MariaDB, %s of the worker mid-run → re-run after %s", sig, claimWorkerFault(t, mysqltest.CreateDatabase(t, url), sig))
+			})
+		}
+	})
+	// Both nodes on one file. A process frozen inside a write transaction
+	// holds every other writer off until it wakes (SQLite's lock): the
+	// worker is frozen mid-run, its handler waiting on the action, and
+	// outside its writes (FreezeOutsideWrites: a lease renewal or a claim
+	// holds the lock for milliseconds, and one freeze in a CI run hit one).
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		for _, sig := range signals {
+			t.Run(sig.String(), func(t *testing.T) {
+				db := "sqlite:" + filepath.Join(t.TempDir(), "claim.db")
+				t.Logf("claim mode, SQLite, %s of the worker mid-run → re-run after %s", sig, claimWorkerFault(t, db, sig))
+			})
+		}
+	})
 }

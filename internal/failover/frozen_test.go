@@ -57,12 +57,14 @@ func frozenHandoff(t *testing.T, c *cluster) time.Duration {
 
 // TestAdvisoryFrozenLeader: in advisory mode a frozen leader keeps its
 // session lock; followers must still take over within lease + acquire
-// interval through the lease row (SPEC G5), on PostgreSQL and MariaDB.
+// interval through the lease row (SPEC G5), on PostgreSQL and MariaDB, in
+// parallel (a fleet and a database each).
 func TestAdvisoryFrozenLeader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and sqlease processes")
 	}
 	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
 		c := actingCluster(t, pgtest.CreateDatabase(t, serverURL(t)), "advisory", frozenArgs...)
 		t.Logf("advisory, PostgreSQL: SIGSTOP → next action after %s", frozenHandoff(t, c))
 	})
@@ -71,6 +73,7 @@ func TestAdvisoryFrozenLeader(t *testing.T) {
 		if url == "" {
 			t.Skip(mysqltest.URLEnv + " is not set: scripts/test.sh starts a MariaDB and sets it")
 		}
+		t.Parallel()
 		c := actingCluster(t, mysqltest.CreateDatabase(t, url), "advisory", frozenArgs...)
 		t.Logf("advisory, MariaDB: SIGSTOP → next action after %s", frozenHandoff(t, c))
 	})

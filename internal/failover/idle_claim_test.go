@@ -19,10 +19,7 @@ import (
 // issue 15's ≤ 1 statement/s for three idle nodes is lease mode's with
 // leader dispatch, TestLeaseIdleCost.)
 func TestClaimIdleCost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and sqlease processes")
-	}
-	srv, csvPath := statsServer(t)
+	srv, csvPath := idleServer(t)
 	res := measureIdle(t, srv.URL(), csvPath, "lease, --dispatch claim, defaults", "lease", 2*time.Second, 12*time.Second, "--dispatch", "claim")
 	t.Logf("3 idle claim-mode nodes: %.2f statements/s\n%s", res.stmts, idleTable([]idleCost{res}))
 	for k, v := range res.byKind {

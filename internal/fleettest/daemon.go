@@ -159,9 +159,7 @@ type Node struct {
 	*Proc
 	Addr string // host:port of its HTTP API
 
-	mu     sync.Mutex
-	lines  []LogLine
-	notify chan struct{} // closed and replaced on every new line
+	lines  Log[LogLine]
 	unkept map[string]bool
 }
 
@@ -252,7 +250,7 @@ func (d *Daemons) Launch(holder string, extra ...string) *Node {
 		}
 	}
 	cmd.Env = append(cmd.Env, d.Env...)
-	n := &Node{notify: make(chan struct{}), unkept: d.Unkept}
+	n := &Node{unkept: d.Unkept}
 	d.mu.Lock()
 	idx := len(d.nodes)
 	d.mu.Unlock()
@@ -292,49 +290,19 @@ func (n *Node) addLine(b []byte) {
 		return
 	}
 	l.Time, _ = time.Parse(time.RFC3339Nano, l.Str("time"))
-	n.mu.Lock()
-	n.lines = append(n.lines, l)
-	close(n.notify)
-	n.notify = make(chan struct{})
-	n.mu.Unlock()
+	n.lines.Add(func(int) LogLine { return l })
 }
 
 // Log returns the node's log lines so far. Safe from any goroutine.
-func (n *Node) Log() []LogLine {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return slices.Clone(n.lines)
-}
+func (n *Node) Log() []LogLine { return n.lines.All() }
 
 // Mark returns the position of the node's next log line.
-func (n *Node) Mark() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return len(n.lines)
-}
+func (n *Node) Mark() int { return n.lines.Len() }
 
 // TryWaitLogFrom waits up to timeout for a log line at position from or
 // later that matches pred. Safe from any goroutine.
 func (n *Node) TryWaitLogFrom(from int, timeout time.Duration, pred func(LogLine) bool) (LogLine, bool) {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		n.mu.Lock()
-		for ; from < len(n.lines); from++ {
-			if pred(n.lines[from]) {
-				l := n.lines[from]
-				n.mu.Unlock()
-				return l, true
-			}
-		}
-		ch := n.notify
-		n.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return LogLine{}, false
-		}
-	}
+	return n.lines.TryWait(from, timeout, pred)
 }
 
 // WaitLog waits for a log line (from the start) matching pred and fails the

@@ -7,7 +7,9 @@
 //     makes its TestMain run a worker (internal/multiproc, internal/schedproc).
 //     Workers configures each worker with a package's WorkerConfig (JSON);
 //     the worker side is IsWorker, ReadConfig, OpenStore, Out and
-//     ReadCommands.
+//     ReadCommands. Their election is a Lease (FastLease: the timings
+//     every worker fleet runs, and its failover bound); the database they
+//     share with the test, migrated with the action ledger, a Backend.
 //     A worker prints one JSON event per line on stdout (fields ev, holder,
 //     t, err at least; the package's event type embeds Meta) and reads
 //     commands on stdin; the fleet keeps the event log and waits on it with
@@ -33,4 +35,9 @@
 // rows for internal/ledger's invariant checker. Workers and nodes are
 // checked for data races, panics and unclean exits (Fleet.CheckWorkers and
 // the Daemons cleanup).
+//
+// Log is the one append-only list a test waits on with a deadline (a
+// fleet's events, a node's log lines, the requests an endpoint received);
+// Timings collects what a suite measures, for TestMain to print once the
+// tests, which run in parallel, have ended.
 package fleettest

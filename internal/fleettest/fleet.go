@@ -62,17 +62,17 @@ type Fleet[E any, P Event[E]] struct {
 	// the last 3000 events, one per line).
 	Format func([]E) string
 
-	mu     sync.Mutex
-	events []E
-	notify chan struct{} // closed and replaced on every new event
-	procs  []*Proc
+	events Log[E]
+
+	mu    sync.Mutex
+	procs []*Proc
 }
 
 // New returns an empty fleet; name prefixes its failure messages. Its
 // cleanup kills any worker still running and, if the test failed, logs the
 // events and the workers' stderr.
 func New[E any, P Event[E]](t testing.TB, name string) *Fleet[E, P] {
-	f := &Fleet[E, P]{t: t, name: name, dir: t.TempDir(), notify: make(chan struct{})}
+	f := &Fleet[E, P]{t: t, name: name, dir: t.TempDir()}
 	t.Cleanup(func() {
 		killOnCleanup(t, f.Procs())
 		if t.Failed() {
@@ -152,14 +152,12 @@ func (f *Fleet[E, P]) addSynthetic(proc int, h header) {
 }
 
 func (f *Fleet[E, P]) add(proc int, h header, e E) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	m := P(&e).meta()
-	m.Proc, m.Recv, m.Index = proc, time.Now(), len(f.events)
-	m.ev, m.holder, m.err = h.Ev, h.Holder, h.Err
-	f.events = append(f.events, e)
-	close(f.notify)
-	f.notify = make(chan struct{})
+	f.events.Add(func(index int) E {
+		m := P(&e).meta()
+		m.Proc, m.Recv, m.Index = proc, time.Now(), index
+		m.ev, m.holder, m.err = h.Ev, h.Holder, h.Err
+		return e
+	})
 }
 
 // Procs returns the workers launched so far.
@@ -180,18 +178,10 @@ func (f *Fleet[E, P]) Proc(holder string) *Proc {
 }
 
 // Mark returns the position of the next event, to wait for events from now on.
-func (f *Fleet[E, P]) Mark() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.events)
-}
+func (f *Fleet[E, P]) Mark() int { return f.events.Len() }
 
 // Events returns a copy of the event log.
-func (f *Fleet[E, P]) Events() []E {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]E(nil), f.events...)
-}
+func (f *Fleet[E, P]) Events() []E { return f.events.All() }
 
 // Select returns the events from position from on that match pred.
 func (f *Fleet[E, P]) Select(from int, pred func(E) bool) []E {
@@ -207,26 +197,7 @@ func (f *Fleet[E, P]) Select(from int, pred func(E) bool) []E {
 // TryWait waits up to timeout for an event at position from or later that
 // matches pred.
 func (f *Fleet[E, P]) TryWait(from int, timeout time.Duration, pred func(E) bool) (E, bool) {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		f.mu.Lock()
-		for ; from < len(f.events); from++ {
-			if pred(f.events[from]) {
-				e := f.events[from]
-				f.mu.Unlock()
-				return e, true
-			}
-		}
-		ch := f.notify
-		f.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline.C:
-			var zero E
-			return zero, false
-		}
-	}
+	return f.events.TryWait(from, timeout, pred)
 }
 
 // Wait is TryWait that fails the test, naming what, on timeout.

@@ -124,27 +124,17 @@ func (rc *Receiver) Open() []Delivery {
 
 // Unran waits up to timeout for a delivery of every job in jobs (one that
 // ended, when ended is set) and returns, sorted, the jobs that had none by
-// then: the accepted work a fault lost.
+// then: the accepted work a fault lost (internal/ledger's Unran).
 func (rc *Receiver) Unran(jobs map[string]time.Time, timeout time.Duration, ended bool) []string {
-	var lost []string
-	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+	return ledger.Unran(jobs, timeout, func() map[string]bool {
 		ran := map[string]bool{}
 		for _, dl := range rc.Deliveries() {
 			if !ended || !dl.End.IsZero() {
 				ran[dl.Job] = true
 			}
 		}
-		lost = lost[:0]
-		for name := range jobs {
-			if !ran[name] {
-				lost = append(lost, name)
-			}
-		}
-		if len(lost) == 0 || time.Now().After(deadline) {
-			slices.Sort(lost)
-			return lost
-		}
-	}
+		return ran
+	})
 }
 
 // WaitFor waits up to timeout for a delivery matching pred (started, not

@@ -73,6 +73,21 @@ func (w *Workers[E, P, C]) Launch(edit func(*C)) *Proc {
 // then runs the worker instead of the tests.
 func IsWorker() bool { return os.Getenv(WorkerEnv) == "1" }
 
+// WorkersMain is the TestMain of a package whose tests run worker fleets,
+// returning the exit code for os.Exit: in a worker process it runs worker;
+// otherwise the tests and then, with -v, what they measured (each line
+// ending in suffix).
+func WorkersMain(m *testing.M, worker func() int, measured *Timings, suffix string) int {
+	if IsWorker() {
+		return worker()
+	}
+	code := m.Run()
+	if testing.Verbose() {
+		measured.Fprint(os.Stdout, suffix)
+	}
+	return code
+}
+
 // ReadConfig decodes the worker's configuration into cfg (a pointer) and
 // returns its holder id.
 func ReadConfig(cfg any) (holder string, err error) {

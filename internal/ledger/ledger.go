@@ -24,6 +24,9 @@
 // transaction keeps every other epoch's acquire from committing until it
 // ends), and the database-time check covers what the id order cannot.
 //
+// Unran is the other half of "nothing done twice or not at all": the
+// accepted work that never ran.
+//
 // The ledger lives in the table sqlease_test_ledger, so use one database (or
 // SQLite file) per test. Supported dialects: "sqlite", "postgres", and —
 // untested here, for later use — "mysql" and "sqlserver".

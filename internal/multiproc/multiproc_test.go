@@ -2,116 +2,57 @@ package multiproc
 
 import (
 	"context"
-	"database/sql"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/ledger"
 	"github.com/sqlease/sqlease/internal/pgtest"
-	"github.com/sqlease/sqlease/postgres"
-	"github.com/sqlease/sqlease/sqlite"
-	"github.com/sqlease/sqlease/sqlstore"
 )
 
 func TestMain(m *testing.M) {
-	if fleettest.IsWorker() {
-		os.Exit(WorkerMain())
-	}
-	os.Exit(m.Run())
+	os.Exit(fleettest.WorkersMain(m, WorkerMain, &failovers, fmt.Sprintf(" (bound %v)", failoverBound)))
 }
 
-// Timings of every worker. Crash failover is bounded by
-// leaseDuration + acquireInterval×(1+jitter) ≈ 1.12 s; slack absorbs a loaded
-// two-core machine running five race-enabled processes.
 const (
-	leaseDuration   = 1 * time.Second
-	renewInterval   = 250 * time.Millisecond
-	acquireInterval = 100 * time.Millisecond
-	acquireJitter   = 0.2
-	safetyMargin    = 200 * time.Millisecond
-	actInterval     = 20 * time.Millisecond
-	slack           = 2 * time.Second
+	actInterval = 20 * time.Millisecond
+	slack       = 2 * time.Second // for five race-enabled processes
+	prefix      = "mp"
+	leaseName   = "multiproc"
+)
 
-	failoverBound = leaseDuration + time.Duration(float64(acquireInterval)*(1+acquireJitter)) + slack
-
-	leaseName = "multiproc"
-	prefix    = "mp"
+// The lease of every worker, and the bound of a crash failover.
+var (
+	workerLease   = fleettest.FastLease(leaseName)
+	failoverBound = workerLease.FailoverBound(slack)
 )
 
 // backend is one database shared by the workers of one test.
 type backend struct {
-	dialect string
-	dsn     string
-	db      *sql.DB // the test's own pool
-	store   *sqlstore.Store
-	srv     *pgtest.Server // set when the test owns the server
+	*fleettest.Backend
+	srv *pgtest.Server // set when the test owns the server
 }
 
 func (b *backend) leasesTable() string { return prefix + "_leases" }
 
 func (b *backend) config() WorkerConfig {
 	return WorkerConfig{
-		Dialect: b.dialect, DSN: b.dsn, Prefix: prefix, LeaseName: leaseName,
-		LeaseDuration: leaseDuration, RenewInterval: renewInterval,
-		AcquireInterval: acquireInterval, AcquireJitter: acquireJitter,
-		SafetyMargin: safetyMargin, ActInterval: actInterval,
-	}
-}
-
-func (b *backend) migrate(t *testing.T) {
-	t.Helper()
-	ctx := context.Background()
-	if err := b.store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := ledger.Migrate(ctx, b.db, b.dialect); err != nil {
-		t.Fatal(err)
+		Dialect: b.Dialect, DSN: b.DSN, Prefix: prefix, Lease: workerLease, ActInterval: actInterval,
 	}
 }
 
 func newSQLite(t *testing.T) *backend {
-	path := filepath.Join(t.TempDir(), "lease.db")
-	db, err := sqlite.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	store, err := sqlite.New(db, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &backend{dialect: "sqlite", dsn: path, db: db, store: store}
-	b.migrate(t)
-	return b
+	return &backend{Backend: fleettest.NewBackend(t, "sqlite", filepath.Join(t.TempDir(), "lease.db"), prefix)}
 }
 
-// newPostgres makes a fresh database on the server at url. Commits are made
-// durable (synchronous_commit = on), as in production, so that what a worker
-// saw committed survives an immediate server stop.
+// newPostgres makes a fresh database on the server at url.
 func newPostgres(t *testing.T, url string) *backend {
-	dsn := pgtest.CreateDatabase(t, url)
-	db, err := postgres.Open(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(`DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = on', current_database()); END $$`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := postgres.New(db, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &backend{dialect: "postgres", dsn: dsn, db: db, store: store}
-	b.migrate(t)
-	return b
+	return &backend{Backend: fleettest.NewBackend(t, "postgres", pgtest.CreateDatabase(t, url), prefix)}
 }
 
 type scenario struct {
@@ -131,7 +72,10 @@ var scenarios = []scenario{
 	{name: "e2_leader_paused_inside_fenced_transaction", run: testPausedInsideFencedTx},
 }
 
+// TestSQLite and TestPostgres run in parallel: each scenario has a database
+// of its own, and most of their time is spent waiting on leases.
 func TestSQLite(t *testing.T) {
+	t.Parallel()
 	for _, sc := range scenarios {
 		if sc.postgresOnly {
 			continue
@@ -144,6 +88,7 @@ func TestPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL servers")
 	}
+	t.Parallel()
 	shared := pgtest.Shared(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -159,30 +104,12 @@ func TestPostgres(t *testing.T) {
 	}
 }
 
-// failovers collects every measured crash failover, for the summary.
-var (
-	failoverMu sync.Mutex
-	failovers  = map[string][]time.Duration{}
-)
+// failovers collects every measured crash failover (SIGKILL to the first
+// fenced write of the next leader), for the summary TestMain prints (-v).
+var failovers fleettest.Timings
 
 func recordFailover(dialect string, d time.Duration) {
-	failoverMu.Lock()
-	defer failoverMu.Unlock()
-	failovers[dialect] = append(failovers[dialect], d)
-}
-
-func TestZZFailoverSummary(t *testing.T) {
-	failoverMu.Lock()
-	defer failoverMu.Unlock()
-	if len(failovers) == 0 {
-		t.Skip("no failover measured")
-	}
-	for dialect, ds := range failovers {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		t.Logf("%s: crash failover (SIGKILL to first fenced write of the next leader), %d samples: min %v median %v max %v (bound %v)",
-			dialect, len(s), s[0].Round(time.Millisecond), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), failoverBound)
-	}
+	failovers.Record(dialect+": crash failover", d)
 }
 
 // --- helpers ---
@@ -218,7 +145,7 @@ func finish(t *testing.T, f *Fleet, b *backend, extraHolders ...string) Summary 
 	t.Helper()
 	f.Shutdown(10 * time.Second)
 	f.CheckWorkers()
-	sum := f.Verify(b.db, b.dialect, b.leasesTable(), extraHolders...)
+	sum := f.Verify(b.DB, b.Dialect, b.leasesTable(), extraHolders...)
 	t.Logf("ledger: %d rows;%s", len(sum.Rows), sum)
 	return sum
 }
@@ -247,11 +174,11 @@ func testOneLeaderOnConcurrentStart(t *testing.T, b *backend) {
 		})
 	}
 	ctx := context.Background()
-	lease, err := b.store.Lease(ctx, leaseName)
+	lease, err := b.Store.Lease(ctx, leaseName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := ledger.Rows(ctx, b.db, b.dialect)
+	rows, err := ledger.Rows(ctx, b.DB, b.Dialect)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +219,7 @@ func testOneLeaderOnConcurrentStart(t *testing.T, b *backend) {
 	// Followers first, so that nobody takes over; then the leader releases.
 	f.Shutdown(10*time.Second, others(procs, leader)...)
 	f.Shutdown(10*time.Second, f.Proc(leader))
-	if l, err := b.store.Lease(ctx, leaseName); err != nil || !l.Expired() || l.Holder != leader {
+	if l, err := b.Store.Lease(ctx, leaseName); err != nil || !l.Expired() || l.Holder != leader {
 		t.Errorf("after the leader's graceful exit the lease is %+v (%v); want it released (expired)", l, err)
 	}
 	finish(t, f, b)
@@ -310,7 +237,7 @@ func testFailoverAfterKill(t *testing.T, b *backend) {
 	for round := 1; round <= 2; round++ {
 		victim := f.Proc(cur.Holder)
 		// Kill at a random point of the renewal cycle.
-		time.Sleep(rand.N(renewInterval))
+		time.Sleep(rand.N(workerLease.RenewInterval))
 		mark := f.Mark()
 		killedAt := time.Now()
 		victim.Kill()
@@ -319,7 +246,7 @@ func testFailoverAfterKill(t *testing.T, b *backend) {
 		}
 		// The dead leader's final lease row (a renewal it sent just before
 		// dying could still land: that only makes the check below weaker).
-		deadLease, err := b.store.Lease(context.Background(), leaseName)
+		deadLease, err := b.Store.Lease(context.Background(), leaseName)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,7 +261,7 @@ func testFailoverAfterKill(t *testing.T, b *backend) {
 			return e.Ev == EvStartedLeading && e.Holder == next.Holder && e.Epoch == next.Epoch
 		})
 		failover := next.T.Sub(killedAt)
-		recordFailover(b.dialect, failover)
+		recordFailover(b.Dialect, failover)
 		t.Logf("round %d: killed %s@%d; %s@%d acquired after %v, first fenced write after %v (bound %v)",
 			round, cur.Holder, cur.Epoch, next.Holder, next.Epoch,
 			started.T.Sub(killedAt).Round(time.Millisecond), failover.Round(time.Millisecond), failoverBound)
@@ -349,7 +276,7 @@ func testFailoverAfterKill(t *testing.T, b *backend) {
 		}
 		// In database time, the new lease was acquired no earlier than the
 		// dead leader's last expiry.
-		if l, err := b.store.Lease(context.Background(), leaseName); err != nil {
+		if l, err := b.Store.Lease(context.Background(), leaseName); err != nil {
 			t.Fatal(err)
 		} else if l.Epoch == next.Epoch && l.AcquiredAt.Before(deadExpiry) {
 			t.Errorf("epoch %d acquired at %s, before the killed leader's lease expired at %s", l.Epoch, l.AcquiredAt, deadExpiry)
@@ -379,12 +306,12 @@ func testFollowersNeverPassTheGate(t *testing.T, b *backend) {
 	mark := f.Mark()
 	termAt := time.Now()
 	f.Proc(first.Holder).Term()
-	next := f.Wait(mark, 2*acquireInterval+slack, "a new leader after the graceful handoff", func(e Event) bool {
+	next := f.Wait(mark, 2*workerLease.AcquireInterval+slack, "a new leader after the graceful handoff", func(e Event) bool {
 		return isFencedOK(e) && e.Epoch > first.Epoch
 	})
 	handoff := next.T.Sub(termAt)
 	t.Logf("graceful handoff %s@%d -> %s@%d: %v (followers poll every %v±%.0f%%)",
-		first.Holder, first.Epoch, next.Holder, next.Epoch, handoff.Round(time.Millisecond), acquireInterval, acquireJitter*100)
+		first.Holder, first.Epoch, next.Holder, next.Epoch, handoff.Round(time.Millisecond), workerLease.AcquireInterval, workerLease.AcquireJitter*100)
 	f.Wait(next.Index, 10*time.Second, "a second of acting", func(e Event) bool {
 		return isFencedOK(e) && e.Holder == next.Holder && e.T.Sub(next.T) >= time.Second
 	})
@@ -436,8 +363,8 @@ WHERE lease_name = ?1 RETURNING lease_epoch`,
 		"postgres": `UPDATE ` + b.leasesTable() + ` SET holder_id = 'intruder', lease_epoch = lease_epoch + 1,
 	renewed_at = clock_timestamp(), expires_at = clock_timestamp() + interval '1 hour'
 WHERE lease_name = $1 RETURNING lease_epoch`,
-	}[b.dialect]
-	tx, err := b.db.BeginTx(ctx, nil)
+	}[b.Dialect]
+	tx, err := b.DB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +373,7 @@ WHERE lease_name = $1 RETURNING lease_epoch`,
 	if err := tx.QueryRowContext(ctx, q, leaseName).Scan(&epoch); err != nil {
 		t.Fatalf("takeover: %v", err)
 	}
-	if err := ledger.Append(ctx, tx, b.dialect, "intruder", epoch, "takeover"); err != nil {
+	if err := ledger.Append(ctx, tx, b.Dialect, "intruder", epoch, "takeover"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -509,12 +436,12 @@ func testLeaderStopsWhenDatabaseStops(t *testing.T, b *backend) {
 	f.Start(3, nil)
 	lead := waitLeader(t, f, 0, 10)
 
-	time.Sleep(rand.N(renewInterval)) // stop at a random point of the renewal cycle
+	time.Sleep(rand.N(workerLease.RenewInterval)) // stop at a random point of the renewal cycle
 	mark := f.Mark()
 	stopAt := time.Now()
 	b.srv.Stop(t)
 	t.Logf("database stopped in %v", time.Since(stopAt).Round(time.Millisecond))
-	stopped := f.Wait(mark, leaseDuration+slack, lead.Holder+" stopped_leading after the database stopped", func(e Event) bool {
+	stopped := f.Wait(mark, workerLease.LeaseDuration+slack, lead.Holder+" stopped_leading after the database stopped", func(e Event) bool {
 		return e.Ev == EvStoppedLeading && e.Holder == lead.Holder && e.Epoch == lead.Epoch
 	})
 	latency := stopped.T.Sub(stopAt)
@@ -532,8 +459,8 @@ func testLeaderStopsWhenDatabaseStops(t *testing.T, b *backend) {
 	if len(failed) > 0 {
 		t.Logf("first failed write: %v", failed[0])
 	}
-	if latency > leaseDuration {
-		t.Errorf("the leader stopped %v after the database went away; want within lease_duration %v", latency, leaseDuration)
+	if latency > workerLease.LeaseDuration {
+		t.Errorf("the leader stopped %v after the database went away; want within lease_duration %v", latency, workerLease.LeaseDuration)
 	}
 	for _, line := range strings.Split(f.Proc(lead.Holder).Stderr(), "\n") {
 		if strings.Contains(line, "leader_lost") || strings.Contains(line, "renew_failed") {
@@ -547,7 +474,7 @@ func testLeaderStopsWhenDatabaseStops(t *testing.T, b *backend) {
 	startAt := time.Now()
 	b.srv.Start(t)
 	t.Logf("database back after %v down (start took %v)", time.Since(stopAt).Round(time.Millisecond), time.Since(startAt).Round(time.Millisecond))
-	next := f.Wait(down, leaseDuration+failoverBound, "a leader under a higher epoch after the database returned", func(e Event) bool {
+	next := f.Wait(down, workerLease.LeaseDuration+failoverBound, "a leader under a higher epoch after the database returned", func(e Event) bool {
 		return isFencedOK(e) && e.Epoch > lead.Epoch
 	})
 	t.Logf("%s@%d writes %v after the database started again", next.Holder, next.Epoch, next.T.Sub(startAt).Round(time.Millisecond))
@@ -605,7 +532,7 @@ func testPausedLeader(t *testing.T, b *backend) {
 	})
 	t.Logf("%s@%d stopped at %s; %s@%d writes %v later", lead.Holder, lead.Epoch, pausing.T.Format("15:04:05.000"),
 		next.Holder, next.Epoch, next.T.Sub(pausing.T).Round(time.Millisecond))
-	if d := time.Until(pausing.T.Add(2 * leaseDuration)); d > 0 {
+	if d := time.Until(pausing.T.Add(2 * workerLease.LeaseDuration)); d > 0 {
 		time.Sleep(d) // keep it stopped for 2×lease_duration
 	}
 
@@ -674,19 +601,19 @@ func testPausedInsideFencedTx(t *testing.T, b *backend) {
 		return e.Ev == EvPausing && e.Holder == lead.Holder && e.InTx
 	})
 	p.WaitStopped(2 * time.Second)
-	next, tookOver := f.TryWait(mark, time.Until(pausing.T.Add(2*leaseDuration)), func(e Event) bool {
+	next, tookOver := f.TryWait(mark, time.Until(pausing.T.Add(2*workerLease.LeaseDuration)), func(e Event) bool {
 		return isFencedOK(e) && e.Epoch > lead.Epoch
 	})
 	if tookOver {
 		t.Logf("%s@%d took over %v after the leader stopped inside its transaction", next.Holder, next.Epoch, next.T.Sub(pausing.T).Round(time.Millisecond))
-	} else if b.dialect == "postgres" {
+	} else if b.Dialect == "postgres" {
 		// The fence's session timeouts end a frozen transaction once its
 		// lease has expired, so failover stays bounded.
-		t.Errorf("no takeover during the %v the leader was stopped inside a fenced transaction", 2*leaseDuration)
+		t.Errorf("no takeover during the %v the leader was stopped inside a fenced transaction", 2*workerLease.LeaseDuration)
 	} else {
-		t.Logf("LIMITATION: no takeover during the %v the leader was stopped inside a fenced transaction: its lock blocks every acquirer (failover is not bounded by lease_duration + acquire_interval here)", 2*leaseDuration)
+		t.Logf("LIMITATION: no takeover during the %v the leader was stopped inside a fenced transaction: its lock blocks every acquirer (failover is not bounded by lease_duration + acquire_interval here)", 2*workerLease.LeaseDuration)
 	}
-	if d := time.Until(pausing.T.Add(2 * leaseDuration)); d > 0 {
+	if d := time.Until(pausing.T.Add(2 * workerLease.LeaseDuration)); d > 0 {
 		time.Sleep(d)
 	}
 

@@ -24,17 +24,12 @@ import (
 // WorkerConfig is what a worker is told through its environment
 // (fleettest.Workers passes it as JSON).
 type WorkerConfig struct {
-	Dialect   string // "sqlite" or "postgres"
-	DSN       string // SQLite file path or PostgreSQL URL
-	Prefix    string // table prefix of the lease store
-	LeaseName string
-	Holder    string
+	Dialect string // "sqlite" or "postgres"
+	DSN     string // SQLite file path or PostgreSQL URL
+	Prefix  string // table prefix of the lease store
+	Holder  string
 
-	LeaseDuration   time.Duration
-	RenewInterval   time.Duration
-	AcquireInterval time.Duration
-	AcquireJitter   float64
-	SafetyMargin    time.Duration
+	fleettest.Lease
 	// ActInterval is the pause between two actions of the leader.
 	ActInterval time.Duration
 
@@ -94,25 +89,17 @@ func WorkerMain() int {
 	}
 	defer db.Close()
 
-	w.el, err = election.New(election.Config{
-		Store:            w.store,
-		LeaseName:        cfg.LeaseName,
-		HolderID:         cfg.Holder,
-		LeaseDuration:    cfg.LeaseDuration,
-		RenewInterval:    cfg.RenewInterval,
-		AcquireInterval:  cfg.AcquireInterval,
-		AcquireJitter:    cfg.AcquireJitter,
-		SafetyMargin:     cfg.SafetyMargin,
-		OnStartedLeading: w.lead,
-		OnStoppedLeading: func(tok sqlease.Token) {
-			w.emit(Event{Ev: EvStoppedLeading, Epoch: tok.Epoch})
-		},
-		OnNewLeader: func(holder string, epoch int64) {
-			w.emit(Event{Ev: EvNewLeader, Leader: holder, Epoch: epoch})
-		},
-		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Observer: observer{w: w},
-	})
+	ec := cfg.Lease.Config(w.store, cfg.Holder)
+	ec.OnStartedLeading = w.lead
+	ec.OnStoppedLeading = func(tok sqlease.Token) {
+		w.emit(Event{Ev: EvStoppedLeading, Epoch: tok.Epoch})
+	}
+	ec.OnNewLeader = func(holder string, epoch int64) {
+		w.emit(Event{Ev: EvNewLeader, Leader: holder, Epoch: epoch})
+	}
+	ec.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ec.Observer = observer{w: w}
+	w.el, err = election.New(ec)
 	if err != nil {
 		w.emit(Event{Ev: EvFatal, Err: err.Error()})
 		return 2
@@ -240,8 +227,8 @@ func (w *worker) act(tok sqlease.Token, gateT time.Time, actor string) {
 	w.emit(ev)
 }
 
-// probe knocks on the gate every ActInterval, leader or not.
-func (w *worker) probe(ctx context.Context) {
+// everyAct calls fn every ActInterval until ctx ends.
+func (w *worker) everyAct(ctx context.Context, fn func()) {
 	t := time.NewTicker(w.cfg.ActInterval)
 	defer t.Stop()
 	for {
@@ -250,34 +237,34 @@ func (w *worker) probe(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		fn()
+	}
+}
+
+// probe knocks on the gate every ActInterval, leader or not.
+func (w *worker) probe(ctx context.Context) {
+	w.everyAct(ctx, func() {
 		gateT := time.Now()
 		tok, err := w.el.Require(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				w.probeRefused.Add(1)
 			}
-			continue
+			return
 		}
 		w.act(tok, gateT, "probe")
-	}
+	})
 }
 
 // bypass keeps writing with the last token once the gate is closed for it.
 func (w *worker) bypass(ctx context.Context) {
-	t := time.NewTicker(w.cfg.ActInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	w.everyAct(ctx, func() {
 		tok := w.lastTok.Load()
 		if tok == nil || w.el.Ensure(*tok) == nil {
-			continue // never led, or leading: the acting loop writes
+			return // never led, or leading: the acting loop writes
 		}
 		w.act(*tok, time.Time{}, "bypass")
-	}
+	})
 }
 
 // waitPaused parks the acting loop at a safe point (no transaction open)

@@ -2,7 +2,6 @@ package schedproc
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -11,7 +10,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,49 +18,38 @@ import (
 	"github.com/sqlease/sqlease/internal/ledger"
 	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/scheduler"
-	"github.com/sqlease/sqlease/sqlstore"
 )
 
 func TestMain(m *testing.M) {
-	if fleettest.IsWorker() {
-		os.Exit(WorkerMain())
-	}
-	os.Exit(m.Run())
+	os.Exit(fleettest.WorkersMain(m, WorkerMain, &timings, ""))
 }
 
 const (
 	prefix    = "sp"
 	leaseName = "schedproc"
 
-	// Leader mode. Crash failover is bounded by leaseDuration +
-	// acquireInterval×(1+jitter) ≈ 1.12 s; slack absorbs a loaded two-core
-	// machine running several race-enabled processes.
-	leaseDuration   = 1 * time.Second
-	renewInterval   = 250 * time.Millisecond
-	acquireInterval = 100 * time.Millisecond
-	acquireJitter   = 0.2
-	safetyMargin    = 200 * time.Millisecond
+	// Leader mode.
 	refreshInterval = 200 * time.Millisecond // schedule_refresh_interval
 
 	// Claim mode.
 	pollInterval = 100 * time.Millisecond
 
-	slack         = 3 * time.Second
-	failoverBound = leaseDuration + time.Duration(float64(acquireInterval)*(1+acquireJitter)) + slack
+	slack = 3 * time.Second
+)
+
+// The lease of leader mode's workers, and the bound of a crash failover.
+var (
+	workerLease   = fleettest.FastLease(leaseName)
+	failoverBound = workerLease.FailoverBound(slack)
 )
 
 // backend is one database shared by the workers of one test.
-type backend struct {
-	dialect string
-	dsn     string
-	db      *sql.DB // the test's own pool
-	store   *sqlstore.Store
-}
+type backend struct{ *fleettest.Backend }
 
 func (b *backend) leasesTable() string { return prefix + "_leases" }
 
 func (b *backend) claimConfig() WorkerConfig {
-	return WorkerConfig{Dialect: b.dialect, DSN: b.dsn, Prefix: prefix, Mode: ModeClaim,
+	return WorkerConfig{Dialect: b.Dialect, DSN: b.DSN, Prefix: prefix, Mode: ModeClaim,
 		PollInterval: pollInterval, BatchSize: 8}
 }
 
@@ -70,43 +57,23 @@ func (b *backend) claimConfig() WorkerConfig {
 // leader refreshes on the jobs change feed (at most once per refresh
 // interval), elsewhere it polls every refresh interval.
 func (b *backend) leaderConfig(refresh time.Duration) WorkerConfig {
-	return WorkerConfig{Dialect: b.dialect, DSN: b.dsn, Prefix: prefix, Mode: ModeLeader,
-		LeaseName: leaseName, LeaseDuration: leaseDuration, RenewInterval: renewInterval,
-		AcquireInterval: acquireInterval, AcquireJitter: acquireJitter, SafetyMargin: safetyMargin,
-		RefreshInterval: refresh, ListenJobs: b.dialect == "postgres"}
+	return WorkerConfig{Dialect: b.Dialect, DSN: b.DSN, Prefix: prefix, Mode: ModeLeader,
+		Lease: workerLease, RefreshInterval: refresh, ListenJobs: b.Dialect == "postgres"}
 }
 
 func newBackend(t *testing.T, dialect, dsn string) *backend {
 	t.Helper()
-	db, st, err := fleettest.OpenStore(context.Background(), dialect, dsn, prefix)
-	if err != nil {
+	b := &backend{fleettest.NewBackend(t, dialect, dsn, prefix)}
+	if err := MigrateExecs(context.Background(), b.DB, dialect, prefix); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
-	ctx := context.Background()
-	if dialect == "postgres" {
-		// Durable commits, as in production (pgtest's server defaults to
-		// synchronous_commit = off).
-		if _, err := db.ExecContext(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = on', current_database()); END $$`); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := MigrateExecs(ctx, db, dialect, prefix); err != nil {
-		t.Fatal(err)
-	}
-	if err := ledger.Migrate(ctx, db, dialect); err != nil {
-		t.Fatal(err)
-	}
-	return &backend{dialect: dialect, dsn: dsn, db: db, store: st}
+	return b
 }
 
 // admin is the test's own scheduler on the database (no dispatch).
 func (b *backend) admin(t *testing.T) *scheduler.Scheduler {
 	t.Helper()
-	s, err := scheduler.New(scheduler.Config{Store: b.store, Holder: "admin"})
+	s, err := scheduler.New(scheduler.Config{Store: b.Store, Holder: "admin"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +82,7 @@ func (b *backend) admin(t *testing.T) *scheduler.Scheduler {
 
 func (b *backend) now(t *testing.T) time.Time {
 	t.Helper()
-	n, err := b.store.Now(context.Background())
+	n, err := b.Store.Now(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +103,10 @@ var scenarios = []scenario{
 	{name: "start_run_failure_loses_occurrence", run: testStartRunFailure},
 }
 
+// TestSQLite and TestPostgres run in parallel: each scenario has a database
+// of its own, and most of their time is spent waiting on leases.
 func TestSQLite(t *testing.T) {
+	t.Parallel()
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			sc.run(t, newBackend(t, "sqlite", filepath.Join(t.TempDir(), "sched.db")))
@@ -148,6 +118,7 @@ func TestPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a PostgreSQL server")
 	}
+	t.Parallel()
 	shared := pgtest.Shared(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -177,7 +148,7 @@ func collect(t *testing.T, f *Fleet, b *backend) *Analysis {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := Collect(ctx, b.db, b.store, prefix, f.Events())
+	a, err := Collect(ctx, b.DB, b.Store, prefix, f.Events())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +373,7 @@ func testClaimKillInHandler(t *testing.T, b *backend) {
 	reclaim := re.T.Sub(killedAt)
 	t.Logf("%s killed in the handler of slow@%s#1; %s re-executed it as attempt %d %v later (lock_timeout %v, heartbeat every %v)",
 		victim.Holder, sleeping.SF, re.Holder, re.Attempt, reclaim.Round(time.Millisecond), lockTimeout, lockTimeout/4)
-	recordTiming(b.dialect, "claim reclaim after SIGKILL", reclaim)
+	recordTiming(b.Dialect, "claim reclaim after SIGKILL", reclaim)
 	if re.Attempt != 2 || re.SF != sleeping.SF || re.Key != sleeping.Key || re.Holder == victim.Holder {
 		t.Errorf("re-execution %v: want attempt 2 of %s with key %s by another worker", re, sleeping.SF, sleeping.Key)
 	}
@@ -532,7 +503,7 @@ func testLeaderFailover(t *testing.T, b *backend) {
 	caughtUp(t, f, l1.Index, l1.Epoch)
 
 	// 1. SIGKILL the leader at a random point of its schedule.
-	time.Sleep(rand.N(renewInterval))
+	time.Sleep(rand.N(workerLease.RenewInterval))
 	victim := f.Proc(l1.Holder)
 	mark := f.Mark()
 	killedAt := time.Now()
@@ -551,7 +522,7 @@ func testLeaderFailover(t *testing.T, b *backend) {
 		return isExec("tick")(e) && e.Epoch >= l2.Epoch
 	})
 	gapExec := f.Wait(l2.Index, refreshInterval+slack, "the one-off created in the gap", isExec("created-in-gap"))
-	lease2, err := b.store.Lease(ctx, leaseName)
+	lease2, err := b.Store.Lease(ctx, leaseName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +530,7 @@ func testLeaderFailover(t *testing.T, b *backend) {
 		t.Errorf("the one-off was created at %s, not before epoch %d was acquired at %s", FormatSF(gapJob.CreatedAt), l2.Epoch, FormatSF(lease2.AcquiredAt))
 	}
 	failover := first2.T.Sub(killedAt)
-	recordTiming(b.dialect, "leader failover after SIGKILL (kill to first tick)", failover)
+	recordTiming(b.Dialect, "leader failover after SIGKILL (kill to first tick)", failover)
 	t.Logf("killed %s@%d; %s@%d started leading %v later, first tick (%s#%d) after %v, the gap's one-off after %v",
 		l1.Holder, l1.Epoch, l2.Holder, l2.Epoch, l2.T.Sub(killedAt).Round(time.Millisecond), first2.SF, first2.Attempt,
 		failover.Round(time.Millisecond), gapExec.T.Sub(killedAt).Round(time.Millisecond))
@@ -580,11 +551,11 @@ func testLeaderFailover(t *testing.T, b *backend) {
 	first3 := f.Wait(l3.Index, 5*time.Second, "the next leader's first tick", func(e Event) bool {
 		return isExec("tick")(e) && e.Epoch >= l3.Epoch
 	})
-	recordTiming(b.dialect, "leader failover after SIGSTOP (stop to first tick)", first3.T.Sub(pausing.T))
+	recordTiming(b.Dialect, "leader failover after SIGSTOP (stop to first tick)", first3.T.Sub(pausing.T))
 	t.Logf("%s@%d stopped in the handler of tick@%s#%d; %s@%d started leading %v later, first tick %s#%d after %v",
 		pausing.Holder, pausing.Epoch, pausing.SF, pausing.Attempt, l3.Holder, l3.Epoch, l3.T.Sub(pausing.T).Round(time.Millisecond),
 		first3.SF, first3.Attempt, first3.T.Sub(pausing.T).Round(time.Millisecond))
-	if d := time.Until(pausing.T.Add(2 * leaseDuration)); d > 0 {
+	if d := time.Until(pausing.T.Add(2 * workerLease.LeaseDuration)); d > 0 {
 		time.Sleep(d)
 	}
 	cont := f.Mark()
@@ -614,7 +585,7 @@ func testLeaderFailover(t *testing.T, b *backend) {
 			t.Errorf("the paused leader executed under its old epoch after it was stopped: %v", e)
 		}
 	}
-	if err := ledger.Check(ctx, b.db, b.dialect, b.leasesTable()); err != nil {
+	if err := ledger.Check(ctx, b.DB, b.Dialect, b.leasesTable()); err != nil {
 		t.Errorf("ledger (fenced execution records): %v", err)
 	}
 	a := collect(t, f, b)
@@ -780,7 +751,7 @@ func testLeaderRunsFollowerJob(t *testing.T, b *backend) {
 	ex := f.Wait(mark, bound, "the leader executing from-test", isExec("from-test"))
 	lat = append(lat, ex.T.Sub(createdAt))
 	for _, d := range lat {
-		recordTiming(b.dialect, "leader pick-up of a job created elsewhere", d)
+		recordTiming(b.Dialect, "leader pick-up of a job created elsewhere", d)
 	}
 	t.Logf("creation to execution by the leader: %v (refresh interval %v)", roundAll(lat), refreshInterval)
 	waitSucceeded(t, admin, 10*time.Second, "from-test", "from-follower-0", "from-follower-1", "from-follower-2", "from-follower-3")
@@ -901,7 +872,7 @@ func testDrainWhileDispatching(t *testing.T, b *backend) {
 func testStartRunFailure(t *testing.T, b *backend) {
 	ctx := context.Background()
 	admin := b.admin(t)
-	if _, err := b.db.ExecContext(ctx, `INSERT INTO `+FaultsTable(prefix)+` (job) VALUES ('fragile')`); err != nil {
+	if _, err := b.DB.ExecContext(ctx, `INSERT INTO `+FaultsTable(prefix)+` (job) VALUES ('fragile')`); err != nil {
 		t.Fatal(err)
 	}
 	const lockTimeout = time.Second
@@ -929,7 +900,7 @@ func testStartRunFailure(t *testing.T, b *backend) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := b.db.ExecContext(ctx, `DELETE FROM `+FaultsTable(prefix)); err != nil {
+	if _, err := b.DB.ExecContext(ctx, `DELETE FROM `+FaultsTable(prefix)); err != nil {
 		t.Fatal(err)
 	}
 	j, _ := admin.Job(ctx, "fragile")
@@ -952,34 +923,9 @@ func testStartRunFailure(t *testing.T, b *backend) {
 	}
 }
 
-// --- timings summary ---
-
-var (
-	timingMu sync.Mutex
-	timings  = map[string][]time.Duration{}
-)
+// timings holds what the scenarios measure; TestMain prints it (-v).
+var timings fleettest.Timings
 
 func recordTiming(dialect, what string, d time.Duration) {
-	timingMu.Lock()
-	defer timingMu.Unlock()
-	k := dialect + ": " + what
-	timings[k] = append(timings[k], d)
-}
-
-func TestZZTimingSummary(t *testing.T) {
-	timingMu.Lock()
-	defer timingMu.Unlock()
-	if len(timings) == 0 {
-		t.Skip("nothing measured")
-	}
-	keys := make([]string, 0, len(timings))
-	for k := range timings {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		s := slices.Clone(timings[k])
-		slices.Sort(s)
-		t.Logf("%s: %d samples: min %v median %v max %v", k, len(s), s[0].Round(time.Millisecond), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
-	}
+	timings.Record(dialect+": "+what, d)
 }

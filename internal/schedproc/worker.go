@@ -42,12 +42,7 @@ type WorkerConfig struct {
 	BatchSize    int
 
 	// Leader mode.
-	LeaseName       string
-	LeaseDuration   time.Duration
-	RenewInterval   time.Duration
-	AcquireInterval time.Duration
-	AcquireJitter   float64
-	SafetyMargin    time.Duration
+	fleettest.Lease
 	RefreshInterval time.Duration
 	// ListenJobs (PostgreSQL, leader mode): refresh the schedule on the
 	// jobs table's change feed (postgres.ListenJobs), as the daemon does.
@@ -204,30 +199,22 @@ func WorkerMain() int {
 		return 2
 	}
 	if cfg.Mode == ModeLeader {
-		w.el, err = election.New(election.Config{
-			Store:           w.store,
-			LeaseName:       cfg.LeaseName,
-			HolderID:        cfg.Holder,
-			LeaseDuration:   cfg.LeaseDuration,
-			RenewInterval:   cfg.RenewInterval,
-			AcquireInterval: cfg.AcquireInterval,
-			AcquireJitter:   cfg.AcquireJitter,
-			SafetyMargin:    cfg.SafetyMargin,
-			OnStartedLeading: func(ctx context.Context, tok sqlease.Token) {
-				w.emit(Event{Ev: EvStartedLeading, Epoch: tok.Epoch})
-				err := w.sched.Lead(ctx, w.el, tok)
-				ev := Event{Ev: EvLeadReturned, Epoch: tok.Epoch}
-				if err != nil {
-					ev.Err = err.Error()
-				}
-				w.emit(ev)
-			},
-			OnStoppedLeading: func(tok sqlease.Token) {
-				w.emit(Event{Ev: EvStoppedLeading, Epoch: tok.Epoch})
-			},
-			Logger:   logger.With(slog.String("component", "elector")),
-			Observer: observer{w: w},
-		})
+		ec := cfg.Lease.Config(w.store, cfg.Holder)
+		ec.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) {
+			w.emit(Event{Ev: EvStartedLeading, Epoch: tok.Epoch})
+			err := w.sched.Lead(ctx, w.el, tok)
+			ev := Event{Ev: EvLeadReturned, Epoch: tok.Epoch}
+			if err != nil {
+				ev.Err = err.Error()
+			}
+			w.emit(ev)
+		}
+		ec.OnStoppedLeading = func(tok sqlease.Token) {
+			w.emit(Event{Ev: EvStoppedLeading, Epoch: tok.Epoch})
+		}
+		ec.Logger = logger.With(slog.String("component", "elector"))
+		ec.Observer = observer{w: w}
+		w.el, err = election.New(ec)
 		if err != nil {
 			w.emit(Event{Ev: EvFatal, Err: err.Error()})
 			return 2

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -81,6 +82,17 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FreeAddr returns "127.0.0.1:<port>" with a port that is free right now
+// (FreePort), for a node the test starts; it fails t when there is none.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port)
 }
 
 // DatabaseName makes a valid, unique database name (at most 63 bytes, for
