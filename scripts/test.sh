@@ -363,7 +363,7 @@ start_mariadb() {
 
 # --- headroom and starvation ---
 # Quiet-machine times of the longest packages (seconds, 2 cores, each run
-# alone; for failover, schedproc, e2e and multiproc, whose tests now run in
+# alone; for failover, schedproc and e2e, whose tests now run partly in
 # parallel, their times on a loaded machine), and of the whole run: what the
 # start announces and what the timeout must cover twice over. The whole
 # suite starts them in this order: the first, the longest, in a go test of
@@ -375,7 +375,7 @@ start_mariadb() {
 # them (two of scheduler's leader-fault tests failed, in 2 of 3 runs, with
 # it started among the others on a loaded machine).
 quiet_total_min=7
-quiet_times="internal/faults:254 model:60 internal/failover:128 scheduler:135 internal/hafailover:66 internal/schedproc:42 httpapi:37 internal/e2e:67 internal/cli:38 postgres:48 mysql:47 internal/multiproc:28"
+quiet_times="internal/faults:254 model:60 internal/failover:128 scheduler:135 internal/hafailover:66 internal/schedproc:42 httpapi:37 internal/e2e:67 internal/cli:38 postgres:48 mysql:47 internal/multiproc:41"
 pkg_timeout=12m
 
 # cpu_share prints the share of a core (per mille) this shell got while
