@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/mysql"
@@ -96,6 +98,9 @@ func openStore(ctx context.Context, dbURL, prefix string, migrate bool) (s *sqls
 	}
 	if err := s.DB().PingContext(ctx); err != nil {
 		s.DB().Close()
+		if c := s.Dialect().Classify; c != nil {
+			err = c(err)
+		}
 		return nil, fmt.Errorf("connect to %s: %w", redact(dbURL), err)
 	}
 	if migrate {
@@ -105,6 +110,35 @@ func openStore(ctx context.Context, dbURL, prefix string, migrate bool) (s *sqls
 		}
 	}
 	return s, nil
+}
+
+// startupWait bounds how long a starting node waits for its database while
+// it answers with errors worth retrying (sqlease.ErrTransient: refused or
+// lost connections, a read-only server): a node started during a database
+// failover (a Patroni promotion takes 10–30 s) or a restart waits for it
+// instead of exiting. Any other error (a wrong password, a bad URL) ends
+// the start at once.
+const startupWait = 60 * time.Second
+
+// openStoreWaiting is openStore for a starting node: it retries transient
+// failures with backoff for up to wait, logging each, until ctx ends.
+func openStoreWaiting(ctx context.Context, log *slog.Logger, wait time.Duration, dbURL, prefix string, migrate bool) (*sqlstore.Store, error) {
+	deadline := time.Now().Add(wait)
+	backoff := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		s, err := openStore(ctx, dbURL, prefix, migrate)
+		if err == nil || !errors.Is(err, sqlease.ErrTransient) || time.Now().Add(backoff).After(deadline) {
+			return s, err
+		}
+		log.Warn("database_unavailable", slog.Int("attempt", attempt), slog.String("error", err.Error()),
+			slog.Duration("retry_in", backoff), slog.Duration("gives_up_in", time.Until(deadline).Round(time.Second)))
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
 }
 
 // openExisting opens the store of an administrative command (status, jobs,

@@ -100,7 +100,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	if err != nil {
 		return nil, usagef("http: cannot listen on %s: %v", cfg.HTTP, err)
 	}
-	store, err := openStore(ctx, cfg.DB, cfg.TablePrefix, cfg.Migrate)
+	store, err := openStoreWaiting(ctx, log, startupWait, cfg.DB, cfg.TablePrefix, cfg.Migrate)
 	if err != nil {
 		ln.Close()
 		return nil, err
