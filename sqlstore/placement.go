@@ -22,6 +22,12 @@ import (
 // its holder id (singleton.MemberPrefix is the same).
 const MemberLeasePrefix = "member:"
 
+// UpgradeFenceHolder holds the per-singleton lease of the protocol before
+// placement by node ("singleton:" + name) of every singleton placed by node,
+// so that a node of that older protocol cannot acquire it during a rolling
+// upgrade (package singleton, "Rolling upgrade"). Not a node.
+const UpgradeFenceHolder = "sqlease:placed-by-node"
+
 // NodePlacement is one live member lease as Placement reads it.
 type NodePlacement struct {
 	Holder    string
