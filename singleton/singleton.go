@@ -265,7 +265,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger.With(slog.String("holder_id", cfg.HolderID)), kick: make(chan struct{}, 1),
 		starting: make(chan struct{}, maxStarting), unsubscribe: func() {}}
 	ecfg := election.Config{
-		Store: cfg.Leases, SessionLocker: cfg.SessionLocker, LeaseName: MemberPrefix + cfg.HolderID, HolderID: cfg.HolderID,
+		Store: memberStore{LeaseStore: cfg.Leases, st: cfg.Store}, SessionLocker: cfg.SessionLocker, LeaseName: MemberPrefix + cfg.HolderID, HolderID: cfg.HolderID,
 		LeaseDuration: cfg.LeaseDuration, RenewInterval: cfg.RenewInterval, AcquireInterval: cfg.AcquireInterval,
 		Logger: cfg.Logger.With(slog.String("member", cfg.HolderID)), Clock: cfg.Clock,
 		OnStartedLeading: n.lead,

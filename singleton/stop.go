@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // term is one assignment of a singleton to this node, under one generation
@@ -83,5 +84,37 @@ func (e *entry) stopBody(log *slog.Logger, t *term) {
 		log.Warn("singleton_stop_timeout", slog.String("singleton", e.name), slog.Int64("lease_epoch", t.tok.Epoch),
 			slog.Duration("stop_timeout", e.stopTimeout),
 			slog.String("hint", "the body did not return within its stop timeout after its context ended; the gate closes now"))
+	}
+}
+
+// memberStore is the lease store of the member lease's elector: its
+// renewals are Store.RenewMember, one statement on every dialect (on MySQL
+// and MariaDB Renew is a transaction of four: BEGIN, the write, a read,
+// COMMIT — 7.7 statements/s for an idle fleet of 3 where the protocol
+// needs 3), retried on a transient error until the elector's deadline for
+// the renew (its context), as a resilient store would. The lease returned
+// carries only the token: the elector's deadline runs from the renew's send
+// time, not from the expiry the database computed.
+type memberStore struct {
+	sqlease.LeaseStore
+	st *sqlstore.Store
+}
+
+func (m memberStore) Renew(ctx context.Context, tok sqlease.Token, ttl time.Duration) (sqlease.Lease, error) {
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		err := m.st.RenewMember(ctx, tok, ttl)
+		if err == nil {
+			return sqlease.Lease{Name: tok.Name, Holder: tok.Holder, Epoch: tok.Epoch}, nil
+		}
+		if !errors.Is(err, sqlease.ErrTransient) {
+			return sqlease.Lease{}, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return sqlease.Lease{}, err
+		case <-t.C:
+		}
 	}
 }
