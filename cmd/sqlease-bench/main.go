@@ -353,9 +353,19 @@ func main() {
 
 	for _, d := range dls {
 		if d == "mysql" {
-			// The daemon scenario alone (mysql.go).
+			// The daemon scenario (mysql.go) and the library's singletons.
 			if want["daemon"] && !daemonScenario(ctx, e, d, *daemonJobs, *daemonNodes, *runs) {
 				return
+			}
+			if want["singletons"] {
+				for _, k := range sNodes {
+					for _, n := range singletonsN {
+						o := singletonOpts{dialect: d, n: n, nodes: k, window: *sWindow, settle: *sSettle} // lease mode: the bench's advisory sessions are PostgreSQL's
+						if !singletonScenario(ctx, e, o, *runs) {
+							return
+						}
+					}
+				}
 			}
 			continue
 		}
