@@ -82,6 +82,7 @@ package singleton
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -529,7 +530,8 @@ type Instance[S any] struct {
 
 // Token is the fencing token of this run: Name LeasePrefix + the
 // singleton's name, Holder this node, Epoch the assignment's generation
-// (it grows at every assignment and never goes back).
+// (it grows at every assignment and never goes back). Fence writes of your
+// own with Fenced (not sqlstore.Store.Fenced: no lease carries this token).
 func (in *Instance[S]) Token() sqlease.Token { return in.t.tok }
 
 // ActDeadline returns the local instant by which what this run started
@@ -578,6 +580,22 @@ func (in *Instance[S]) Save(ctx context.Context, s S) error {
 func (in *Instance[S]) Heartbeat(ctx context.Context) error {
 	if err := in.t.write(ctx, in.node, func(ctx context.Context) error {
 		return in.node.cfg.Store.HeartbeatAssigned(ctx, in.name, in.t.tok)
+	}); err != nil {
+		return err
+	}
+	in.e.beat(in.node.cfg.Clock.Now())
+	return nil
+}
+
+// Fenced runs fn in a database transaction fenced by this run's
+// assignment (sqlstore.Store.FencedAssigned), for writes of the body's own
+// that must not happen once another node may run the singleton: it returns
+// an error wrapping sqlease.ErrLeaseLost, and commits nothing, once this
+// node no longer holds it (the term then ends, as after a refused Save). An
+// error of fn is returned as is. It counts as a heartbeat.
+func (in *Instance[S]) Fenced(ctx context.Context, fn func(*sql.Tx) error) error {
+	if err := in.t.write(ctx, in.node, func(ctx context.Context) error {
+		return in.node.cfg.Store.FencedAssigned(ctx, in.name, in.t.tok, fn)
 	}); err != nil {
 		return err
 	}

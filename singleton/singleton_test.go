@@ -2,6 +2,7 @@ package singleton_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -476,5 +477,90 @@ func TestOldProtocolLeaseAndPlacementExcludeEachOther(t *testing.T) {
 		if _, err := st.Acquire(ctx, singleton.LeasePrefix+"fresh", "old-node", time.Second); !errors.Is(err, sqlease.ErrLeaseHeld) {
 			t.Fatalf("an old node acquiring the lease of a singleton placed by node: %v, want ErrLeaseHeld", err)
 		}
+	})
+}
+
+// A body's writes of its own, fenced by its run (Instance.Fenced), commit
+// while its node holds the singleton, and a deposed run's commit nothing:
+// after a handover its Fenced returns ErrLeaseLost and the table is
+// unchanged.
+func TestFencedWritesOfTheBody(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func() *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore()
+		if _, err := st.DB().ExecContext(ctx, `CREATE TABLE effects (holder VARCHAR(64) NOT NULL, epoch BIGINT NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		runs := map[string]*singleton.Instance[v1]{}
+		register := func(holder string) func(n *singleton.Node) {
+			return func(n *singleton.Node) {
+				if err := singleton.Register(n, singleton.Config[v1]{Name: "effects",
+					Body: func(ctx context.Context, in *singleton.Instance[v1]) error {
+						mu.Lock()
+						runs[holder] = in
+						mu.Unlock()
+						<-ctx.Done()
+						return nil
+					}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		insert := func(in *singleton.Instance[v1]) error {
+			return in.Fenced(ctx, func(tx *sql.Tx) error {
+				q := `INSERT INTO effects (holder, epoch) VALUES ($1, $2)`
+				if st.Dialect().Name == "sqlite" {
+					q = `INSERT INTO effects (holder, epoch) VALUES (?, ?)`
+				}
+				_, err := tx.ExecContext(ctx, q, in.Token().Holder, in.Token().Epoch)
+				return err
+			})
+		}
+		count := func() int {
+			var k int
+			if err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM effects`).Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			return k
+		}
+		a := newNode(t, newStore(), "a", register("a"))
+		waitFor(t, 5*time.Second, "a to run it", func() bool { mu.Lock(); defer mu.Unlock(); return runs["a"] != nil })
+		mu.Lock()
+		ra := runs["a"]
+		mu.Unlock()
+		if err := insert(ra); err != nil {
+			t.Fatalf("a fenced write of the running body: %v", err)
+		}
+		b := newNode(t, newStore(), "b", register("b"))
+		a.stop()
+		waitFor(t, 5*time.Second, "b to run it", func() bool { mu.Lock(); defer mu.Unlock(); return runs["b"] != nil })
+		if err := insert(ra); !errors.Is(err, sqlease.ErrLeaseLost) {
+			t.Fatalf("a deposed run's fenced write: %v, want ErrLeaseLost", err)
+		}
+		// The database's fence alone (a's own gate, closed, is not asked).
+		q := `INSERT INTO effects (holder, epoch) VALUES ($1, $2)`
+		if st.Dialect().Name == "sqlite" {
+			q = `INSERT INTO effects (holder, epoch) VALUES (?, ?)`
+		}
+		if err := st.FencedAssigned(ctx, "effects", ra.Token(), func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, q, "a", ra.Token().Epoch)
+			return err
+		}); !errors.Is(err, sqlease.ErrLeaseLost) {
+			t.Fatalf("a write fenced by a deposed run's assignment, in the database: %v, want ErrLeaseLost", err)
+		}
+		if k := count(); k != 1 {
+			t.Fatalf("%d rows after a deposed run's fenced write, want 1", k)
+		}
+		mu.Lock()
+		rb := runs["b"]
+		mu.Unlock()
+		if err := insert(rb); err != nil {
+			t.Fatalf("the new holder's fenced write: %v", err)
+		}
+		if k := count(); k != 2 {
+			t.Fatalf("%d rows, want 2", k)
+		}
+		_ = b
 	})
 }

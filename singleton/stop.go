@@ -39,7 +39,16 @@ func (t *term) write(ctx context.Context, n *Node, fn func(context.Context) erro
 	if err := n.member.Ensure(t.mtok); err != nil {
 		return fmt.Errorf("singleton under %s: %w: %w", t.tok, sqlease.ErrLeaseLost, err)
 	}
-	err := fn(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Once sent, a write is seen through — not cut short by ctx (a body
+	// stopped gracefully mid-Save) — until the member lease's local
+	// deadline: one statement in autocommit, cancelled after the server had
+	// run it, would have answered an error for a save that was kept.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(t.actUntil(n).Sub(n.cfg.Clock.Now()), 0))
+	defer cancel()
+	err := fn(wctx)
 	if errors.Is(err, sqlease.ErrLeaseLost) {
 		t.lose()
 		n.dirty.Store(true) // read the assignments at the next reading
