@@ -151,6 +151,8 @@ func (d *Dashboard) nodes(ctx context.Context, leases []sqlease.Lease, events []
 			role = "claim worker"
 		case strings.HasPrefix(l.Name, memberPrefix):
 			role = "singleton member"
+		case strings.HasPrefix(l.Name, singletonPrefix) && l.Holder == sqlstore.UpgradeFenceHolder:
+			continue // placed by node: the rolling upgrade's fence, no node
 		case strings.HasPrefix(l.Name, singletonPrefix):
 			role = "runs " + strings.TrimPrefix(l.Name, singletonPrefix)
 		default:

@@ -50,7 +50,7 @@ func TestCrashLoopIsFailingWithItsError(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l, err := st.Lease(ctx, singleton.LeasePrefix+name)
+			l, err := st.Lease(ctx, singleton.MemberPrefix+row.Node)
 			if err != nil && !errors.Is(err, sqlease.ErrNoLease) {
 				t.Fatal(err)
 			}

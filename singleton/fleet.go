@@ -2,154 +2,473 @@ package singleton
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 	"sort"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/sqlstore"
 )
 
-// Spreading over the fleet (package doc): each node holds no more than its
-// fair share while another is willing, and hands a surplus over.
+// Placement by node (package doc): while this node holds its member lease,
+// lead reads the placement every renew interval and places, gives and runs
+// singletons accordingly.
 
-// willing reports whether this node holds less than its fair share (and
-// is not stopping).
-func (n *Node) willing() bool {
-	n.mu.Lock()
-	share, stopping := n.share, n.stopping
-	n.mu.Unlock()
-	return !stopping && n.held() < share
+// placer is the state of one member term's placement loop.
+type placer struct {
+	n           *Node
+	mtok        sqlease.Token
+	ctx         context.Context
+	unplacedFor int // intervals in a row with singletons unplaced
+	stuck       int // unplaced singletons none of which this node could place (none registered here)
+	lastHeld    int // this node's count in the placement at the last read of its assignments
+	reads       int // placement reads, for the periodic re-read of the assignments
+	terms       []*term
+
+	mu       sync.Mutex
+	watching map[string]bool // advisory mode: the live members whose session lock is watched
 }
 
-func (n *Node) held() int {
-	k := 0
-	for _, e := range n.snapshot() {
-		if e.el.IsLeader() {
-			k++
-		}
-	}
-	return k
-}
-
-// membership renews this node's member lease, recomputes the fair share
-// from the live members and gives a surplus singleton back.
-func (n *Node) membership(ctx context.Context) {
-	name := MemberPrefix + n.cfg.HolderID
-	var tok sqlease.Token
+// lead is the member elector's OnStartedLeading: the placement loop of one
+// member term. It returns when the term ends; every body of the term then
+// stops at once (the elector has closed the gate already).
+func (n *Node) lead(ctx context.Context, mtok sqlease.Token) {
+	p := &placer{n: n, mtok: mtok, ctx: ctx, lastHeld: -1, watching: map[string]bool{}}
+	n.dirty.Store(true)
+	defer p.end()
 	t := time.NewTimer(0)
 	defer t.Stop()
-	defer func() {
-		if !tok.IsZero() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			_ = n.cfg.Leases.Release(rctx, tok)
-			cancel()
-		}
-	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		t.Reset(n.cfg.RenewInterval)
-		if len(n.snapshot()) == 0 {
-			// No singletons here: no member lease, no statements.
-			if !tok.IsZero() {
-				_ = n.cfg.Leases.Release(ctx, tok)
-				tok = sqlease.Token{}
+		case <-n.kick:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
 			}
-			continue
 		}
-		if tok.IsZero() {
-			if l, err := n.cfg.Leases.Acquire(ctx, name, n.cfg.HolderID, n.cfg.LeaseDuration); err == nil {
-				tok = l.Token()
-			}
-		} else if _, err := n.cfg.Leases.Renew(ctx, tok, n.cfg.LeaseDuration); err != nil {
-			tok = sqlease.Token{}
-			continue
-		}
-		leases, err := n.cfg.Leases.Leases(ctx)
-		if err != nil {
-			continue
-		}
-		n.rebalance(leases)
+		t.Reset(p.reconcile())
 	}
 }
 
-// rebalance computes the fair share and, when this node holds more than it
-// while a live member holds less, resigns its most recently gained
-// singleton.
-func (n *Node) rebalance(leases []sqlease.Lease) {
-	members := map[string]int{}
-	names := map[string]bool{}
-	for _, l := range leases {
-		switch {
-		case strings.HasPrefix(l.Name, MemberPrefix) && !l.Expired():
-			members[strings.TrimPrefix(l.Name, MemberPrefix)] += 0
-		case strings.HasPrefix(l.Name, LeasePrefix):
-			names[strings.TrimPrefix(l.Name, LeasePrefix)] = true
-		}
-	}
-	for _, e := range n.snapshot() {
-		names[e.name] = true
-	}
-	members[n.cfg.HolderID] += 0
-	for _, l := range leases {
-		if strings.HasPrefix(l.Name, LeasePrefix) && !l.Expired() {
-			if _, live := members[l.Holder]; live {
-				members[l.Holder]++
+// end stops the bodies of the member term, a loss, and waits for them
+// (at most each one's stop timeout: a body that ignores its context has
+// its gate closed anyway).
+func (p *placer) end() {
+	var wg sync.WaitGroup
+	for _, t := range p.terms {
+		t.lose()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-t.done:
+			case <-time.After(DefaultStopTimeout):
 			}
-		}
+		}()
 	}
-	share := (len(names) + len(members) - 1) / len(members)
+	wg.Wait()
+}
+
+// reconcile acts on one reading of the placement and returns when to look
+// again.
+func (p *placer) reconcile() time.Duration {
+	n, ctx := p.n, p.ctx
+	wake := n.cfg.RenewInterval
 	n.mu.Lock()
-	n.share = share
 	stopping := n.stopping
 	n.mu.Unlock()
 	if stopping {
-		return // every body is being stopped already
+		return wake // every body is being stopped; the member lease is released next
 	}
-	under := false
-	for h, k := range members {
-		if h != n.cfg.HolderID && k < share {
-			under = true
-		}
-	}
-	var mine []*entry
-	for _, e := range n.snapshot() {
-		if e.el.IsLeader() {
-			mine = append(mine, e)
-		}
-	}
-	if len(mine) <= share || !under || n.handingOver.Load() {
-		return
-	}
-	sort.Slice(mine, func(i, j int) bool { return mine[i].acquiredAt().After(mine[j].acquiredAt()) })
-	e := mine[0]
-	tok, err := e.el.Require(context.Background())
+	v, err := n.cfg.Store.Placement(ctx)
 	if err != nil {
+		if ctx.Err() == nil {
+			n.log.Warn("singleton_placement_failed", slog.String("error", err.Error()))
+		}
+		return wake
+	}
+	p.reads++
+	me := n.cfg.HolderID
+	total, held, live, self := v.Unplaced, 0, 0, false
+	for _, nd := range v.Nodes {
+		total += nd.Assigned
+		live++
+		if nd.Holder == me && nd.Epoch == p.mtok.Epoch {
+			held, self = nd.Assigned, true
+		}
+	}
+	if !self {
+		live++ // renewed by this node's own account: it counts itself
+	}
+	share := (total + live - 1) / live
+	var names []string
+	for _, e := range n.snapshot() {
+		e.mu.Lock()
+		if !e.closing && !e.giving {
+			names = append(names, e.name)
+		}
+		e.mu.Unlock()
+	}
+	sort.Strings(names)
+	dirty := n.dirty.Swap(false)
+	waiting := false // for an old node's lease: try again every round
+	if v.Unplaced > 0 && len(names) > 0 {
+		k := len(names)
+		names = n.upgradeFence(ctx, names)
+		waiting = len(names) < k
+	}
+	placed := 0
+	if v.Unplaced > 0 && len(names) > 0 && (dirty || waiting || v.Unplaced > p.stuck) {
+		p.unplacedFor++
+		want := share - held
+		if p.unplacedFor > 2 {
+			want = v.Unplaced // nobody else takes them: beyond the share
+		}
+		// Nodes placing at once may pick the same candidates (MariaDB
+		// reads them without SKIP LOCKED, and one of two concurrent
+		// placements is often a deadlock victim): the loser places again
+		// at once, not an interval later.
+		for attempt := 0; want > 0 && attempt < 4 && ctx.Err() == nil; attempt++ {
+			k, err := n.cfg.Store.PlaceSingletons(ctx, p.mtok, names, want)
+			if errors.Is(err, sqlease.ErrTransient) {
+				time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				n.log.Warn("singleton_place_failed", slog.String("error", err.Error()))
+				break
+			}
+			placed += int(k)
+			if int(k) >= want || int(k) >= v.Unplaced {
+				break
+			}
+			v.Unplaced -= int(k)
+			want -= int(k)
+		}
+		held += placed
+		p.stuck = 0
+		if placed == 0 && p.unplacedFor > 2 && !waiting {
+			// None of them is registered here: do not try every interval.
+			p.stuck = v.Unplaced
+		}
+		if placed > 0 {
+			n.log.Info("singletons_placed", slog.Int("placed", placed), slog.Int("held", held), slog.Int("share", share),
+				slog.Int("live_nodes", live), slog.Int64("member_epoch", p.mtok.Epoch))
+		}
+	} else if v.Unplaced == 0 {
+		p.unplacedFor, p.stuck = 0, 0
+	}
+	// The assignments are read when they may have changed: placed here,
+	// given to this node (its count changed), a body ended or a singleton
+	// registered (dirty), and every 15 readings for what a count cannot
+	// show (one given here while one was paused).
+	if placed > 0 || dirty || held != p.lastHeld || p.reads%15 == 0 {
+		as, err := n.cfg.Store.AssignedSingletons(ctx, p.mtok)
+		if err != nil {
+			n.dirty.Store(true)
+			if ctx.Err() == nil {
+				n.log.Warn("singleton_assignments_failed", slog.String("error", err.Error()))
+			}
+		} else {
+			p.lastHeld = held
+			p.apply(as)
+		}
+	}
+	if held > share && !n.handingOver.Load() {
+		p.rebalance(v, held, share)
+	}
+	// Wake when a live member lease it saw is due, to take its
+	// singletons over within a lease + an acquire interval.
+	for _, nd := range v.Nodes {
+		if nd.Holder == me {
+			continue
+		}
+		if n.cfg.SessionLocker != nil {
+			p.watch(nd.Holder)
+		}
+		if d := nd.ExpiresAt.Sub(v.Now) + 50*time.Millisecond; d > 0 && d < wake {
+			wake = d
+		}
+	}
+	return wake
+}
+
+// apply starts a term for each singleton assigned here that runs nowhere
+// here, and ends at once the terms whose assignment is gone.
+func (p *placer) apply(as []sqlstore.Assignment) {
+	n := p.n
+	assigned := make(map[string]int64, len(as))
+	for _, a := range as {
+		assigned[a.Name] = a.Generation
+	}
+	live := p.terms[:0]
+	for _, t := range p.terms {
+		select {
+		case <-t.done:
+		default:
+			live = append(live, t)
+		}
+	}
+	p.terms = live
+	now := n.cfg.Clock.Now()
+	for _, e := range n.snapshot() {
+		gen, ok := assigned[e.name]
+		e.mu.Lock()
+		t, closing, giving := e.term, e.closing, e.giving
+		if t != nil {
+			e.mu.Unlock()
+			if t.mtok != p.mtok || !ok || gen != t.tok.Epoch {
+				n.log.Warn("singleton_assignment_lost", slog.String("singleton", e.name), slog.Int64("lease_epoch", t.tok.Epoch))
+				t.lose() // not graceful: it runs elsewhere, or may
+			}
+			continue
+		}
+		if !ok || closing || giving || p.ctx.Err() != nil {
+			e.mu.Unlock()
+			continue
+		}
+		ctx, stop := context.WithCancel(p.ctx)
+		t = &term{tok: sqlease.Token{Name: LeasePrefix + e.name, Holder: n.cfg.HolderID, Epoch: gen}, mtok: p.mtok,
+			ctx: ctx, stop: stop, done: make(chan struct{})}
+		e.term, e.acquired = t, now
+		e.mu.Unlock()
+		p.terms = append(p.terms, t)
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); e.run(t) }()
+	}
+}
+
+// rebalance gives this node's surplus over its fair share to the live
+// node furthest below it: the bodies first stop gracefully (their last
+// saves are kept), then one statement moves them, each once. One
+// handover at a time, off the placement loop.
+func (p *placer) rebalance(v sqlstore.PlacementView, held, share int) {
+	n := p.n
+	to, least := "", share
+	for _, nd := range v.Nodes {
+		if nd.Holder != n.cfg.HolderID && nd.Assigned < least {
+			to, least = nd.Holder, nd.Assigned
+		}
+	}
+	if to == "" {
 		return
 	}
-	n.log.Info("singleton_rebalanced", slog.String("singleton", e.name), slog.Int64("lease_epoch", tok.Epoch),
-		slog.Int("held", len(mine)), slog.Int("share", share), slog.Int("live_nodes", len(members)))
-	reason := fmt.Sprintf("rebalance: this node holds %d singletons, its fair share is %d", len(mine), share)
-	// A handover: the body stops while the term goes on (its last saves
-	// are kept), then the lease is given back. One at a time, off the
-	// membership loop, which keeps renewing meanwhile.
+	k := min(held-share, share-least)
+	type running struct {
+		e  *entry
+		t  *term
+		at time.Time
+	}
+	var mine []running
+	for _, e := range n.snapshot() {
+		e.mu.Lock()
+		if t := e.term; t != nil && t.mtok == p.mtok && !e.giving && !e.closing && !t.closed.Load() {
+			mine = append(mine, running{e, t, e.acquired})
+		}
+		e.mu.Unlock()
+	}
+	if len(mine) == 0 {
+		return
+	}
+	// The most recently gained first: the others have run here longest.
+	sort.Slice(mine, func(i, j int) bool { return mine[i].at.After(mine[j].at) })
+	mine = mine[:min(k, len(mine))]
+	var names []string
+	for _, r := range mine {
+		r.e.mu.Lock()
+		r.e.giving = true
+		r.e.mu.Unlock()
+		names = append(names, r.e.name)
+	}
+	n.log.Info("singleton_rebalanced", slog.Any("singletons", names), slog.String("to", to),
+		slog.Int("held", held), slog.Int("share", share), slog.Int("live_nodes", len(v.Nodes)))
 	n.handingOver.Store(true)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		defer n.handingOver.Store(false)
-		e.stopBody(n.log, tok)
-		e.el.Resign(tok, reason)
+		var stops sync.WaitGroup
+		for _, r := range mine {
+			stops.Add(1)
+			go func() { defer stops.Done(); r.e.stopBody(n.log, r.t) }()
+		}
+		stops.Wait()
+		// The bodies are gone: only now does the assignment move.
+		moved, err := n.cfg.Store.GiveSingletons(p.ctx, p.mtok, to, names)
+		if err != nil && p.ctx.Err() == nil {
+			n.log.Warn("singleton_give_failed", slog.String("to", to), slog.String("error", err.Error()))
+		}
+		for _, r := range mine {
+			r.e.mu.Lock()
+			r.e.giving = false
+			r.e.mu.Unlock()
+		}
+		n.log.Info("singletons_given", slog.String("to", to), slog.Int64("moved", moved), slog.Int("asked", len(names)))
+		n.changed() // those that did not move run here again
 	}()
 }
 
-func (e *entry) acquiredAt() time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.acquired
+// giveAway moves names, whose bodies have stopped, from this node's member
+// term mtok to the live node holding the fewest singletons, if there is
+// one (Unregister).
+func (n *Node) giveAway(ctx context.Context, mtok sqlease.Token, names []string) {
+	if mtok.IsZero() {
+		return
+	}
+	v, err := n.cfg.Store.Placement(ctx)
+	if err != nil {
+		n.log.Warn("singleton_placement_failed", slog.String("error", err.Error()))
+		return
+	}
+	to, least := "", -1
+	for _, nd := range v.Nodes {
+		if nd.Holder != n.cfg.HolderID && (least < 0 || nd.Assigned < least) {
+			to, least = nd.Holder, nd.Assigned
+		}
+	}
+	if to == "" {
+		return // no other live node: it stays assigned here until this node stops
+	}
+	if _, err := n.cfg.Store.GiveSingletons(ctx, mtok, to, names); err != nil {
+		n.log.Warn("singleton_give_failed", slog.String("to", to), slog.String("error", err.Error()))
+	}
+}
+
+// watch waits, in advisory mode, on the session lock of holder's member
+// lease (SPEC §3: the database frees it as soon as it sees that node's
+// session die) and then takes the lease over — bumping its epoch, so that
+// none of holder's assignments is live any more, nor any of its writes
+// accepted — releases it, and places at once: a dead node's singletons
+// move within about a round trip of the database noticing, not a lease
+// duration. A member lease that holder acquired without its lock (a frozen
+// session kept it) is left to expire (Takeover: ErrLeaseHeld). One
+// dedicated session per live peer while it lives; no statement while
+// waiting.
+func (p *placer) watch(holder string) {
+	p.mu.Lock()
+	if p.watching[holder] {
+		p.mu.Unlock()
+		return
+	}
+	p.watching[holder] = true
+	p.mu.Unlock()
+	n, ctx := p.n, p.ctx
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer func() {
+			p.mu.Lock()
+			delete(p.watching, holder)
+			p.mu.Unlock()
+		}()
+		name := MemberPrefix + holder
+		lock, err := n.cfg.SessionLocker(ctx, name)
+		if err != nil {
+			return // looked at again at the next reading
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = lock.Close(cctx)
+			cancel()
+		}()
+		if err := lock.Lock(ctx); err != nil {
+			return
+		}
+		l, err := lock.Takeover(ctx, name, n.cfg.HolderID, n.cfg.LeaseDuration)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, sqlease.ErrLeaseHeld) {
+				n.log.Warn("singleton_member_takeover_failed", slog.String("member", holder), slog.String("error", err.Error()))
+			}
+			return
+		}
+		n.log.Info("singleton_member_taken_over", slog.String("member", holder), slog.Int64("member_epoch", l.Epoch),
+			slog.String("reason", "its session lock was free: its session has ended"))
+		if err := n.cfg.Leases.Release(ctx, l.Token()); err != nil && ctx.Err() == nil {
+			n.log.Warn("singleton_member_release_failed", slog.String("member", holder), slog.String("error", err.Error()))
+		}
+		n.changed() // place its singletons now
+	}()
+}
+
+// Rolling upgrade: a node of the protocol before placement by node runs a
+// singleton while it holds the singleton's own lease, LeasePrefix + name.
+// Such a node and a node placing by node must never both run one
+// singleton. So a singleton is placed only once its old lease is held by
+// UpgradeFenceHolder, for UpgradeFenceTTL: acquired, like any lease, only
+// when no old node holds it live — and then no old node can acquire it (in
+// advisory mode neither: its takeover through the session lock leaves a
+// term acquired without the lock alone). A singleton whose old lease an old
+// node holds live is left to it until that node stops or loses it.
+
+// UpgradeFenceHolder holds the old per-singleton lease of every singleton
+// placed by node; UpgradeFenceTTL is how long (DATEADD's seconds on SQL
+// Server stay within an int).
+const (
+	UpgradeFenceHolder = sqlstore.UpgradeFenceHolder
+	UpgradeFenceTTL    = 10 * 365 * 24 * time.Hour
+)
+
+// upgradeFence returns those of names that may be placed: their old lease
+// holds the fence (once checked, remembered for the node's life).
+func (n *Node) upgradeFence(ctx context.Context, names []string) []string {
+	n.mu.Lock()
+	if n.fenced == nil {
+		n.fenced = map[string]bool{}
+	}
+	var todo []string
+	for _, name := range names {
+		if !n.fenced[name] {
+			todo = append(todo, name)
+		}
+	}
+	n.mu.Unlock()
+	if len(todo) == 0 {
+		return names
+	}
+	leases, err := n.cfg.Store.Leases(ctx) // one read for all of them
+	if err != nil {
+		n.log.Warn("singleton_upgrade_fence_failed", slog.String("error", err.Error()))
+		return nil
+	}
+	old := map[string]sqlease.Lease{}
+	for _, l := range leases {
+		old[l.Name] = l
+	}
+	blocked := map[string]bool{}
+	for _, name := range todo {
+		l, ok := old[LeasePrefix+name]
+		switch {
+		case ok && l.Holder == UpgradeFenceHolder && !l.Expired():
+		case ok && !l.Expired():
+			blocked[name] = true
+			n.log.Warn("singleton_held_by_old_node", slog.String("singleton", name), slog.String("old_holder", l.Holder),
+				slog.String("hint", "a node of an older version runs it on its own lease; it is placed once that lease ends"))
+			continue
+		default:
+			if _, err := n.cfg.Store.Acquire(ctx, LeasePrefix+name, UpgradeFenceHolder, UpgradeFenceTTL); err != nil {
+				if !errors.Is(err, sqlease.ErrLeaseHeld) {
+					n.log.Warn("singleton_upgrade_fence_failed", slog.String("singleton", name), slog.String("error", err.Error()))
+				}
+				blocked[name] = true
+				continue
+			}
+		}
+		n.mu.Lock()
+		n.fenced[name] = true
+		n.mu.Unlock()
+	}
+	out := names[:0:0]
+	for _, name := range names {
+		if !blocked[name] {
+			out = append(out, name)
+		}
+	}
+	return out
 }

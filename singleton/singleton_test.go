@@ -231,6 +231,7 @@ func TestLoadOlderNewerAndCorruptState(t *testing.T) {
 		}
 	}
 	got := map[string]v2{}
+	starts := map[string]int{}
 	var mu sync.Mutex
 	obs := &decodeObserver{}
 	n, err := singleton.NewNode(singleton.NodeConfig{Store: st, HolderID: "a", Observer: obs,
@@ -243,6 +244,7 @@ func TestLoadOlderNewerAndCorruptState(t *testing.T) {
 			Body: func(ctx context.Context, in *singleton.Instance[v2]) error {
 				mu.Lock()
 				got[name] = in.State()
+				starts[name]++
 				mu.Unlock()
 				<-ctx.Done()
 				return nil
@@ -263,8 +265,10 @@ func TestLoadOlderNewerAndCorruptState(t *testing.T) {
 			t.Errorf("%s: started with %+v, want %+v", k, got[k], w)
 		}
 	}
-	if obs.failed.Load() != 1 {
-		t.Errorf("StateDecodeFailed called %d times, want 1", obs.failed.Load())
+	// Once per start of the corrupt one (a machine loaded enough to lose
+	// the node's member lease starts it again, and decodes it again).
+	if k := obs.failed.Load(); k < 1 || int(k) != starts["corrupt"] {
+		t.Errorf("StateDecodeFailed called %d times, for %d starts of the corrupt one", k, starts["corrupt"])
 	}
 }
 
@@ -422,146 +426,141 @@ func postgresStore(tb testing.TB) *sqlstore.Store {
 	return s
 }
 
-// flakyFence fails the first fails fenced transactions with a transient
-// error, as a database that is restarting or a breaker that is open does,
-// and records when each was asked for.
-type flakyFence struct {
-	sqlease.LeaseStore
-	mu    sync.Mutex
-	fails int
-	err   error // what a failure returns; nil: a transient error
-	at    []time.Time
+// Rolling upgrade: a node of the protocol before placement by node runs a
+// singleton on its own lease "singleton:<name>". A node placing by node
+// leaves it alone while that lease is live, places it once it is released,
+// and from then on an old node cannot acquire that lease: the two never run
+// it both.
+func TestOldProtocolLeaseAndPlacementExcludeEachOther(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func() *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore()
+		old, err := st.Acquire(ctx, singleton.LeasePrefix+"legacy", "old-node", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var started atomic.Int32
+		n := newNode(t, st, "new", func(n *singleton.Node) {
+			for _, name := range []string{"legacy", "fresh"} {
+				if err := singleton.Register(n, singleton.Config[v1]{Name: name,
+					Body: func(ctx context.Context, in *singleton.Instance[v1]) error {
+						if in.Token().Name == singleton.LeasePrefix+"legacy" {
+							started.Add(1)
+						}
+						<-ctx.Done()
+						return nil
+					}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+		running := func(name string) bool {
+			for _, s := range n.Status() {
+				if s.Name == name {
+					return s.Running
+				}
+			}
+			return false
+		}
+		waitFor(t, 5*time.Second, "fresh to run", func() bool { return running("fresh") })
+		time.Sleep(600 * time.Millisecond) // a few placement rounds
+		if started.Load() != 0 {
+			t.Fatal("the new node started a singleton whose old lease an old node holds live")
+		}
+		if err := st.Release(ctx, old.Token()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "legacy to run once the old node released it", func() bool { return running("legacy") })
+		if _, err := st.Acquire(ctx, singleton.LeasePrefix+"legacy", "old-node", time.Second); !errors.Is(err, sqlease.ErrLeaseHeld) {
+			t.Fatalf("an old node acquiring the lease of a singleton placed by node: %v, want ErrLeaseHeld", err)
+		}
+		if _, err := st.Acquire(ctx, singleton.LeasePrefix+"fresh", "old-node", time.Second); !errors.Is(err, sqlease.ErrLeaseHeld) {
+			t.Fatalf("an old node acquiring the lease of a singleton placed by node: %v, want ErrLeaseHeld", err)
+		}
+	})
 }
 
-func (f *flakyFence) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) error {
-	f.mu.Lock()
-	f.at = append(f.at, time.Now())
-	fail := len(f.at) <= f.fails
-	f.mu.Unlock()
-	if fail && f.err != nil {
-		return f.err
-	}
-	if fail {
-		return fmt.Errorf("%w: injected: the database is restarting", sqlease.ErrTransient)
-	}
-	return f.LeaseStore.Fenced(ctx, tok, fn)
-}
-
-// runWorker registers on n a singleton "worker" whose body blocks until its
-// context ends, and runs n until the test ends; the result turns true when
-// the body has started.
-func runWorker(t *testing.T, n *singleton.Node) *atomic.Bool {
-	t.Helper()
-	var started atomic.Bool
-	if err := singleton.Register(n, singleton.Config[v1]{Name: "worker",
-		Body: func(ctx context.Context, in *singleton.Instance[v1]) error {
-			started.Store(true)
-			<-ctx.Done()
-			return nil
-		}}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return &started
-}
-
-// runningLog records when the node reported a singleton running or not.
-type runningLog struct {
-	mu  sync.Mutex
-	ons []time.Time
-}
-
-func (*runningLog) StateDecodeFailed(string) {}
-func (r *runningLog) Running(_ string, on bool) {
-	if on {
-		r.mu.Lock()
-		r.ons = append(r.ons, time.Now())
-		r.mu.Unlock()
-	}
-}
-
-// A start refused by the gate while the term goes on is tried again within
-// the term, not given up until the next one; and the node does not report
-// the singleton running while it only waits to start. An advisory term
-// acquired without the session lock (its holder frozen) found its gate
-// closed at its start, and the singleton then ran nowhere while that node
-// held the lease (fault suite, MariaDB, singleton/advisory/sigstop_holder).
-func TestStartRetriedWhenRefusedWithinTheTerm(t *testing.T) {
-	st, err := sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "s.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.DB().Close() })
-	const refusals = 2
-	leases := &flakyFence{LeaseStore: st, fails: refusals, err: fmt.Errorf("%w: injected: the gate is closed", sqlease.ErrNotLeader)}
-	obs := &runningLog{}
-	n, err := singleton.NewNode(singleton.NodeConfig{Store: st, Leases: leases, HolderID: "a", Observer: obs,
-		LeaseDuration: 2 * time.Second, RenewInterval: 200 * time.Millisecond, AcquireInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := runWorker(t, n)
-	var runningBeforeStart atomic.Int32
-	waitFor(t, 10*time.Second, "the singleton to start in the term whose first starts were refused", func() bool {
-		if !started.Load() {
-			leases.mu.Lock()
-			tried := len(leases.at)
-			leases.mu.Unlock()
-			if tried > 0 && tried <= refusals && n.Status()[0].Running {
-				runningBeforeStart.Add(1)
+// A body's writes of its own, fenced by its run (Instance.Fenced), commit
+// while its node holds the singleton, and a deposed run's commit nothing:
+// after a handover its Fenced returns ErrLeaseLost and the table is
+// unchanged.
+func TestFencedWritesOfTheBody(t *testing.T) {
+	dialects(t, func(t *testing.T, newStore func() *sqlstore.Store) {
+		ctx := context.Background()
+		st := newStore()
+		if _, err := st.DB().ExecContext(ctx, `CREATE TABLE effects (holder VARCHAR(64) NOT NULL, epoch BIGINT NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		runs := map[string]*singleton.Instance[v1]{}
+		register := func(holder string) func(n *singleton.Node) {
+			return func(n *singleton.Node) {
+				if err := singleton.Register(n, singleton.Config[v1]{Name: "effects",
+					Body: func(ctx context.Context, in *singleton.Instance[v1]) error {
+						mu.Lock()
+						runs[holder] = in
+						mu.Unlock()
+						<-ctx.Done()
+						return nil
+					}}); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
-		return started.Load()
-	})
-	if k := runningBeforeStart.Load(); k > 0 {
-		t.Errorf("status said running %d times while every start had been refused", k)
-	}
-	leases.mu.Lock()
-	at := append([]time.Time(nil), leases.at...)
-	leases.mu.Unlock()
-	obs.mu.Lock()
-	defer obs.mu.Unlock()
-	if len(at) != refusals+1 {
-		t.Fatalf("%d fenced starts, want the %d refused and one more", len(at), refusals)
-	}
-	if len(obs.ons) != 1 || obs.ons[0].Before(at[refusals]) {
-		t.Errorf("reported running at %v; the start that succeeded began at %v", obs.ons, at[refusals])
-	}
-}
-
-// A start that fails on a transient database error is retried after the
-// first restart wait each time, not after a doubling one: a singleton runs
-// again within about that wait once the database is back (the doubling is
-// for bodies that return).
-func TestStartRetriedSoonAfterTransientErrors(t *testing.T) {
-	st, err := sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "s.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.DB().Close() })
-	const wait = 150 * time.Millisecond
-	leases := &flakyFence{LeaseStore: st, fails: 5}
-	n, err := singleton.NewNode(singleton.NodeConfig{Store: st, Leases: leases, HolderID: "a",
-		LeaseDuration: 2 * time.Second, RenewInterval: 300 * time.Millisecond, AcquireInterval: 50 * time.Millisecond,
-		RestartBackoff: wait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := runWorker(t, n)
-	waitFor(t, 10*time.Second, "the singleton to start", started.Load)
-	leases.mu.Lock()
-	at := append([]time.Time(nil), leases.at...)
-	leases.mu.Unlock()
-	if len(at) < 6 {
-		t.Fatalf("%d fenced starts, want 5 failed and 1 that succeeded", len(at))
-	}
-	// Doubling would have waited 150, 300, 600, 1200 and 2400 ms.
-	for i := 1; i <= 5; i++ {
-		if gap := at[i].Sub(at[i-1]); gap > 4*wait {
-			t.Errorf("start %d came %s after the failed one before it, want about %s", i+1, gap.Round(time.Millisecond), wait)
+		insert := func(in *singleton.Instance[v1]) error {
+			return in.Fenced(ctx, func(tx *sql.Tx) error {
+				q := `INSERT INTO effects (holder, epoch) VALUES ($1, $2)`
+				if st.Dialect().Name == "sqlite" {
+					q = `INSERT INTO effects (holder, epoch) VALUES (?, ?)`
+				}
+				_, err := tx.ExecContext(ctx, q, in.Token().Holder, in.Token().Epoch)
+				return err
+			})
 		}
-	}
+		count := func() int {
+			var k int
+			if err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM effects`).Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			return k
+		}
+		a := newNode(t, newStore(), "a", register("a"))
+		waitFor(t, 5*time.Second, "a to run it", func() bool { mu.Lock(); defer mu.Unlock(); return runs["a"] != nil })
+		mu.Lock()
+		ra := runs["a"]
+		mu.Unlock()
+		if err := insert(ra); err != nil {
+			t.Fatalf("a fenced write of the running body: %v", err)
+		}
+		b := newNode(t, newStore(), "b", register("b"))
+		a.stop()
+		waitFor(t, 5*time.Second, "b to run it", func() bool { mu.Lock(); defer mu.Unlock(); return runs["b"] != nil })
+		if err := insert(ra); !errors.Is(err, sqlease.ErrLeaseLost) {
+			t.Fatalf("a deposed run's fenced write: %v, want ErrLeaseLost", err)
+		}
+		// The database's fence alone (a's own gate, closed, is not asked).
+		q := `INSERT INTO effects (holder, epoch) VALUES ($1, $2)`
+		if st.Dialect().Name == "sqlite" {
+			q = `INSERT INTO effects (holder, epoch) VALUES (?, ?)`
+		}
+		if err := st.FencedAssigned(ctx, "effects", ra.Token(), func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, q, "a", ra.Token().Epoch)
+			return err
+		}); !errors.Is(err, sqlease.ErrLeaseLost) {
+			t.Fatalf("a write fenced by a deposed run's assignment, in the database: %v, want ErrLeaseLost", err)
+		}
+		if k := count(); k != 1 {
+			t.Fatalf("%d rows after a deposed run's fenced write, want 1", k)
+		}
+		mu.Lock()
+		rb := runs["b"]
+		mu.Unlock()
+		if err := insert(rb); err != nil {
+			t.Fatalf("the new holder's fenced write: %v", err)
+		}
+		if k := count(); k != 2 {
+			t.Fatalf("%d rows, want 2", k)
+		}
+		_ = b
+	})
 }

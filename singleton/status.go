@@ -9,12 +9,12 @@ import (
 
 // Statuses of a singleton as the fleet sees it (API.md "Singletons").
 const (
-	StatusStarting = "starting" // held, but not yet started under this term, or started and within its start grace without a heartbeat
+	StatusStarting = "starting" // assigned, but not yet started under this generation, or started and within its start grace without a heartbeat
 	StatusRunning  = "running"
 	StatusFailing  = "failing"  // FailingStarts failed starts in a row, and no run has lasted FailedStartWithin since; the row's LastError says why
 	StatusStale    = "stale"    // running, past the start grace, heartbeat older than 2 × interval
 	StatusPaused   = "paused"   // a paused daemon singleton
-	StatusUnplaced = "unplaced" // no node holds its lease
+	StatusUnplaced = "unplaced" // not assigned to a live node
 )
 
 // A failed start is a run that ended on its own — the body returned, the
@@ -28,17 +28,20 @@ const (
 	FailedStartWithin = 10 * time.Second
 )
 
-// FleetStatus tells a singleton's status from its row and its lease (lease
-// is the zero Lease when there is none), in database time: the row's Now.
-func FleetStatus(row sqlstore.SingletonRow, lease sqlease.Lease, heartbeat time.Duration) string {
+// FleetStatus tells a singleton's status from its row and the member lease
+// of the node it is assigned to (MemberPrefix + row.Node; the zero Lease
+// when there is none), in database time: the row's Now. It is placed while
+// that lease is live under the assignment's node epoch; it runs under the
+// assignment's generation once the node has started it.
+func FleetStatus(row sqlstore.SingletonRow, member sqlease.Lease, heartbeat time.Duration) string {
 	switch {
 	case row.Paused:
 		return StatusPaused
-	case lease.Epoch == 0 || lease.Expired():
+	case !Placed(row, member):
 		return StatusUnplaced
 	case Failing(row):
 		return StatusFailing
-	case row.Holder != lease.Holder || row.Epoch != lease.Epoch || row.StartedAt.IsZero():
+	case row.Holder != row.Node || row.Epoch != row.Generation || row.StartedAt.IsZero():
 		return StatusStarting
 	}
 	grace := 2 * heartbeat
@@ -51,6 +54,14 @@ func FleetStatus(row sqlstore.SingletonRow, lease sqlease.Lease, heartbeat time.
 	default:
 		return StatusRunning
 	}
+}
+
+// Placed reports whether row's assignment is live: member is the member
+// lease of its node, live (as of its reading) under the epoch the
+// assignment was made under.
+func Placed(row sqlstore.SingletonRow, member sqlease.Lease) bool {
+	return row.Node != "" && row.Generation > 0 && member.Name == MemberPrefix+row.Node && member.Holder == row.Node &&
+		member.Epoch == row.NodeEpoch && !member.Expired()
 }
 
 // Failing reports whether row's last FailingStarts runs or more were failed

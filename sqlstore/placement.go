@@ -22,6 +22,12 @@ import (
 // its holder id (singleton.MemberPrefix is the same).
 const MemberLeasePrefix = "member:"
 
+// UpgradeFenceHolder holds the per-singleton lease of the protocol before
+// placement by node ("singleton:" + name) of every singleton placed by node,
+// so that a node of that older protocol cannot acquire it during a rolling
+// upgrade (package singleton, "Rolling upgrade"). Not a node.
+const UpgradeFenceHolder = "sqlease:placed-by-node"
+
 // NodePlacement is one live member lease as Placement reads it.
 type NodePlacement struct {
 	Holder    string
@@ -206,6 +212,52 @@ func (s *Store) RenewMember(ctx context.Context, tok sqlease.Token, ttl time.Dur
 		return fmt.Errorf("renew lease %s: %w", tok, s.classify(err))
 	} else if n == 0 {
 		return fmt.Errorf("renew lease %s: %w", tok, sqlease.ErrLeaseLost)
+	}
+	return nil
+}
+
+// FencedAssigned runs fn in a transaction fenced by the assignment tok
+// (holder, generation) of singleton name — package singleton's
+// Instance.Fenced, for a singleton's writes of its own. The transaction
+// begins with HeartbeatAssigned, which changes the row only while its run
+// is tok, tok is the assignment and the node's member lease is live in
+// database time, and keeps the singleton's row locked to the end, so no
+// Place or Give moves the singleton meanwhile; it runs it again just before
+// the commit, so that a member lease that expired during fn commits
+// nothing. Either refusal returns an error wrapping sqlease.ErrLeaseLost,
+// and nothing is committed; an error of fn is returned as is.
+func (s *Store) FencedAssigned(ctx context.Context, name string, tok sqlease.Token, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, s.d.TxOptions)
+	if err != nil {
+		return fmt.Errorf("fenced write of singleton %s under %s: begin: %w", name, tok, s.classify(err))
+	}
+	// Roll back on every path that does not commit (a panic in fn too):
+	// an abandoned transaction would keep the row, or SQLite's database,
+	// locked.
+	defer func() { _ = tx.Rollback() }()
+	fence := func(step string) error {
+		res, err := tx.ExecContext(ctx, s.sq().HeartbeatAssigned, name, tok.Holder, tok.Epoch)
+		if err != nil {
+			return fmt.Errorf("fenced write of singleton %s under %s: %s: %w", name, tok, step, s.classify(err))
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("fenced write of singleton %s under %s: %s: %w", name, tok, step, s.classify(err))
+		} else if n == 0 {
+			return fmt.Errorf("fenced write of singleton %s under %s: %s: %w", name, tok, step, sqlease.ErrLeaseLost)
+		}
+		return nil
+	}
+	if err := fence("fence"); err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := fence("check before commit"); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("fenced write of singleton %s under %s: commit: %w", name, tok, s.classify(err))
 	}
 	return nil
 }

@@ -72,7 +72,7 @@ SCENARIOS (-bench, comma-separated; default claim,submit,leader,memory)
           Example: -bench singletons -singletons 1000 -singleton-nodes 3
   protocol  Placement by node's protocol (model/assign.pml) run by
           -singleton-nodes bench nodes directly on the store's statements
-          (the singleton package does not use them yet) over -singletons
+          (the singleton package runs them, with bodies) over -singletons
           singletons: idle statements/s (server-counted), the time from a
           dead node's last renew until all its singletons are on live
           nodes, and a joining node's time to its share and moves.
@@ -249,7 +249,7 @@ func main() {
 		childMem    = fs.String("child-memory", "", "internal: run one memory run for this dialect and print JSON")
 		singletonsN = intList{1000}
 		sNodes      = intList{3}
-		sModes      = fs.String("singleton-modes", "lease", "singletons: election modes, lease and/or advisory (PostgreSQL: one connection per singleton and node)")
+		sModes      = fs.String("singleton-modes", "lease", "singletons: election modes, lease and/or advisory (a session per node for its member lease, and one per other live node waited on)")
 		sWindow     = fs.Duration("singleton-window", 20*time.Second, "singletons: how long statements are counted once the fleet has settled")
 		sSettle     = fs.Duration("singleton-settle", 3*time.Minute, "singletons: give up when the fleet has not settled after this long")
 	)
@@ -353,9 +353,19 @@ func main() {
 
 	for _, d := range dls {
 		if d == "mysql" {
-			// The daemon scenario alone (mysql.go).
+			// The daemon scenario (mysql.go) and the library's singletons.
 			if want["daemon"] && !daemonScenario(ctx, e, d, *daemonJobs, *daemonNodes, *runs) {
 				return
+			}
+			if want["singletons"] {
+				for _, k := range sNodes {
+					for _, n := range singletonsN {
+						o := singletonOpts{dialect: d, n: n, nodes: k, window: *sWindow, settle: *sSettle} // lease mode: the bench's advisory sessions are PostgreSQL's
+						if !singletonScenario(ctx, e, o, *runs) {
+							return
+						}
+					}
+				}
 			}
 			continue
 		}

@@ -14,7 +14,7 @@ import (
 
 // The protocol scenario (issue 32): placement by node's protocol
 // (model/assign.pml) run by K bench nodes directly on the store's
-// statements — not the singleton package, which does not use them yet — to
+// statements — without the singleton package (which runs the same protocol) and its bodies — to
 // measure what the design costs and how fast it moves singletons, on the
 // real databases. Each node, every renew interval (2 s; lease 6 s): renews
 // its member lease (acquires it when it has none), reads Placement, places

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +50,13 @@ type singletonRun struct {
 	running      int
 	perNode      []int
 	topStatement string
+	// After the window, node 0 stopped dead (its pool closed, its sessions
+	// terminated on PostgreSQL, no release): how many it held, the time
+	// until all of them ran on the other nodes, and the terms the other
+	// nodes lost (bodies stopped) within 3 renew intervals after that.
+	deadHeld      int
+	failover      time.Duration
+	lostAfterMove int64
 }
 
 func singletonScenario(ctx context.Context, e *env, o singletonOpts, runs int) bool {
@@ -57,7 +65,7 @@ func singletonScenario(ctx context.Context, e *env, o singletonOpts, runs int) b
 		mode = "advisory"
 	}
 	fmt.Printf("\n== idle singletons — %s, %s mode, %d singletons on %d node(s), window %s\n", o.dialect, mode, o.n, o.nodes, o.window)
-	var server, client, lost []float64
+	var server, client, lost, fo []float64
 	for i := range runs {
 		bg := settle(e.settleBusy, e.settleWait)
 		r, err := runSingletons(ctx, e, o)
@@ -82,6 +90,11 @@ func singletonScenario(ctx context.Context, e *env, o singletonOpts, runs int) b
 		lost = append(lost, float64(r.lostTerms))
 		fmt.Printf("  run %d [bg %.0f%%]: settled in %s (%d running, per node %v); statements/s: server %s, client %s; terms lost in the window: %d; most frequent: %s\n",
 			i+1, bg*100, r.settleTook.Round(time.Millisecond), r.running, r.perNode, srv, cl, r.lostTerms, r.topStatement)
+		if r.deadHeld > 0 {
+			fo = append(fo, float64(r.failover))
+			fmt.Printf("    node 0 stopped dead holding %d: all on live nodes %s later; terms the others lost in the next 3 renew intervals: %d\n",
+				r.deadHeld, fmtDur(r.failover), r.lostAfterMove)
+		}
 	}
 	if len(lost) == 0 {
 		return true
@@ -94,6 +107,9 @@ func singletonScenario(ctx context.Context, e *env, o singletonOpts, runs int) b
 		line += fmt.Sprintf(" server %.1f statements/s (%.2f per singleton)", medianOf(server), medianOf(server)/float64(o.n))
 	}
 	line += fmt.Sprintf(", terms lost %.0f", medianOf(lost))
+	if len(fo) > 0 {
+		line += fmt.Sprintf(", failover of a dead node's singletons %s", fmtDur(time.Duration(medianOf(fo))))
+	}
 	fmt.Println(line)
 	return true
 }
@@ -124,11 +140,12 @@ func runSingletons(ctx context.Context, e *env, o singletonOpts) (res singletonR
 			return res, err
 		}
 	}
-	var inWindow atomic.Bool
+	var inWindow, deadNow atomic.Bool
 	var lostTerms atomic.Int64
 	nodes := make([]*singleton.Node, o.nodes)
 	for i := range nodes {
 		cfg := singleton.NodeConfig{Store: stores[i], HolderID: fmt.Sprintf("bench-%d", i)}
+		node := i
 		if feed != nil {
 			cfg.Changes = feed.Subscribe
 		}
@@ -136,7 +153,12 @@ func runSingletons(ctx context.Context, e *env, o singletonOpts) (res singletonR
 			if o.dialect != "postgres" {
 				return res, fmt.Errorf("advisory mode: PostgreSQL only in this bench")
 			}
-			if cfg.SessionLocker, err = postgres.NewLocker(postgres.AdvisoryConfig{DSN: t.dsn, Prefix: prefix}); err != nil {
+			// Named, so that its sessions can be ended as a kill -9 would.
+			dsn, err := appName(t.dsn, fmt.Sprintf("bench-%d", i))
+			if err != nil {
+				return res, err
+			}
+			if cfg.SessionLocker, err = postgres.NewLocker(postgres.AdvisoryConfig{DSN: dsn, Prefix: prefix}); err != nil {
 				return res, err
 			}
 		}
@@ -153,7 +175,7 @@ func runSingletons(ctx context.Context, e *env, o singletonOpts) (res singletonR
 					return nil
 				},
 				OnStopped: func(sqlease.Token) {
-					if inWindow.Load() {
+					if inWindow.Load() && (node != 0 || !deadNow.Load()) {
 						lostTerms.Add(1)
 					}
 				},
@@ -163,9 +185,12 @@ func runSingletons(ctx context.Context, e *env, o singletonOpts) (res singletonR
 		}
 	}
 	var wg sync.WaitGroup
-	for _, n := range nodes {
+	cancels := make([]context.CancelFunc, len(nodes))
+	for i, n := range nodes {
+		nctx, ncancel := context.WithCancel(runCtx)
+		cancels[i] = ncancel
 		wg.Add(1)
-		go func() { defer wg.Done(); _ = n.Run(runCtx) }()
+		go func() { defer wg.Done(); _ = n.Run(nctx) }()
 	}
 	defer func() { cancel(); wg.Wait() }()
 
@@ -234,7 +259,76 @@ func runSingletons(ctx context.Context, e *env, o singletonOpts) (res singletonR
 	if top != "" {
 		res.topStatement = fmt.Sprintf("%.1f/s %s", float64(topCalls)/took, shortSQL(top))
 	}
+	if len(nodes) < 2 {
+		return res, nil
+	}
+
+	// Node 0 stopped dead: its pool closed first (no statement, no
+	// release gets out), then on PostgreSQL its sessions ended — the
+	// advisory ones, which the database then frees as after a kill -9 —
+	// and its Run cancelled before it can open new ones.
+	var dead []string
+	for _, st := range nodes[0].Status() {
+		if st.Running {
+			dead = append(dead, st.Name)
+		}
+	}
+	res.deadHeld = len(dead)
+	deadNow.Store(true)
+	stores[0].DB().Close()
+	t0 := time.Now()
+	if o.dialect == "postgres" {
+		if _, err := stores[1].DB().ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bench-0'`); err != nil {
+			return res, fmt.Errorf("end node 0's sessions: %w", err)
+		}
+	}
+	cancels[0]()
+	for {
+		moved := 0
+		runs := map[string]bool{}
+		for _, n := range nodes[1:] {
+			for _, st := range n.Status() {
+				if st.Running {
+					runs[st.Name] = true
+				}
+			}
+		}
+		for _, name := range dead {
+			if runs[name] {
+				moved++
+			}
+		}
+		if moved == len(dead) {
+			break
+		}
+		if time.Since(t0) > 2*time.Minute {
+			return res, fmt.Errorf("after node 0 stopped dead: %d of its %d run elsewhere after 2m", moved, len(dead))
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	res.failover = time.Since(t0)
+	lostTerms.Store(0)
+	inWindow.Store(true)
+	time.Sleep(3 * 2 * time.Second) // 3 renew intervals (election defaults)
+	inWindow.Store(false)
+	res.lostAfterMove = lostTerms.Load()
 	return res, nil
+}
+
+// appName returns the PostgreSQL URL dsn with application_name set.
+func appName(dsn, name string) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // serverCalls is the number of statements the server has counted so far:

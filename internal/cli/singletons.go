@@ -37,9 +37,15 @@ func (s singletonAdmin) view(ctx context.Context, row sqlstore.SingletonRow) (ht
 	if err != nil {
 		return httpapi.Singleton{}, fmt.Errorf("singleton %q: stored definition: %w", row.Name, err)
 	}
-	lease, err := s.leases.Lease(ctx, singleton.LeasePrefix+row.Name)
-	if err != nil && !errors.Is(err, sqlease.ErrNoLease) {
-		return httpapi.Singleton{}, err
+	// Placement by node: the singleton runs where it is assigned, under
+	// its assignment's generation, while that node's member lease lives.
+	var member sqlease.Lease
+	if row.Node != "" {
+		var err error
+		member, err = s.leases.Lease(ctx, singleton.MemberPrefix+row.Node)
+		if err != nil && !errors.Is(err, sqlease.ErrNoLease) {
+			return httpapi.Singleton{}, err
+		}
 	}
 	state := json.RawMessage(row.State)
 	if state == nil {
@@ -48,11 +54,11 @@ func (s singletonAdmin) view(ctx context.Context, row sqlstore.SingletonRow) (ht
 	shown := action.RedactProcess(spec)
 	out := httpapi.Singleton{Name: row.Name, Command: shown.Command, Env: shown.Env,
 		Heartbeat: spec.Heartbeat.String(), StopTimeout: spec.StopTimeout.String(),
-		Status: singleton.FleetStatus(row, lease, time.Duration(spec.Heartbeat)), State: state,
+		Status: singleton.FleetStatus(row, member, time.Duration(spec.Heartbeat)), State: state,
 		StateSavedAt: stamp(row.StateSavedAt), HeartbeatAt: stamp(row.HeartbeatAt), StartedAt: stamp(row.StartedAt),
 		Restarts: row.Restarts, LastError: row.LastError, LastErrorAt: stamp(row.LastErrorAt)}
 	if out.Status != singleton.StatusUnplaced && out.Status != singleton.StatusPaused {
-		out.Holder, out.Epoch = lease.Holder, lease.Epoch
+		out.Holder, out.Epoch = row.Node, row.Generation
 	}
 	return out, nil
 }

@@ -44,17 +44,19 @@ func singletonTrial(t *testing.T, b backend, mode string, f fault) {
 	d, nodes, proxies := startFleet(t, url, f, "--election", mode)
 	// Created through one node. Without a change feed (all but
 	// PostgreSQL) the others learn of it at their next re-read of the
-	// table, within half a lease, and contend for its lease from then on:
-	// before the fault.
+	// table, within half a lease, and may place it from then on: before
+	// the fault.
 	code, body, err := nodes[0].Do("POST", "/v1/singletons", map[string]any{
 		"name": "counter", "command": []string{"bash", script}, "env": map[string]string{"PIDS": pids, "SAVES": saves},
 		"initial_state": map[string]int{"n": 0}, "heartbeat": "1s", "stop_timeout": "1s"})
 	if err != nil || code != http.StatusCreated {
 		t.Fatalf("creating the singleton through %s: %d %s %v", nodes[0].Holder, code, body, err)
 	}
+	// Each node has it registered before the fault: a node holds its
+	// member lease (placement by node) only while it has singletons.
 	for _, n := range nodes {
-		n.WaitLog(leaseDuration+2*time.Second, "a view of the singleton's lease", func(l fleettest.LogLine) bool {
-			return l.Str("singleton") == "counter" && (l.Msg == "leader_observed" || l.Msg == "leader_acquired")
+		n.WaitLog(leaseDuration+2*time.Second, "the node's member lease", func(l fleettest.LogLine) bool {
+			return l.Str("member") == n.Holder && l.Msg == "leader_acquired"
 		})
 	}
 	last := func() (fleettest.Save, bool) {
