@@ -31,7 +31,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
        OR (j.lock_lease_epoch < 0 AND NOT EXISTS (SELECT 1 FROM {leases} wl WHERE wl.lease_name = CONCAT('` + sqlstore.WorkerLeasePrefix + `', j.locked_by)
            AND wl.lease_epoch = -j.lock_lease_epoch AND wl.expires_at > {now})))`)
 	withClaimable := func(q string) string { return r.Replace(strings.ReplaceAll(q, "{claimable}", claimable)) }
-	return withCheckpoints(prefix, withOutput(prefix, sqlstore.JobQueries{
+	return withOccurrences(prefix, withCheckpoints(prefix, withOutput(prefix, sqlstore.JobQueries{
 		Migrations: []string{
 			// MySQL has no partial indexes, nor CREATE INDEX IF NOT EXISTS:
 			// the indexes are part of the table.
@@ -232,7 +232,7 @@ FROM {jobs} j, (SELECT {now} AS now) n WHERE j.paused = 0 AND j.next_run_at > n.
 		Changed: r.Replace(`SELECT id, paused, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
 WHERE (last_modified_at > ? OR (last_modified_at = ? AND id > ?)) AND next_run_at IS NOT NULL
 ORDER BY last_modified_at, id LIMIT ?`),
-	}))
+	})))
 }
 
 // addedColumns are the jobs table's columns newer than its first version:

@@ -31,7 +31,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		// was locked before (a reclaim, whose crashed run must be marked
 		// abandoned) is written to a column of its own to be returned.
 		"{claimcols}", `lock_reclaimed = locked_by IS NOT NULL`)
-	return withCheckpoints(prefix, withOutput(prefix, sqlstore.JobQueries{
+	return withOccurrences(prefix, withCheckpoints(prefix, withOutput(prefix, sqlstore.JobQueries{
 		Migrations: []string{
 			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
 	id                    INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -179,7 +179,7 @@ UNION ALL
 SELECT * FROM (SELECT id, paused, max(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
 	WHERE last_modified_at > ?1 AND next_run_at IS NOT NULL ORDER BY last_modified_at, id LIMIT ?4)
 ORDER BY 4, 1 LIMIT ?4`),
-	}))
+	})))
 }
 
 // addedColumns are the jobs table's columns newer than its first version:
