@@ -171,9 +171,11 @@ WHERE id = ? AND paused = 0 AND next_run_at <= {now}
 		},
 		AbandonDeleted: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now}, error = 'job deleted while running'
 WHERE job_id = ? AND outcome = 'running'`),
-		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now},
-	error = 'the executing instance stopped heartbeating its lock'
-WHERE job_id = ? AND outcome = 'running'`),
+		// Only the run of the locked job's occurrence: an overlap allow
+		// job's other occurrences run under locks of their own.
+		AbandonRunning: r.Replace(`UPDATE {runs} r JOIN {jobs} j ON j.id = r.job_id
+SET r.outcome = 'abandoned', r.finished_at = {now}, r.error = 'the executing instance stopped heartbeating its lock'
+WHERE r.job_id = ? AND r.scheduled_for = j.next_run_at AND r.outcome = 'running'`),
 		StartJob: r.Replace(`UPDATE {jobs} SET next_run_at = ?, attempt = ?, locked_at = {now}, last_modified_at = {now}
 WHERE id = ? AND locked_by = ? AND lock_epoch = ?`),
 		InsertRun: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)

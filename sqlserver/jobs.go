@@ -155,7 +155,7 @@ WHERE q.id = @p1 AND q.paused = 0 AND q.next_run_at <= n.now
 WHERE job_id = @p1 AND outcome = N'running'`),
 		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = N'abandoned', finished_at = SYSUTCDATETIME(),
 	error = N'the executing instance stopped heartbeating its lock'
-WHERE job_id = @p1 AND outcome = N'running'`),
+WHERE job_id = @p1 AND scheduled_for = (SELECT next_run_at FROM {jobs} WHERE id = @p1) AND outcome = N'running'`),
 		StartJob: r.Replace(`UPDATE j SET next_run_at = @p1, attempt = @p2, locked_at = n.now, last_modified_at = n.now
 FROM {jobs} AS j CROSS JOIN {n} AS n
 WHERE j.id = @p3 AND j.locked_by = @p4 AND j.lock_epoch = @p5`),

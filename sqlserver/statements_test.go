@@ -90,7 +90,7 @@ var documented = map[string]stmt{
 	"Jobs.Trigger":        {1, []string{jobs}},
 	"Jobs.ClaimDue":       {3, []string{jobs, leases}}, // (holder, limit, worker_epoch); a worker's claim is reclaimable when its worker lease has expired
 	"Jobs.ClaimJob":       {3, []string{jobs}},
-	"Jobs.AbandonRunning": {1, []string{runs}},
+	"Jobs.AbandonRunning": {1, []string{runs, jobs}},
 	"Jobs.StartJob":       {5, []string{jobs}},
 	"Jobs.InsertRun":      {6, []string{runs}},
 	"Jobs.Heartbeat":      {3, []string{jobs}},

@@ -327,3 +327,19 @@ func (s *Store) GiveBack(ctx context.Context, tx *sql.Tx, l Lock, next time.Time
 	}
 	return nil
 }
+
+// OccurrencesWaiting reports whether any occurrence of an overlap allow job
+// is claimable under the stored lease epoch le (see ClaimOccurrences), by
+// one unlocked read: a leader asks before it claims them in a fenced
+// transaction.
+func (s *Store) OccurrencesWaiting(ctx context.Context, le int64) (bool, error) {
+	if s.occq().Candidates == "" {
+		return false, nil
+	}
+	rows, err := s.db.QueryContext(ctx, s.occq().Candidates, le, 1)
+	n, err := scanRows(rows, err, func(scanner) error { return nil })
+	if err != nil {
+		return false, fmt.Errorf("occurrences waiting: %w", s.classify(err))
+	}
+	return n > 0, nil
+}

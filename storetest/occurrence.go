@@ -159,6 +159,20 @@ func testOccurrenceLocks(t *testing.T, s *sqlstore.Store) {
 	if n := occurrences(t, s, j.ID); n != 2 {
 		t.Fatalf("%d occurrence rows, want 2", n)
 	}
+	// Giving that claim back leaves the occurrences in flight running: a
+	// job lock's release abandons only a run of the job row's own
+	// occurrence.
+	if err := s.GiveBack(ctx, nil, c3.Lock, c3.NextRunAt, 0, 0); err != nil {
+		t.Fatalf("give back the full claim: %v", err)
+	}
+	for _, r := range jobRuns(t, s, "allow") {
+		if r.Outcome != sqlease.OutcomeRunning {
+			t.Fatalf("run %s attempt %d is %s after a job claim was given back, want running", r.ScheduledFor, r.Attempt, r.Outcome)
+		}
+	}
+	if c3, ok = claimOne(t, s, "w3", nil); !ok {
+		t.Fatal("the job given back was not claimed again")
+	}
 
 	// Fencing: a stale epoch, or another occurrence's lock, writes nothing.
 	stale := o1
