@@ -25,11 +25,15 @@ type Schedule struct {
 	// schedule, as Temporal keeps it among a schedule's policies: a job
 	// without one stores and hashes as before.
 	Overlap Overlap `json:"overlap,omitempty"`
+	// MaxConcurrent bounds, with Overlap OverlapAllow, how many occurrences
+	// of the job are in flight at once across the fleet, those awaiting a
+	// retry included; 0 (the default) is no bound. Only with OverlapAllow.
+	MaxConcurrent int `json:"max_concurrent,omitempty"`
 }
 
 // Overlap is a job's policy for an occurrence that falls due while the
 // previous occurrence still runs. Occurrences of one job never run at the
-// same time under any of them.
+// same time under any of them but OverlapAllow.
 type Overlap string
 
 const (
@@ -43,8 +47,10 @@ const (
 	// OverlapCancelRunning cancels the running occurrence when the next
 	// falls due (it ends OutcomeCancelled, not retried), and runs the next.
 	OverlapCancelRunning Overlap = "cancel_running"
-	// OverlapAllow would run occurrences concurrently: accepted by the API
-	// contract but not supported yet (a job is refused with it).
+	// OverlapAllow runs occurrences concurrently, each still exactly once
+	// (retried with its own attempt count and idempotency key), at most
+	// Schedule.MaxConcurrent at once when that is set. Each occurrence in
+	// flight is locked on its own (see sqlstore.OccurrenceQueries).
 	OverlapAllow Overlap = "allow"
 )
 

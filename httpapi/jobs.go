@@ -38,9 +38,12 @@ type JobRequest struct {
 	LockTimeout     string    `json:"lock_timeout,omitempty"`
 	// Paused creates the job paused.
 	Paused bool `json:"paused,omitempty"`
-	// Overlap is wait (default), skip or cancel_running: what happens to
-	// an occurrence that falls due while the previous one runs.
+	// Overlap is wait (default), allow, skip or cancel_running: what
+	// happens to an occurrence that falls due while the previous one runs.
 	Overlap string `json:"overlap,omitempty"`
+	// MaxConcurrent, only with allow: at most this many occurrences in
+	// flight at once across the fleet; absent (0) is no bound.
+	MaxConcurrent int `json:"max_concurrent,omitempty"`
 	// Breaker, optional: after failures consecutive failed occurrences,
 	// the next ones are recorded as skipped until cool_down has passed;
 	// then one probe runs.
@@ -86,8 +89,11 @@ type Job struct {
 	SkipIfOlderThan string          `json:"skip_if_older_than,omitempty"`
 	Retry           RetryJSON       `json:"retry"`
 	LockTimeout     string          `json:"lock_timeout"`
-	// Overlap is wait, skip or cancel_running.
+	// Overlap is wait, allow, skip or cancel_running.
 	Overlap string `json:"overlap"`
+	// MaxConcurrent bounds an allow job's occurrences in flight at once
+	// across the fleet (those awaiting a retry included); absent: no bound.
+	MaxConcurrent int `json:"max_concurrent,omitempty"`
 	// State is "active" or "paused".
 	State string `json:"state"`
 	// PauseReason is what the pause said, if it said anything.
@@ -198,6 +204,7 @@ func JobOutAt(j sqlease.Job, now time.Time) Job {
 	if j.Schedule.Overlap != "" {
 		out.Overlap = string(j.Schedule.Overlap)
 	}
+	out.MaxConcurrent = j.Schedule.MaxConcurrent
 	if j.Paused {
 		out.State, out.PauseReason = "paused", j.PauseReason
 	}
@@ -253,7 +260,9 @@ type wireJob struct {
 	LockTimeout json.RawMessage `json:"lock_timeout"`
 	Paused      bool            `json:"paused"`
 	Overlap     string          `json:"overlap"`
-	Breaker     *struct {
+	// MaxConcurrent: absent is no bound (0 is refused, not taken as one).
+	MaxConcurrent *int `json:"max_concurrent"`
+	Breaker       *struct {
 		Failures int             `json:"failures"`
 		CoolDown json.RawMessage `json:"cool_down"`
 	} `json:"breaker"`
@@ -298,6 +307,12 @@ func DecodeJob(body io.Reader) (sqlease.Job, error) {
 	j := sqlease.Job{Name: w.Name, Key: w.Key, MissedRuns: sqlease.MissedRuns(w.MissedRuns), Paused: w.Paused}
 	j.Schedule.Overlap = sqlease.Overlap(w.Overlap)
 	var errs []error
+	if w.MaxConcurrent != nil {
+		if *w.MaxConcurrent < 1 {
+			errs = append(errs, fmt.Errorf("%w: max_concurrent must be at least 1 (omit it for no bound), got %d", sqlease.ErrInvalidConfig, *w.MaxConcurrent))
+		}
+		j.Schedule.MaxConcurrent = *w.MaxConcurrent
+	}
 	dur := func(field string, raw json.RawMessage, d *time.Duration) {
 		if err := parseDuration(field, raw, d); err != nil {
 			errs = append(errs, err)

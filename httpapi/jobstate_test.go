@@ -165,13 +165,13 @@ func TestBreakerOverHTTP(t *testing.T) {
 }
 
 // TestOverlapOverHTTP: a job's overlap policy is taken on creation
-// (validated, naming the field; allow refused as not supported) and shown
+// (validated, naming the field) and shown
 // on every job, wait when none was given.
 func TestOverlapOverHTTP(t *testing.T) {
 	n := newNode(t, filepath.Join(t.TempDir(), "db"), nodeOpts{noElector: true})
 	for _, bad := range []struct{ body, detail string }{
-		{`{"name":"o","schedule":{"every":"1h"},"action":` + hookAction + `,"overlap":"allow"}`, `overlap "allow" is not supported yet`},
-		{`{"name":"o","schedule":{"every":"1h"},"action":` + hookAction + `,"overlap":"buffer_one"}`, "overlap must be wait, skip or cancel_running"},
+		{`{"name":"o","schedule":{},"action":` + hookAction + `,"overlap":"allow"}`, `overlap "allow" needs a repeating schedule`},
+		{`{"name":"o","schedule":{"every":"1h"},"action":` + hookAction + `,"overlap":"buffer_one"}`, "overlap must be wait, allow, skip or cancel_running"},
 		{`{"name":"o","action":` + hookAction + `,"overlap":"skip"}`, "overlap \"skip\" needs a repeating schedule"},
 		{`{"name":"o","schedule":{"every":"1h"},"action":` + hookAction + `,"overlap":7}`, "overlap"},
 	} {

@@ -31,7 +31,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
        OR (j.lock_lease_epoch < 0 AND NOT EXISTS (SELECT 1 FROM {leases} wl WHERE wl.lease_name = CONCAT('` + sqlstore.WorkerLeasePrefix + `', j.locked_by)
            AND wl.lease_epoch = -j.lock_lease_epoch AND wl.expires_at > {now})))`)
 	withClaimable := func(q string) string { return r.Replace(strings.ReplaceAll(q, "{claimable}", claimable)) }
-	return withCheckpoints(prefix, withOutput(prefix, sqlstore.JobQueries{
+	return withOccurrences(prefix, withCheckpoints(prefix, withOutput(prefix, sqlstore.JobQueries{
 		Migrations: []string{
 			// MySQL has no partial indexes, nor CREATE INDEX IF NOT EXISTS:
 			// the indexes are part of the table.
@@ -171,9 +171,11 @@ WHERE id = ? AND paused = 0 AND next_run_at <= {now}
 		},
 		AbandonDeleted: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now}, error = 'job deleted while running'
 WHERE job_id = ? AND outcome = 'running'`),
-		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now},
-	error = 'the executing instance stopped heartbeating its lock'
-WHERE job_id = ? AND outcome = 'running'`),
+		// Only the run of the locked job's occurrence: an overlap allow
+		// job's other occurrences run under locks of their own.
+		AbandonRunning: r.Replace(`UPDATE {runs} r JOIN {jobs} j ON j.id = r.job_id
+SET r.outcome = 'abandoned', r.finished_at = {now}, r.error = 'the executing instance stopped heartbeating its lock'
+WHERE r.job_id = ? AND r.scheduled_for = j.next_run_at AND r.outcome = 'running'`),
 		StartJob: r.Replace(`UPDATE {jobs} SET next_run_at = ?, attempt = ?, locked_at = {now}, last_modified_at = {now}
 WHERE id = ? AND locked_by = ? AND lock_epoch = ?`),
 		InsertRun: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
@@ -232,7 +234,7 @@ FROM {jobs} j, (SELECT {now} AS now) n WHERE j.paused = 0 AND j.next_run_at > n.
 		Changed: r.Replace(`SELECT id, paused, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
 WHERE (last_modified_at > ? OR (last_modified_at = ? AND id > ?)) AND next_run_at IS NOT NULL
 ORDER BY last_modified_at, id LIMIT ?`),
-	}))
+	})))
 }
 
 // addedColumns are the jobs table's columns newer than its first version:

@@ -195,6 +195,7 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 		sent := time.Now()
 		atDue := !nextDue.IsZero() && !sent.Before(nextDue)
 		hinted := hints.take(sent)
+		from.occNow = hinted
 		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, w, &from, hints)
 		wait := s.cfg.PollInterval
 		switch {
@@ -299,6 +300,14 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		}
 		err = nil
 	}
+	var stored int64 // what this worker's claims store as their lease epoch
+	if w != nil {
+		stored = -w.tok.Epoch
+	}
+	jobClaims := len(claimed)
+	if err == nil && len(claimed) < slots {
+		claimed = append(claimed, s.claimOccurrencesDue(ctx, w, from, stored, slots-len(claimed))...)
+	}
 	got := time.Now() // when the claim's answer, and its database now, arrived
 	for i := len(claimed); i < slots; i++ {
 		<-s.sem
@@ -306,7 +315,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 	if fin != nil && s.store.ClaimsFromCursor() {
 		// Only where the claim honours the cursor: elsewhere a short
 		// claim says nothing is due, and claiming again at once is waste.
-		from.update(claimed, slots, err, sent, s.cfg.PollInterval)
+		from.update(claimed[:jobClaims], slots, err, sent, s.cfg.PollInterval)
 	}
 	if err != nil {
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, sqlease.ErrNotLeader) {
@@ -346,7 +355,12 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 					done(next)
 				}
 			}()
-			d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, ensure: ensure, until: until, heartbeat: true, batch: fin, queued: &queued, done: done, release: release}
+			d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, ensure: ensure, until: until, heartbeat: true, batch: fin, queued: &queued, done: done, release: release,
+				stored: stored, spawned: func(next time.Time) {
+					if t, ok := localDue(next, c.Now, got); ok && ctx.Err() == nil {
+						hints.add(t)
+					}
+				}}
 			if r := started[i]; r != nil {
 				next = s.runStarted(runCtx, c, *r, d, s.runLogger(c))
 				return
@@ -371,6 +385,11 @@ type claimFrom struct {
 	// again: the last claim, from the cursor, ran short; claim again from
 	// the start at once, not at the next poll.
 	again bool
+	// occAt is when occurrences of overlap allow jobs were last claimed
+	// (ClaimOccurrences): every occurrenceScanPolls polls, and at once
+	// when occNow (a hint fell due: a retry's backoff may be over).
+	occAt  time.Time
+	occNow bool
 }
 
 // update moves the cursor after a claim sent at sent that asked for asked

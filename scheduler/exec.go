@@ -148,6 +148,14 @@ type dispatch struct {
 	// settled (leader mode) is when earlier terms' holders can no longer be
 	// acting: an interrupted attempt they started is retried no earlier.
 	settled time.Time
+	// stored is the lease epoch this dispatch's claims store (see
+	// sqlstore.OccurrenceQueries): minus a worker lease's epoch, a
+	// leader's epoch, or 0. An overlap allow job's occurrence takes it.
+	stored int64
+	// spawned, if not nil, is told the job's next occurrence once an
+	// overlap allow job's claim has spawned its occurrence and released
+	// the job: that one may be claimed at once, while this one runs.
+	spawned func(next time.Time)
 }
 
 // execute plans, starts, runs and finishes one claimed job. It returns the
@@ -155,6 +163,9 @@ type dispatch struct {
 // write failed), so that the leader can reschedule without a refresh.
 func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch) (next time.Time) {
 	log := s.runLogger(c)
+	if !c.Lock.Occurrence.IsZero() {
+		return s.executeOccurrence(ctx, c, d, log)
+	}
 	run, ok, planned, hasNext := Plan(c.Schedule, c.MissedRuns, c.SkipIfOlderThan, c.NextRunAt, c.Now)
 	if interrupted(c) && !run.Equal(c.NextRunAt) {
 		// An attempt of the due occurrence started and never finished (its
@@ -189,7 +200,14 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 		log.Info("run_skipped", slog.Time("due", c.NextRunAt), slog.Time("next_run_at", planned), slog.String("missed_runs", string(c.MissedRuns)))
 		return planned
 	}
+	return s.startAndRun(ctx, c, run, attempt, d, log)
+}
 
+// startAndRun starts attempt `attempt` of c's occurrence at run, once an
+// interrupted predecessor can no longer be acting, and runs it — unless the
+// job's breaker skips it; an overlap allow job's claim first spawns the
+// occurrence (spawn), which then runs under its own lock.
+func (s *Scheduler) startAndRun(ctx context.Context, c *sqlstore.Claimed, run time.Time, attempt int, d dispatch, log *runLog) time.Time {
 	if attempt > 1 {
 		// The previous attempt may have been interrupted (also when this
 		// claim took over no lock: see interrupted): its sender may be
@@ -220,8 +238,15 @@ func (s *Scheduler) execute(ctx context.Context, c *sqlstore.Claimed, d dispatch
 			}
 		}
 	}
-	if breakerSkips(c) {
+	if c.Lock.Occurrence.IsZero() && breakerSkips(c) {
 		return s.skipOpen(ctx, c, run, attempt, d, log)
+	}
+	if c.Schedule.Overlap == sqlease.OverlapAllow && c.Lock.Occurrence.IsZero() {
+		oc, next, ok := s.spawn(ctx, c, run, d, log)
+		if !ok {
+			return next
+		}
+		c = oc
 	}
 	var r sqlease.Run
 	err := d.fenced(ctx, func(tx *sql.Tx) error {
@@ -401,7 +426,9 @@ func fastStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
 // (the missed-runs policy does not move on) with attempts left — the start
 // execute would make, without its other cases — and with which request.
 func onTimeStart(c sqlstore.Claimed) (sqlstore.StartReq, bool) {
-	if c.Attempt+1 > c.Retry.MaxAttempts || breakerSkips(&c) {
+	// An overlap allow job's run starts under its occurrence's lock, which
+	// the batch start does not know.
+	if c.Attempt+1 > c.Retry.MaxAttempts || breakerSkips(&c) || c.Schedule.Overlap == sqlease.OverlapAllow || !c.Lock.Occurrence.IsZero() {
 		return sqlstore.StartReq{}, false
 	}
 	run, ok, _, _ := Plan(c.Schedule, c.MissedRuns, c.SkipIfOlderThan, c.NextRunAt, c.Now)
@@ -538,7 +565,7 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		next = f.Next
 	}
 	bu, breaker := breakerAfter(c, f)
-	if d.batch != nil && !breaker && len(skip.At) == 0 {
+	if d.batch != nil && !breaker && len(skip.At) == 0 && c.Lock.Occurrence.IsZero() {
 		// The finisher writes and logs the outcome, then calls d.done.
 		*d.queued = true
 		d.batch.finish(finishItem{req: sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, took: took, log: log, next: next, done: d.done}, d.release)

@@ -37,7 +37,7 @@ const refreshPage = 1000
 func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err error) {
 	l := &leader{s: s, gate: gate, tok: tok, sched: newSchedule(), failed: map[int64]int{}, running: map[int64]bool{}, ended: map[int64]bool{},
 		finished: make(chan sqlstore.ScheduleEntry, s.cfg.MaxConcurrent), claims: make(chan claimResult, cap(s.leaderSem)),
-		claiming: make(chan struct{}, maxClaiming)}
+		claiming: make(chan struct{}, maxClaiming), occPoke: make(chan struct{}, 1)}
 	if s.store.Batched() {
 		l.claiming = make(chan struct{}, maxClaimingBatched)
 	}
@@ -121,6 +121,7 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 	for {
 		s.loopTurned()
 		if healthy {
+			l.claimOccurrences(ctx, &wg)
 			l.dispatchDue(ctx, &wg)
 			if l.windowUsedUp() {
 				// A window cut short by MaxScheduled is used up: load the
@@ -142,6 +143,8 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 			l.setRunning(f.ID, false)
 			l.apply(f)
 		case <-due.C:
+		case <-l.occPoke:
+			l.occAt = time.Time{} // claim occurrences now
 		case <-s.cfg.Changes:
 			refresh.Reset(max(s.cfg.RefreshInterval-time.Since(lastRefresh), 0))
 		case <-refresh.C:
@@ -235,6 +238,12 @@ type leader struct {
 	finished chan sqlstore.ScheduleEntry
 	claims   chan claimResult // the outcome of each claim dispatchDue started
 	claiming chan struct{}    // bounds the claims in flight
+
+	// Overlap allow jobs' occurrences (allow.go): occAt is when the
+	// leader last claimed those that need an owner; occPoke asks for a
+	// claim now (a retry's backoff is over).
+	occAt   time.Time
+	occPoke chan struct{}
 }
 
 func (l *leader) isRunning(id int64) bool {
@@ -715,9 +724,16 @@ func (l *leader) run(ctx context.Context, wg *sync.WaitGroup, id int64, claimed 
 	release := func() { once.Do(func() { <-l.s.leaderSem }) }
 	// done ends the run: it hands the job's next occurrence to the loop
 	// (zero: unknown, the next refresh reads it).
+	// handed: an overlap allow job's claim spawned its occurrence and
+	// handed the job back to the loop (spawned): this run is the
+	// occurrence's, and the job is no longer this run's to hand back.
+	handed := false
+	claimedAt := time.Now()
 	done := func(next time.Time) {
 		release()
-		if next.IsZero() {
+		if handed {
+			l.occurrenceEnded(next, claimed.Now, claimedAt)
+		} else if next.IsZero() {
 			l.setRunning(id, false)
 		} else {
 			select {
@@ -732,7 +748,8 @@ func (l *leader) run(ctx context.Context, wg *sync.WaitGroup, id int64, claimed 
 	fenced := func(ctx context.Context, fn func(*sql.Tx) error) error { return l.gate.Fenced(ctx, l.tok, fn) }
 	queued := false
 	d := dispatch{epoch: l.tok.Epoch, fenced: fenced, ensure: func() error { return l.gate.Ensure(l.tok) }, until: untilOf(l.gate, l.tok),
-		batch: l.fin, queued: &queued, done: done, release: release, settled: l.settled}
+		batch: l.fin, queued: &queued, done: done, release: release, settled: l.settled,
+		stored: l.tok.Epoch, spawned: func(next time.Time) { handed = true; l.handBack(ctx, id, next) }}
 	var next time.Time
 	if started != nil {
 		next = l.s.runStarted(ctx, claimed, *started, d, l.s.runLogger(claimed))

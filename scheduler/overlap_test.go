@@ -234,8 +234,8 @@ func TestOverlapValidation(t *testing.T) {
 		s    sqlease.Schedule
 		want string
 	}{
-		{sqlease.Schedule{Every: time.Minute, Overlap: sqlease.OverlapAllow}, `overlap "allow" is not supported yet`},
-		{sqlease.Schedule{Every: time.Minute, Overlap: "parallel"}, `overlap must be wait, skip or cancel_running, got "parallel"`},
+		{sqlease.Schedule{Overlap: sqlease.OverlapAllow}, `overlap "allow" needs a repeating schedule`},
+		{sqlease.Schedule{Every: time.Minute, Overlap: "parallel"}, `overlap must be wait, allow, skip or cancel_running, got "parallel"`},
 		{sqlease.Schedule{Overlap: sqlease.OverlapSkip}, `overlap "skip" needs a repeating schedule`},
 	} {
 		_, _, err := s.Create(ctx, sqlease.Job{Name: "bad", Schedule: c.s})

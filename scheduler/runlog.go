@@ -35,8 +35,9 @@ func (l *runLog) start(scheduledFor time.Time, attempt int, epoch int64) {
 	l.started, l.scheduledFor, l.attempt, l.epoch = true, scheduledFor, attempt, epoch
 }
 
-func (l *runLog) Info(msg string, attrs ...slog.Attr) { l.log(slog.LevelInfo, msg, attrs) }
-func (l *runLog) Warn(msg string, attrs ...slog.Attr) { l.log(slog.LevelWarn, msg, attrs) }
+func (l *runLog) Debug(msg string, attrs ...slog.Attr) { l.log(slog.LevelDebug, msg, attrs) }
+func (l *runLog) Info(msg string, attrs ...slog.Attr)  { l.log(slog.LevelInfo, msg, attrs) }
+func (l *runLog) Warn(msg string, attrs ...slog.Attr)  { l.log(slog.LevelWarn, msg, attrs) }
 
 func (l *runLog) log(level slog.Level, msg string, attrs []slog.Attr) {
 	ctx := context.Background()

@@ -712,25 +712,33 @@ func normalize(j sqlease.Job, validateAction func(json.RawMessage) error) (sqlea
 // as empty, so that a job created with "wait" is the job created without
 // it (same row, same content hash as before the policy existed).
 func validateOverlap(s *sqlease.Schedule) error {
+	if s.MaxConcurrent != 0 && s.Overlap != sqlease.OverlapAllow {
+		return fmt.Errorf("%w: max_concurrent bounds the occurrences overlap \"allow\" runs at once: set it only with overlap allow", sqlease.ErrInvalidConfig)
+	}
 	switch s.Overlap {
 	case "", sqlease.OverlapWait:
 		s.Overlap = ""
 		return nil
-	case sqlease.OverlapSkip, sqlease.OverlapCancelRunning:
+	case sqlease.OverlapSkip, sqlease.OverlapCancelRunning, sqlease.OverlapAllow:
 		if s.Every == 0 && s.Cron == "" {
 			return fmt.Errorf("%w: overlap %q needs a repeating schedule (every or cron): a one-off job has no next occurrence", sqlease.ErrInvalidConfig, s.Overlap)
 		}
+		if s.Overlap != sqlease.OverlapAllow {
+			return nil
+		}
+		if s.MaxConcurrent < 0 || s.MaxConcurrent > MaxMaxConcurrent {
+			return fmt.Errorf("%w: max_concurrent must be between 1 and %d (or absent: no bound), got %d", sqlease.ErrInvalidConfig, MaxMaxConcurrent, s.MaxConcurrent)
+		}
 		return nil
-	case sqlease.OverlapAllow:
-		// Concurrent occurrences of one job need a lock per occurrence
-		// rather than the job row's one: refused rather than run as wait.
-		return fmt.Errorf("%w: overlap \"allow\" is not supported yet (occurrences of one job run one at a time); use wait, skip or cancel_running", sqlease.ErrInvalidConfig)
 	}
 	if len(s.Overlap) > 64 {
-		return fmt.Errorf("%w: overlap must be wait, skip or cancel_running, got %d bytes", sqlease.ErrInvalidConfig, len(s.Overlap))
+		return fmt.Errorf("%w: overlap must be wait, allow, skip or cancel_running, got %d bytes", sqlease.ErrInvalidConfig, len(s.Overlap))
 	}
-	return fmt.Errorf("%w: overlap must be wait, skip or cancel_running, got %q", sqlease.ErrInvalidConfig, s.Overlap)
+	return fmt.Errorf("%w: overlap must be wait, allow, skip or cancel_running, got %q", sqlease.ErrInvalidConfig, s.Overlap)
 }
+
+// MaxMaxConcurrent is the largest max_concurrent of an overlap allow job.
+const MaxMaxConcurrent = 10000
 
 // Bounds of a job's breaker (sqlease.Breaker).
 const (

@@ -31,7 +31,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		// was locked before (a reclaim, whose crashed run must be marked
 		// abandoned) is written to a column of its own to be returned.
 		"{claimcols}", `lock_reclaimed = locked_by IS NOT NULL`)
-	return withCheckpoints(prefix, withOutput(prefix, sqlstore.JobQueries{
+	return withOccurrences(prefix, withCheckpoints(prefix, withOutput(prefix, sqlstore.JobQueries{
 		Migrations: []string{
 			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
 	id                    INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -136,9 +136,11 @@ SELECT id, ?4, ?5, ?6, ?2, ?7, {now}, 'running' FROM {jobs} WHERE id = ?1 AND lo
 ON CONFLICT DO NOTHING`),
 		AbandonDeleted: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now}, error = 'job deleted while running'
 WHERE job_id = ?1 AND outcome = 'running'`),
+		// Only the run of the locked job's occurrence: an overlap allow
+		// job's other occurrences run under locks of their own.
 		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = 'abandoned', finished_at = {now},
 	error = 'the executing instance stopped heartbeating its lock'
-WHERE job_id = ?1 AND outcome = 'running'`),
+WHERE job_id = ?1 AND scheduled_for = (SELECT next_run_at FROM {jobs} WHERE id = ?1) AND outcome = 'running'`),
 		StartJob: r.Replace(`UPDATE {jobs} SET next_run_at = ?1, attempt = ?2, locked_at = {now}, last_modified_at = {now}
 WHERE id = ?3 AND locked_by = ?4 AND lock_epoch = ?5`),
 		InsertRun: r.Replace(`INSERT INTO {runs} (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, outcome)
@@ -179,7 +181,7 @@ UNION ALL
 SELECT * FROM (SELECT id, paused, max(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
 	WHERE last_modified_at > ?1 AND next_run_at IS NOT NULL ORDER BY last_modified_at, id LIMIT ?4)
 ORDER BY 4, 1 LIMIT ?4`),
-	}))
+	})))
 }
 
 // addedColumns are the jobs table's columns newer than its first version:

@@ -34,7 +34,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		return "IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'" + quote(table) + "', N'U') AND name = N'" + name + "')\n" +
 			strings.ReplaceAll(def, "{name}", quote(name))
 	}
-	return withCheckpoints(prefix, withOutput(prefix, sqlstore.JobQueries{
+	return withOccurrences(prefix, withCheckpoints(prefix, withOutput(prefix, sqlstore.JobQueries{
 		Migrations: []string{
 			r.Replace(`IF OBJECT_ID(N'{jobs}', N'U') IS NULL
 CREATE TABLE {jobs} (
@@ -155,7 +155,7 @@ WHERE q.id = @p1 AND q.paused = 0 AND q.next_run_at <= n.now
 WHERE job_id = @p1 AND outcome = N'running'`),
 		AbandonRunning: r.Replace(`UPDATE {runs} SET outcome = N'abandoned', finished_at = SYSUTCDATETIME(),
 	error = N'the executing instance stopped heartbeating its lock'
-WHERE job_id = @p1 AND outcome = N'running'`),
+WHERE job_id = @p1 AND scheduled_for = (SELECT next_run_at FROM {jobs} WHERE id = @p1) AND outcome = N'running'`),
 		StartJob: r.Replace(`UPDATE j SET next_run_at = @p1, attempt = @p2, locked_at = n.now, last_modified_at = n.now
 FROM {jobs} AS j CROSS JOIN {n} AS n
 WHERE j.id = @p3 AND j.locked_by = @p4 AND j.lock_epoch = @p5`),
@@ -188,7 +188,7 @@ ORDER BY next_run_at, id`),
 		Changed: r.Replace(`SELECT TOP (@p4) id, paused, {effective}, last_modified_at FROM {jobs}
 WHERE (last_modified_at > @p1 OR (last_modified_at = @p2 AND id > @p3)) AND next_run_at IS NOT NULL
 ORDER BY last_modified_at, id`),
-	}))
+	})))
 }
 
 // addedColumns are the jobs table's columns newer than its first version:

@@ -32,6 +32,7 @@ const (
 	output     = prefix + "_run_output"
 	checkpoint = prefix + "_run_checkpoints"
 	revoked    = prefix + "_revoked_sessions"
+	occ        = prefix + "_occurrences"
 )
 
 // stmt is what sqlstore documents for one statement: its argument count and
@@ -89,7 +90,7 @@ var documented = map[string]stmt{
 	"Jobs.Trigger":        {1, []string{jobs}},
 	"Jobs.ClaimDue":       {3, []string{jobs, leases}}, // (holder, limit, worker_epoch); a worker's claim is reclaimable when its worker lease has expired
 	"Jobs.ClaimJob":       {3, []string{jobs}},
-	"Jobs.AbandonRunning": {1, []string{runs}},
+	"Jobs.AbandonRunning": {1, []string{runs, jobs}},
 	"Jobs.StartJob":       {5, []string{jobs}},
 	"Jobs.InsertRun":      {6, []string{runs}},
 	"Jobs.Heartbeat":      {3, []string{jobs}},
@@ -112,6 +113,19 @@ var documented = map[string]stmt{
 	"Checkpoints.Between":   {3, []string{checkpoint}}, // (job_id, oldest, newest scheduled_for)
 	"Checkpoints.DeleteJob": {1, []string{checkpoint}}, // (job_id)
 	"Checkpoints.Prune":     {1, []string{checkpoint}}, // (older_than_ms)
+
+	"Occurrences.Insert":         {7, []string{occ}},               // (job_id, job_name, scheduled_for, holder, lock_epoch, le, max_concurrent)
+	"Occurrences.Candidates":     {2, []string{occ, jobs, leases}}, // (le, limit)
+	"Occurrences.Claim":          {5, []string{occ, jobs, leases}}, // (holder, le, job_id, scheduled_for, lock_epoch)
+	"Occurrences.Read":           {2, []string{occ}},               // (job_id, scheduled_for)
+	"Occurrences.Start":          {5, []string{occ}},               // (attempt, lock…)
+	"Occurrences.AbandonRunning": {2, []string{runs}},              // (job_id, scheduled_for)
+	"Occurrences.Heartbeat":      {4, []string{occ}},               // (lock…)
+	"Occurrences.Release":        {6, []string{occ}},               // (attempt, backoff_ms, lock…)
+	"Occurrences.Delete":         {4, []string{occ}},               // (lock…)
+	"Occurrences.DeleteJob":      {1, []string{occ}},               // (job_id)
+	"Occurrences.SetBreaker":     {4, []string{jobs}},              // (breaker_count, open, changed, job_id)
+	"Occurrences.Count":          {1, []string{occ}},               // (job_id)
 
 	"Revoked.Insert": {2, []string{revoked}}, // (id, ttl_ms)
 	"Revoked.Check":  {1, []string{revoked}}, // (id)
@@ -161,7 +175,8 @@ func statements(t *testing.T, d sqlstore.Dialect) (map[string]string, []string) 
 		name string
 		v    reflect.Value
 	}{{"Queries", reflect.ValueOf(d.Queries)}, {"Jobs", reflect.ValueOf(d.Jobs)}, {"Singletons", reflect.ValueOf(d.Singletons)},
-		{"Output", reflect.ValueOf(d.Jobs.Output)}, {"Checkpoints", reflect.ValueOf(d.Jobs.Checkpoints)}, {"Revoked", reflect.ValueOf(d.Revoked)}} {
+		{"Output", reflect.ValueOf(d.Jobs.Output)}, {"Checkpoints", reflect.ValueOf(d.Jobs.Checkpoints)},
+		{"Occurrences", reflect.ValueOf(d.Jobs.Occurrences)}, {"Revoked", reflect.ValueOf(d.Revoked)}} {
 		for i := range group.v.NumField() {
 			f := group.v.Type().Field(i)
 			key := group.name + "." + f.Name
@@ -272,7 +287,7 @@ func TestPlaceholders(t *testing.T) {
 func TestTables(t *testing.T) {
 	d := dialect(t, prefix)
 	got, migrations := statements(t, d)
-	tables := []string{leases, jobs, runs, singletons, output, checkpoint, revoked}
+	tables := []string{leases, jobs, runs, singletons, output, checkpoint, revoked, occ}
 	for key, text := range got {
 		var names []string
 		for _, m := range bracketedRE.FindAllStringSubmatch(text, -1) {
@@ -359,7 +374,7 @@ func TestMigrationsIdempotent(t *testing.T) {
 			t.Errorf("migration %d is not guarded:\n%s", i+1, m)
 		}
 	}
-	for _, table := range []string{leases, jobs, runs, output, checkpoint} {
+	for _, table := range []string{leases, jobs, runs, output, checkpoint, occ} {
 		if !created[table] {
 			t.Errorf("no migration creates %s", table)
 		}
@@ -407,7 +422,9 @@ func TestOneClock(t *testing.T) {
 		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat",
 		"Singletons.Fail", "Singletons.Page", "Singletons.Create",
 		"Singletons.Place", "Singletons.Give", "Singletons.Placement", "Singletons.StartAssigned", "Singletons.SaveAssigned",
-		"Singletons.HeartbeatAssigned", "Singletons.FailAssigned", "Output.Insert", "Output.Prune", "Checkpoints.Save", "Checkpoints.Prune", "Revoked.Insert", "Revoked.Check", "Revoked.Prune"}
+		"Singletons.HeartbeatAssigned", "Singletons.FailAssigned", "Output.Insert", "Output.Prune", "Checkpoints.Save", "Checkpoints.Prune", "Revoked.Insert", "Revoked.Check", "Revoked.Prune",
+		"Occurrences.Insert", "Occurrences.Candidates", "Occurrences.Claim", "Occurrences.Read", "Occurrences.Start", "Occurrences.AbandonRunning",
+		"Occurrences.Heartbeat", "Occurrences.Release", "Occurrences.SetBreaker"}
 	for key, text := range got {
 		n := strings.Count(text, "SYSUTCDATETIME()")
 		want := 0

@@ -102,7 +102,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, tx *sql.Tx, l Lock, run sqle
 		return ErrNoCheckpoints
 	}
 	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
-		if err := s.lockedExec(ctx, tx, s.q().Heartbeat, l); err != nil {
+		if err := s.fenceWrite(ctx, tx, l); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, s.cq().Save, l.JobID, s.timeArg(run.ScheduledFor), run.Attempt, string(v)); err != nil {

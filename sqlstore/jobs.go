@@ -273,6 +273,9 @@ type JobQueries struct {
 	// Checkpoints is the run checkpoint table's statements (see
 	// CheckpointQueries).
 	Checkpoints CheckpointQueries
+	// Occurrences is the in-flight occurrence table's statements, for
+	// overlap allow jobs (see OccurrenceQueries).
+	Occurrences OccurrenceQueries
 }
 
 // JobColumns is the select list every job query returns, in order.
@@ -725,6 +728,9 @@ func (s *Store) DeleteJob(ctx context.Context, name string) error {
 		if err := s.deleteOutputs(ctx, tx, js.j.ID); err != nil {
 			return err
 		}
+		if err := s.deleteOccurrences(ctx, tx, js.j.ID); err != nil {
+			return err
+		}
 		return s.deleteCheckpoints(ctx, tx, js.j.ID)
 	})
 	if err != nil {
@@ -808,6 +814,9 @@ type Lock struct {
 	JobID  int64
 	Holder string
 	Epoch  int64
+	// Occurrence, when set, makes this the lock of that occurrence's row
+	// (an overlap allow job, see OccurrenceQueries), not of the job row.
+	Occurrence time.Time
 }
 
 // Claimed is a job locked for dispatch, with the database clock at the claim.
@@ -1107,6 +1116,12 @@ func (s *Store) StartRun(ctx context.Context, tx *sql.Tx, l Lock, job string, sc
 		}
 		return s.classify(err)
 	}
+	if !l.Occurrence.IsZero() {
+		if err := s.startOccurrenceRun(ctx, tx, l, run, conflict); err != nil {
+			return sqlease.Run{}, fmt.Errorf("start run %s attempt %d: %w", run.IdempotencyKey(), attempt, err)
+		}
+		return run, nil
+	}
 	if q := s.q().StartRunOne; q != "" {
 		if err := s.one(ctx, tx, q, conflict, l.JobID, l.Holder, l.Epoch, s.timeArg(scheduledFor), attempt, job, runEpoch); err != nil {
 			return sqlease.Run{}, fmt.Errorf("start run %s attempt %d: %w", run.IdempotencyKey(), attempt, err)
@@ -1151,7 +1166,7 @@ func (s *Store) lockedExec(ctx context.Context, q Querier, query string, l Lock,
 // Heartbeat extends the lock's locked_at. It returns sqlease.ErrLeaseLost
 // when the lock is no longer held.
 func (s *Store) Heartbeat(ctx context.Context, l Lock) error {
-	if err := s.lockedExec(ctx, s.db, s.q().Heartbeat, l); err != nil {
+	if err := s.fenceWrite(ctx, s.db, l); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
 	return nil
@@ -1202,6 +1217,12 @@ type Finish struct {
 // existing (fenced) transaction.
 func (s *Store) FinishRun(ctx context.Context, tx *sql.Tx, l Lock, run sqlease.Run, f Finish) error {
 	errText, backoff := finishArgs(f)
+	if !l.Occurrence.IsZero() {
+		if err := s.finishOccurrenceRun(ctx, tx, l, run, f, nil); err != nil {
+			return fmt.Errorf("finish run %s attempt %d as %s: %w", run.IdempotencyKey(), run.Attempt, f.Outcome, err)
+		}
+		return nil
+	}
 	if q := s.q().FinishRunOne; q != "" {
 		write := func(tx *sql.Tx) error {
 			if err := s.one(ctx, tx, q, s.classify, l.JobID, l.Holder, l.Epoch, s.timeArg(f.Next), f.Attempt, backoff,
@@ -1252,6 +1273,12 @@ type BreakerUpdate struct {
 // sqlease.ErrLeaseLost, and changes nothing, when the lock is no longer
 // held.
 func (s *Store) FinishRunBreaker(ctx context.Context, tx *sql.Tx, l Lock, run sqlease.Run, f Finish, b BreakerUpdate) error {
+	if !l.Occurrence.IsZero() {
+		if err := s.finishOccurrenceRun(ctx, tx, l, run, f, &b); err != nil {
+			return fmt.Errorf("finish run %s attempt %d as %s: %w", run.IdempotencyKey(), run.Attempt, f.Outcome, err)
+		}
+		return nil
+	}
 	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
 		if err := s.lockedExec(ctx, tx, s.q().SetBreaker, l, b.Failures, boolInt(b.Open), boolInt(b.Changed)); err != nil {
 			return fmt.Errorf("set breaker of run %s: %w", run.IdempotencyKey(), err)
@@ -1317,6 +1344,9 @@ func (s *Store) ReleaseUnrun(ctx context.Context, tx *sql.Tx, l Lock, next time.
 // releaseUnrun is ReleaseUnrun with the job not due again for backoffMs
 // (an int64, or nil for none).
 func (s *Store) releaseUnrun(ctx context.Context, tx *sql.Tx, l Lock, next time.Time, attempt int, backoffMs any) error {
+	if !l.Occurrence.IsZero() {
+		return s.releaseOccurrence(ctx, tx, l, next, attempt, backoffMs)
+	}
 	return s.inTx(ctx, tx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s.q().AbandonRunning, l.JobID); err != nil {
 			return s.classify(err)

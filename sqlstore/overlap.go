@@ -44,7 +44,7 @@ func (s *Store) FinishRunSkipping(ctx context.Context, tx *sql.Tx, l Lock, run s
 		if b != nil {
 			err = s.lockedExec(ctx, tx, s.q().SetBreaker, l, b.Failures, boolInt(b.Open), boolInt(b.Changed))
 		} else {
-			err = s.lockedExec(ctx, tx, s.q().Heartbeat, l)
+			err = s.fenceWrite(ctx, tx, l)
 		}
 		if err != nil {
 			return fmt.Errorf("finish run %s: %w", run.IdempotencyKey(), err)

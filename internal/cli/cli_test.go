@@ -206,8 +206,8 @@ func TestSchemaSQLite(t *testing.T) {
 		}
 	}
 	var tables int
-	if err := sdb.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'sqlease_%'`).Scan(&tables); err != nil || tables != 8 {
-		t.Fatalf("want 8 sqlease tables (leases, jobs, runs, run_output, run_checkpoints, singletons, lease_history, revoked_sessions) after the script, got %d (%v)", tables, err)
+	if err := sdb.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'sqlease_%'`).Scan(&tables); err != nil || tables != 9 {
+		t.Fatalf("want 9 sqlease tables (leases, jobs, runs, run_output, run_checkpoints, occurrences, singletons, lease_history, revoked_sessions) after the script, got %d (%v)", tables, err)
 	}
 	checkSeeded(t, db)
 

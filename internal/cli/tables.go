@@ -134,6 +134,14 @@ func printSingletons(w io.Writer, l httpapi.SingletonList) error {
 	return nil
 }
 
+// overlapText is a job's overlap policy, with allow's bound.
+func overlapText(j httpapi.Job) string {
+	if j.Overlap == string(sqlease.OverlapAllow) && j.MaxConcurrent > 0 {
+		return fmt.Sprintf("allow, at most %d at once", j.MaxConcurrent)
+	}
+	return j.Overlap
+}
+
 // printJob is jobs get --text: the job's fields, then its latest runs as
 // jobs runs --text prints them.
 func printJob(w io.Writer, j httpapi.Job, runs []sqlease.Run) error {
@@ -141,7 +149,7 @@ func printJob(w io.Writer, j httpapi.Job, runs []sqlease.Run) error {
 	for _, f := range [][2]string{
 		{"name", j.Name}, {"state", j.State}, {"pause reason", j.PauseReason}, {"breaker", breakerText(j.Breaker)},
 		{"schedule", scheduleText(j.Schedule)},
-		{"action", string(j.Action)}, {"missed runs", j.MissedRuns}, {"overlap", j.Overlap}, {"lock timeout", j.LockTimeout},
+		{"action", string(j.Action)}, {"missed runs", j.MissedRuns}, {"overlap", overlapText(j)}, {"lock timeout", j.LockTimeout},
 		{"next run at", j.NextRunAt}, {"last run at", j.LastRunAt}, {"attempts", fmt.Sprint(j.AttemptCount)},
 		{"locked by", j.LockedBy}, {"created at", j.CreatedAt}, {"modified at", j.LastModifiedAt},
 	} {
