@@ -797,44 +797,20 @@ func leaders(nodes []*fleettest.Node) string {
 
 // --- figures ---
 
-var (
-	figMu     sync.Mutex
-	failovers = map[string][]time.Duration{}
-	dispatch  = map[string][]time.Duration{}
-)
+// failovers and dispatch are the times the suites measure, printed by
+// TestMain once every test, parallel ones included, has finished.
+var failovers, dispatch fleettest.Timings
 
 func record(dialect, mode string, f fault, d time.Duration) {
-	figMu.Lock()
-	defer figMu.Unlock()
-	k := fmt.Sprintf("%s %s %s", dialect, mode, f.in(mode))
-	failovers[k] = append(failovers[k], d)
+	failovers.Record(fmt.Sprintf("%s %s %s", dialect, mode, f.in(mode)), d)
 }
 
 func recordDispatch(dialect, mode string, f fault, d time.Duration) {
-	figMu.Lock()
-	defer figMu.Unlock()
-	k := fmt.Sprintf("%s %s %s", dialect, mode, f.in(mode))
-	dispatch[k] = append(dispatch[k], d)
+	dispatch.Record(fmt.Sprintf("%s %s %s", dialect, mode, f.in(mode)), d)
 }
 
-// logFigures prints the medians measured by the suites (from TestMain,
-// once every test, parallel ones included, has finished).
+// logFigures prints the medians measured by the suites.
 func logFigures() {
-	figMu.Lock()
-	defer figMu.Unlock()
-	for _, m := range []struct {
-		what string
-		m    map[string][]time.Duration
-	}{{"failover (fault → another node's leader_acquired; claim dispatch: its run of the occurrence in flight)", failovers}, {"dispatch (fault → first delivery of a job submitted after it)", dispatch}} {
-		keys := make([]string, 0, len(m.m))
-		for k := range m.m {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			ds := slices.Clone(m.m[k])
-			slices.Sort(ds)
-			fmt.Printf("faults: %s: %s: median %v of %d\n", m.what, k, ds[len(ds)/2].Round(time.Millisecond), len(ds))
-		}
-	}
+	failovers.Fprint(os.Stdout, "; failover: fault → another node's leader_acquired (claim dispatch: its run of the occurrence in flight)")
+	dispatch.Fprint(os.Stdout, "; dispatch: fault → first delivery of a job submitted after it")
 }
