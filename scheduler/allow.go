@@ -62,13 +62,7 @@ func (s *Scheduler) spawn(ctx context.Context, c *sqlstore.Claimed, run time.Tim
 	if err != nil {
 		log.Warn("run_start_failed", slog.Time("scheduled_for", run), slog.String("error", err.Error()))
 		if !errors.Is(err, sqlease.ErrLeaseLost) && !errors.Is(err, sqlease.ErrNotLeader) {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if rerr := d.fenced(rctx, func(tx *sql.Tx) error {
-				return s.store.ReleaseUnrun(rctx, tx, c.Lock, c.NextRunAt, c.Attempt)
-			}); rerr != nil {
-				log.Warn("run_release_failed", slog.String("error", rerr.Error()))
-			}
+			s.giveBackUnrun(ctx, c, d, log)
 		}
 		return nil, time.Time{}, false
 	}

@@ -226,13 +226,7 @@ func (s *Scheduler) startAndRun(ctx context.Context, c *sqlstore.Claimed, run ti
 				// Shutting down: nothing started; give the claim back so
 				// that the next owner retries it (after its own wait).
 				t.Stop()
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-				defer cancel()
-				if err := d.fenced(rctx, func(tx *sql.Tx) error {
-					return s.store.ReleaseUnrun(rctx, tx, c.Lock, c.NextRunAt, c.Attempt)
-				}); err != nil {
-					log.Warn("run_release_failed", slog.String("error", err.Error()))
-				}
+				s.giveBackUnrun(ctx, c, d, log)
 				return time.Time{}
 			case <-t.C:
 			}
@@ -259,13 +253,7 @@ func (s *Scheduler) startAndRun(ctx context.Context, c *sqlstore.Claimed, run ti
 		if !errors.Is(err, sqlease.ErrLeaseLost) && !errors.Is(err, sqlease.ErrConflict) && !errors.Is(err, sqlease.ErrNotLeader) {
 			// Nothing started: give the claim back, so the occurrence is
 			// retried at once rather than after the lock times out.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if rerr := d.fenced(rctx, func(tx *sql.Tx) error {
-				return s.store.ReleaseUnrun(rctx, tx, c.Lock, c.NextRunAt, c.Attempt)
-			}); rerr != nil {
-				log.Warn("run_release_failed", slog.String("error", rerr.Error()))
-			}
+			s.giveBackUnrun(ctx, c, d, log)
 		}
 		return time.Time{}
 	}
@@ -281,6 +269,20 @@ func (s *Scheduler) startAndRun(ctx context.Context, c *sqlstore.Claimed, run ti
 // schedule's state): its success closes the breaker, its failure opens it
 // again from now. A triggered occurrence is the one that moved a regular
 // occurrence still to come aside (RegularNextAt, after it).
+// giveBackUnrun gives claim c back as not run (its attempt count kept), so
+// that its next owner retries it at once rather than after the lock times
+// out; in a fenced transaction that outlives ctx by up to 10 s, since it
+// often follows ctx's end.
+func (s *Scheduler) giveBackUnrun(ctx context.Context, c *sqlstore.Claimed, d dispatch, log *runLog) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := d.fenced(rctx, func(tx *sql.Tx) error {
+		return s.store.ReleaseUnrun(rctx, tx, c.Lock, c.NextRunAt, c.Attempt)
+	}); err != nil {
+		log.Warn("run_release_failed", slog.String("error", err.Error()))
+	}
+}
+
 func breakerSkips(c *sqlstore.Claimed) bool {
 	state, _ := c.BreakerState(c.Now)
 	return state == sqlease.BreakerOpen && !c.RegularNextAt.After(c.NextRunAt)
