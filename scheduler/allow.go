@@ -107,10 +107,11 @@ const occurrenceScanPolls = 10
 // backoff has passed, a holder gone — when from says it is time: every
 // occurrenceScanPolls polls, and whenever a hint fell due.
 func (s *Scheduler) claimOccurrencesDue(ctx context.Context, w *workerTerm, from *claimFrom, stored int64, limit int) []sqlstore.Claimed {
-	if !from.occNow && time.Since(from.occAt) < occurrenceScanPolls*s.cfg.PollInterval {
+	if !from.occNow && !from.occAgain && time.Since(from.occAt) < occurrenceScanPolls*s.cfg.PollInterval {
 		return nil
 	}
-	from.occAt, from.occNow = time.Now(), false
+	hinted := from.occNow
+	from.occAt, from.occNow, from.occAgain = time.Now(), false, false
 	if w != nil && w.gate.Ensure(w.tok) != nil {
 		return nil
 	}
@@ -118,6 +119,12 @@ func (s *Scheduler) claimOccurrencesDue(ctx context.Context, w *workerTerm, from
 	if err != nil && ctx.Err() == nil {
 		s.log.Warn("claim_failed", slog.String("what", "occurrences"), slog.String("error", err.Error()))
 	}
+	// A hint is the retry's due time as this worker reckons it, which may
+	// come a moment before the backoff the database wrote at the finish
+	// has passed in database time (a busy machine widens the gap): a read
+	// that found nothing then is made again at the next poll, not
+	// occurrenceScanPolls polls later.
+	from.occAgain = hinted && len(c) == 0 && err == nil
 	return c
 }
 

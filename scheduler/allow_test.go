@@ -225,7 +225,14 @@ func TestAllowRetryAndHandover(t *testing.T) {
 			t.Fatal("the occurrence a gave back was not run by b")
 		}
 		f := first.Load().(time.Time)
-		waitFor(t, 20*time.Second, "six occurrences to succeed", func() bool { return len(allowLedger(t, st, "hand")) >= 6 })
+		for deadline := time.Now().Add(20 * time.Second); len(allowLedger(t, st, "hand")) < 6; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				mu.Lock()
+				seen := fmt.Sprint(attempts)
+				mu.Unlock()
+				t.Fatalf("six occurrences did not succeed within 20 s: succeeded %v; attempts by occurrence %s", allowLedger(t, st, "hand"), seen)
+			}
+		}
 		b.Drain(ctx)
 		got := allowLedger(t, st, "hand")
 		consecutive(t, got, 300*time.Millisecond)

@@ -390,6 +390,9 @@ type claimFrom struct {
 	// when occNow (a hint fell due: a retry's backoff may be over).
 	occAt  time.Time
 	occNow bool
+	// occAgain: a hinted read found nothing, and the next poll reads
+	// again (see claimOccurrencesDue).
+	occAgain bool
 }
 
 // update moves the cursor after a claim sent at sent that asked for asked
