@@ -102,8 +102,12 @@ func singletonScenario(ctx context.Context, e *env, o singletonOpts, runs int) b
 			if r.freedToLast != 0 {
 				freed = append(freed, float64(r.freedToLast))
 			}
-			fmt.Printf("    node 0 stopped dead holding %d: all on live nodes %s later (its sessions ended → last body entered: %s); terms the others lost in the next 3 renew intervals: %d\n",
-				r.deadHeld, fmtDur(r.failover), fmtDur(r.freedToLast), r.lostAfterMove)
+			ended := ""
+			if r.freedToLast != 0 {
+				ended = fmt.Sprintf(" (its sessions ended → last body entered: %s)", fmtDur(r.freedToLast))
+			}
+			fmt.Printf("    node 0 stopped dead holding %d: all on live nodes %s later%s; terms the others lost in the next 3 renew intervals: %d\n",
+				r.deadHeld, fmtDur(r.failover), ended, r.lostAfterMove)
 		}
 	}
 	if len(lost) == 0 {
