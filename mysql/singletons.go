@@ -91,6 +91,18 @@ SELECT NULL, 0, (SELECT count(*) FROM {t} AS s WHERE s.paused = false AND NOT ` 
 		StartAssigned: r.Replace(`UPDATE {t} AS s SET s.restarts = IF(s.started_at IS NULL, s.restarts, s.restarts + 1),
 	s.holder_id = ?, s.lease_epoch = ?, s.started_at = {now}, s.heartbeat_at = {now}
 WHERE s.name = ? AND s.node_id = ? AND s.generation = ? AND ` + live("s")),
+		// StartMany without RETURNING: Write (holder, holder, pairs),
+		// then Read (holder, pairs) the rows it started, fenced as
+		// SaveAssigned.
+		StartManyWR: sqlstore.WriteRead{
+			Write: r.Replace(`UPDATE {t} AS s SET s.restarts = IF(s.started_at IS NULL, s.restarts, s.restarts + 1),
+	s.holder_id = ?, s.lease_epoch = s.generation, s.started_at = {now}, s.heartbeat_at = {now}
+WHERE s.node_id = ? AND (s.name, s.generation) IN (SELECT j.n, j.g FROM JSON_TABLE(?, '$[*]' COLUMNS (n varchar(128) PATH '$.n', g bigint PATH '$.g')) AS j)
+	AND ` + live("s")),
+			Read: r.Replace(`SELECT s.name, s.state FROM {t} AS s
+WHERE s.holder_id = ? AND (s.name, s.lease_epoch) IN (SELECT j.n, j.g FROM JSON_TABLE(?, '$[*]' COLUMNS (n varchar(128) PATH '$.n', g bigint PATH '$.g')) AS j)
+	AND ` + assigned),
+		},
 		FailAssigned: r.Replace(`UPDATE {t} AS s SET s.last_error = ?, s.last_error_at = {now}, s.failures = (s.failures + 1) * ?
 WHERE s.name = ? AND s.holder_id = ? AND s.lease_epoch = ? AND ` + assigned),
 		SaveAssigned: r.Replace(`UPDATE {t} AS s SET s.state = ?, s.state_saved_at = {now}, s.heartbeat_at = {now}

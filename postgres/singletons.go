@@ -107,6 +107,13 @@ SELECT NULL, 0, (SELECT count(*) FROM {t} AS s WHERE NOT s.paused AND NOT ` + li
 	restarts = CASE WHEN s.started_at IS NULL THEN s.restarts ELSE s.restarts + 1 END
 FROM (SELECT clock_timestamp() AS now, {tl} AS tl) AS n
 WHERE s.name = $3 AND s.node_id = $4 AND s.generation = $5 AND ` + live("s", "n.now", "n.tl")),
+		// StartMany: StartAssigned of a batch, one statement; p is
+		// joined by name, so a row is updated once.
+		StartMany: r.Replace(`UPDATE {t} AS s SET holder_id = $1, lease_epoch = s.generation, started_at = n.now, heartbeat_at = n.now,
+	restarts = CASE WHEN s.started_at IS NULL THEN s.restarts ELSE s.restarts + 1 END
+FROM (SELECT clock_timestamp() AS now, {tl} AS tl) AS n, json_to_recordset($2::json) AS p(n text, g bigint)
+WHERE s.name = p.n AND s.node_id = $1 AND s.generation = p.g AND ` + live("s", "n.now", "n.tl") + `
+RETURNING s.name, s.state`),
 		FailAssigned: r.Replace(`UPDATE {t} AS s SET last_error = $1, last_error_at = n.now, failures = (s.failures + 1) * $2::bigint
 FROM (SELECT clock_timestamp() AS now, {tl} AS tl) AS n
 WHERE s.name = $3 AND s.holder_id = $4 AND s.lease_epoch = $5 AND ` + assigned),

@@ -218,6 +218,7 @@ func (p *placer) apply(as []sqlstore.Assignment) {
 	}
 	p.terms = live
 	now := n.cfg.Clock.Now()
+	var fresh []newTerm
 	for _, e := range n.snapshot() {
 		gen, ok := assigned[e.name]
 		e.mu.Lock()
@@ -240,8 +241,65 @@ func (p *placer) apply(as []sqlstore.Assignment) {
 		e.term, e.acquired = t, now
 		e.mu.Unlock()
 		p.terms = append(p.terms, t)
+		fresh = append(fresh, newTerm{e, t})
+	}
+	p.startBatch(fresh)
+	for _, f := range fresh {
 		n.wg.Add(1)
-		go func() { defer n.wg.Done(); e.run(t) }()
+		go func() { defer n.wg.Done(); f.e.run(f.t) }()
+	}
+}
+
+// beforeBatchStart, when set by a test before the node runs, is called
+// between the reading of the assignments and a batch start: an assignment
+// moved there must be refused.
+var beforeBatchStart func()
+
+type newTerm struct {
+	e *entry
+	t *term
+}
+
+// startBatch records the first start of the new terms in one statement
+// (sqlstore.StartManyAssigned), each fenced as its own start would be, and
+// hands each term its outcome: the saved state, or a refusal that ends
+// that term alone. Started one by one — a StartAssigned and a read of the
+// state each, at most maxStarting at once — a dead node's 334 singletons
+// took 0.13–0.45 s to run on the others in advisory mode on PostgreSQL. A
+// term the batch did not settle (the gate closed, the statement failed)
+// records its start itself.
+func (p *placer) startBatch(fresh []newTerm) {
+	n := p.n
+	if len(fresh) == 0 || n.member.Ensure(p.mtok) != nil || p.ctx.Err() != nil {
+		return
+	}
+	if beforeBatchStart != nil {
+		beforeBatchStart()
+	}
+	starts := make([]sqlstore.Assignment, len(fresh))
+	for i, f := range fresh {
+		starts[i] = sqlstore.Assignment{Name: f.e.name, Generation: f.t.tok.Epoch}
+	}
+	// Seen through until the member lease's local deadline, as a term's
+	// write (term.write): a start cut short after the server ran it would
+	// be recorded twice.
+	until, ok := n.member.ActUntil(p.mtok)
+	if !ok {
+		return
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), max(until.Sub(n.cfg.Clock.Now()), 0))
+	started, err := n.cfg.Store.StartManyAssigned(wctx, n.cfg.HolderID, starts)
+	cancel()
+	if err != nil && p.ctx.Err() == nil {
+		n.log.Warn("singleton_batch_start_failed", slog.Int("singletons", len(starts)), slog.Int("started", len(started)),
+			slog.String("error", err.Error()))
+	}
+	for _, f := range fresh {
+		if st, ok := started[f.e.name]; ok {
+			f.t.first = &firstStart{state: st}
+		} else if err == nil {
+			f.t.first = &firstStart{refused: true}
+		}
 	}
 }
 

@@ -675,27 +675,41 @@ func runTerm[S any](n *Node, e *entry, cfg Config[S], t *term) {
 		cfg.OnStarted(ctx, tok)
 	}
 	backoff := n.cfg.RestartBackoff
+	first := t.first
 	for ctx.Err() == nil {
-		// Each start is recorded (started_at, restarts) under the fence,
-		// and the state read: at most maxStarting at once on a node, so
-		// that the hundreds a failover brings run on the pool's idle
-		// connections instead of opening as many new ones (334 at once
-		// took 0.9–1.8 s on PostgreSQL, a busy 2-core machine).
-		select {
-		case n.starting <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		err := t.write(ctx, n, func(ctx context.Context) error { return n.cfg.Store.StartAssigned(ctx, cfg.Name, tok) })
-		if ctx.Err() != nil {
-			<-n.starting
-			return // the term is over, or the body is being stopped
-		}
 		var state S
-		if err == nil {
-			state, err = load(ctx, n, cfg, log)
+		var err error
+		if first != nil {
+			// Recorded with the term's placement, the state read with it
+			// (placer.startBatch).
+			if first.refused {
+				t.lose()
+				err = fmt.Errorf("start singleton %s under %s: %w", cfg.Name, tok, sqlease.ErrLeaseLost)
+			} else {
+				state = decodeState(n, cfg, first.state, log)
+			}
+			first = nil
+		} else {
+			// Each start is recorded (started_at, restarts) under the
+			// fence, and the state read: at most maxStarting at once on a
+			// node, so that many at once run on the pool's idle
+			// connections instead of opening as many new ones (334 at
+			// once took 0.9–1.8 s on PostgreSQL, a busy 2-core machine).
+			select {
+			case n.starting <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			err = t.write(ctx, n, func(ctx context.Context) error { return n.cfg.Store.StartAssigned(ctx, cfg.Name, tok) })
+			if ctx.Err() != nil {
+				<-n.starting
+				return // the term is over, or the body is being stopped
+			}
+			if err == nil {
+				state, err = load(ctx, n, cfg, log)
+			}
+			<-n.starting
 		}
-		<-n.starting
 		if errors.Is(err, sqlease.ErrLeaseLost) {
 			// Refused: the assignment is no longer this term's, or the
 			// member lease is not live in database time. The term is over;
@@ -780,13 +794,18 @@ func load[S any](ctx context.Context, n *Node, cfg Config[S], log *slog.Logger) 
 	if err != nil {
 		return cfg.Initial, err
 	}
-	state, ok := Decode(row.State, cfg.Initial)
+	return decodeState(n, cfg, row.State, log), nil
+}
+
+// decodeState decodes a saved state as load does.
+func decodeState[S any](n *Node, cfg Config[S], saved []byte, log *slog.Logger) S {
+	state, ok := Decode(saved, cfg.Initial)
 	if !ok {
 		log.Warn("singleton_state_undecodable", slog.String("hint", "the body starts from the initial state; the saved one is overwritten by its next Save"),
-			slog.Int("state_bytes", len(row.State)))
+			slog.Int("state_bytes", len(saved)))
 		n.cfg.Observer.StateDecodeFailed(cfg.Name)
 	}
-	return state, nil
+	return state
 }
 
 // Decode decodes a saved state best-effort (seed 003): over a deep copy of

@@ -21,6 +21,17 @@ type term struct {
 	stop   context.CancelFunc // ends the body's context
 	closed atomic.Bool        // the gate: closed on a loss, never reopened
 	done   chan struct{}      // closed when runTerm has returned
+	// first is the term's first start when the placement loop recorded
+	// it in a batch (placer.startBatch), nil when runTerm records it.
+	// Set before runTerm starts; read by it alone.
+	first *firstStart
+}
+
+// firstStart is a start recorded by a batch: the saved state read with
+// it, or that the database refused it.
+type firstStart struct {
+	state   []byte
+	refused bool
 }
 
 // gateOpen reports whether the term may act: not lost, and the member

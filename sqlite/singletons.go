@@ -78,6 +78,11 @@ SELECT NULL, 0, (SELECT count(*) FROM {t} AS s WHERE s.paused = 0 AND NOT ` + li
 		StartAssigned: r.Replace(`UPDATE {t} AS s SET holder_id = ?1, lease_epoch = ?2, started_at = {now}, heartbeat_at = {now},
 	restarts = CASE WHEN started_at IS NULL THEN restarts ELSE restarts + 1 END
 WHERE s.name = ?3 AND s.node_id = ?4 AND s.generation = ?5 AND ` + live("s")),
+		StartMany: r.Replace(`UPDATE {t} AS s SET holder_id = ?1, lease_epoch = generation, started_at = {now}, heartbeat_at = {now},
+	restarts = CASE WHEN started_at IS NULL THEN restarts ELSE restarts + 1 END
+WHERE s.node_id = ?1 AND (s.name, s.generation) IN (SELECT json_extract(value, '$.n'), json_extract(value, '$.g') FROM json_each(?2))
+	AND ` + live("s") + `
+RETURNING name, state`),
 		FailAssigned: r.Replace(`UPDATE {t} AS s SET last_error = ?1, last_error_at = {now}, failures = (failures + 1) * ?2
 WHERE s.name = ?3 AND s.holder_id = ?4 AND s.lease_epoch = ?5 AND ` + assigned),
 		SaveAssigned: r.Replace(`UPDATE {t} AS s SET state = ?1, state_saved_at = {now}, heartbeat_at = {now}

@@ -102,6 +102,14 @@ FROM {n} AS n CROSS APPLY (
 		StartAssigned: r.Replace(`UPDATE s SET holder_id = @p1, lease_epoch = @p2, started_at = n.now, heartbeat_at = n.now,
 	restarts = CASE WHEN s.started_at IS NULL THEN s.restarts ELSE s.restarts + 1 END
 FROM {t} AS s CROSS JOIN {n} AS n WHERE s.name = @p3 AND s.node_id = @p4 AND s.generation = @p5 AND ` + live("s")),
+		// StartMany: the pairs' keys n and g are OPENJSON's default
+		// paths; the name compared in the column's binary collation.
+		StartMany: r.Replace(`UPDATE s SET holder_id = @p1, lease_epoch = s.generation, started_at = n.now, heartbeat_at = n.now,
+	restarts = CASE WHEN s.started_at IS NULL THEN s.restarts ELSE s.restarts + 1 END
+OUTPUT inserted.name, inserted.state
+FROM {t} AS s CROSS JOIN {n} AS n
+JOIN OPENJSON(@p2) WITH (n nvarchar(128), g bigint) AS p ON s.name = p.n {bin} AND s.generation = p.g
+WHERE s.node_id = @p1 AND ` + live("s")),
 		FailAssigned: r.Replace(`UPDATE s SET last_error = @p1, last_error_at = n.now, failures = (s.failures + 1) * @p2
 FROM {t} AS s CROSS JOIN {n} AS n WHERE s.name = @p3 AND s.holder_id = @p4 AND s.lease_epoch = @p5 AND ` + assigned),
 		SaveAssigned: r.Replace(`UPDATE s SET state = @p1, state_saved_at = n.now, heartbeat_at = n.now

@@ -422,7 +422,7 @@ func TestOneClock(t *testing.T) {
 		"Singletons.Ensure", "Singletons.Get", "Singletons.List", "Singletons.Start", "Singletons.Save", "Singletons.Heartbeat",
 		"Singletons.Fail", "Singletons.Page", "Singletons.Create",
 		"Singletons.Place", "Singletons.Give", "Singletons.Placement", "Singletons.StartAssigned", "Singletons.SaveAssigned",
-		"Singletons.HeartbeatAssigned", "Singletons.FailAssigned", "Output.Insert", "Output.Prune", "Checkpoints.Save", "Checkpoints.Prune", "Revoked.Insert", "Revoked.Check", "Revoked.Prune",
+		"Singletons.HeartbeatAssigned", "Singletons.FailAssigned", "Singletons.StartMany", "Output.Insert", "Output.Prune", "Checkpoints.Save", "Checkpoints.Prune", "Revoked.Insert", "Revoked.Check", "Revoked.Prune",
 		"Occurrences.Insert", "Occurrences.Candidates", "Occurrences.Claim", "Occurrences.Read", "Occurrences.Start", "Occurrences.AbandonRunning",
 		"Occurrences.Heartbeat", "Occurrences.Release", "Occurrences.SetBreaker"}
 	for key, text := range got {
@@ -571,6 +571,27 @@ func TestInvalidPrefix(t *testing.T) {
 	for _, p := range []string{"a", "sqlease", "app_1", strings.Repeat("a", 31)} {
 		if _, err := sqlserver.Dialect(p); err != nil {
 			t.Errorf("Dialect(%q) = %v, want nil", p, err)
+		}
+	}
+}
+
+// StartMany (sqlstore.SingletonQueries): StartAssigned of a batch, one
+// UPDATE … OUTPUT.
+func init() {
+	documented["Singletons.StartMany"] = stmt{2, []string{singletons, leases}} // (holder, pairs JSON)
+}
+
+// TestStartManyFence: the batch start is fenced as StartAssigned, pair by
+// pair: the row's node and generation are the pair's, and the member lease
+// is live under REPEATABLEREAD.
+func TestStartManyFence(t *testing.T) {
+	got, _ := statements(t, dialect(t, prefix))
+	text := got["Singletons.StartMany"]
+	for _, want := range []string{"OUTPUT inserted.name, inserted.state", "OPENJSON(@p2) WITH (n nvarchar(128), g bigint) AS p",
+		"ON s.name = p.n COLLATE Latin1_General_100_BIN2 AND s.generation = p.g", "WHERE s.node_id = @p1 AND EXISTS (SELECT 1 FROM [" + leases + "] AS l WITH (REPEATABLEREAD, ROWLOCK)",
+		"l.lease_epoch = s.node_epoch AND l.expires_at > n.now", "lease_epoch = s.generation"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("Singletons.StartMany lacks %q:\n%s", want, text)
 		}
 	}
 }

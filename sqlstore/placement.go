@@ -261,3 +261,55 @@ func (s *Store) FencedAssigned(ctx context.Context, name string, tok sqlease.Tok
 	}
 	return nil
 }
+
+// StartManyLimit bounds the singletons StartManyAssigned starts in one
+// statement, to keep the JSON argument and the rows one statement locks
+// small; a larger batch is split.
+const StartManyLimit = 500
+
+type startPair struct {
+	N string `json:"n"`
+	G int64  `json:"g"`
+}
+
+// StartManyAssigned is StartAssigned for each of starts on node holder in
+// one statement per StartManyLimit of them (a failover brings hundreds),
+// and returns the saved state (nil when none was saved) of each singleton
+// it started, by name. A singleton missing from the result was refused,
+// as StartAssigned refuses it: its assignment is no longer (holder,
+// Generation), or holder's member lease is not live in database time. An
+// error means that no batch after the failed one was started; those
+// before it were.
+func (s *Store) StartManyAssigned(ctx context.Context, holder string, starts []Assignment) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(starts))
+	for len(starts) > 0 {
+		batch := starts[:min(len(starts), StartManyLimit)]
+		starts = starts[len(batch):]
+		pairs := make([]startPair, len(batch))
+		for i, a := range batch {
+			pairs[i] = startPair{a.Name, a.Generation}
+		}
+		b, err := json.Marshal(pairs)
+		if err != nil {
+			return out, err
+		}
+		arg := string(b)
+		st := returning{query: s.sq().StartMany, args: []any{holder, arg},
+			wr: s.sq().StartManyWR, write: []any{holder, holder, arg}, read: []any{holder, arg}}
+		if _, err := s.query(ctx, nil, st, func(sc scanner) error {
+			var name string
+			var state sql.NullString
+			if err := sc.Scan(&name, &state); err != nil {
+				return err
+			}
+			out[name] = nil
+			if state.Valid {
+				out[name] = []byte(state.String)
+			}
+			return nil
+		}); err != nil {
+			return out, fmt.Errorf("start %d singletons on %q: %w", len(batch), holder, err)
+		}
+	}
+	return out, nil
+}

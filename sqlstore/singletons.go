@@ -96,6 +96,15 @@ type SingletonQueries struct {
 	// (holder_id, lease_epoch := holder, generation), only while the
 	// assignment is (holder, generation) and live.
 	StartAssigned string
+	// StartMany: (holder, pairs JSON array of {"n": name, "g":
+	// generation}). StartAssigned of every pair in one statement: each
+	// row started (holder_id, lease_epoch := holder, generation) only
+	// while its assignment is (holder, generation) and live. Returns
+	// (name, state) of the rows it started. StartManyWR where the
+	// dialect has no RETURNING: Write (holder, holder, pairs), Read
+	// (holder, pairs).
+	StartMany   string
+	StartManyWR WriteRead
 	// SaveAssigned, HeartbeatAssigned, FailAssigned: Save, Heartbeat and
 	// Fail with their arguments (the epoch being the generation), only
 	// while the row's run is the assignment's (node_id = holder_id,

@@ -109,6 +109,7 @@ func Run(t *testing.T, h Harness) {
 		{"SingletonFailures", testSingletonFailures},
 		{"SingletonPlacement", testSingletonPlacement},
 		{"SingletonPlacementRace", testSingletonPlacementRace},
+		{"SingletonStartMany", testSingletonStartMany},
 		{"WorkerLeaseClaims", testWorkerLeaseClaims},
 		{"ClaimKeepsModified", testClaimKeepsModified},
 		{"PauseReasonAndPrefix", testPauseReasonAndPrefix},

@@ -57,6 +57,12 @@ type singletonRun struct {
 	deadHeld      int
 	failover      time.Duration
 	lostAfterMove int64
+	// freedToLast, on PostgreSQL: from pg_terminate_backend's return for
+	// node 0's sessions (the server then frees their advisory locks within
+	// milliseconds) to the last of its singletons' bodies entered on another
+	// node — the time the advisory target is about, without the
+	// bench's 10 ms polling.
+	freedToLast time.Duration
 }
 
 func singletonScenario(ctx context.Context, e *env, o singletonOpts, runs int) bool {
@@ -65,7 +71,7 @@ func singletonScenario(ctx context.Context, e *env, o singletonOpts, runs int) b
 		mode = "advisory"
 	}
 	fmt.Printf("\n== idle singletons — %s, %s mode, %d singletons on %d node(s), window %s\n", o.dialect, mode, o.n, o.nodes, o.window)
-	var server, client, lost, fo []float64
+	var server, client, lost, fo, freed, after []float64
 	for i := range runs {
 		bg := settle(e.settleBusy, e.settleWait)
 		r, err := runSingletons(ctx, e, o)
@@ -92,8 +98,16 @@ func singletonScenario(ctx context.Context, e *env, o singletonOpts, runs int) b
 			i+1, bg*100, r.settleTook.Round(time.Millisecond), r.running, r.perNode, srv, cl, r.lostTerms, r.topStatement)
 		if r.deadHeld > 0 {
 			fo = append(fo, float64(r.failover))
-			fmt.Printf("    node 0 stopped dead holding %d: all on live nodes %s later; terms the others lost in the next 3 renew intervals: %d\n",
-				r.deadHeld, fmtDur(r.failover), r.lostAfterMove)
+			after = append(after, float64(r.lostAfterMove))
+			if r.freedToLast != 0 {
+				freed = append(freed, float64(r.freedToLast))
+			}
+			ended := ""
+			if r.freedToLast != 0 {
+				ended = fmt.Sprintf(" (its sessions ended → last body entered: %s)", fmtDur(r.freedToLast))
+			}
+			fmt.Printf("    node 0 stopped dead holding %d: all on live nodes %s later%s; terms the others lost in the next 3 renew intervals: %d\n",
+				r.deadHeld, fmtDur(r.failover), ended, r.lostAfterMove)
 		}
 	}
 	if len(lost) == 0 {
@@ -109,6 +123,10 @@ func singletonScenario(ctx context.Context, e *env, o singletonOpts, runs int) b
 	line += fmt.Sprintf(", terms lost %.0f", medianOf(lost))
 	if len(fo) > 0 {
 		line += fmt.Sprintf(", failover of a dead node's singletons %s", fmtDur(time.Duration(medianOf(fo))))
+		if len(freed) > 0 {
+			line += fmt.Sprintf(" (its sessions ended → last body entered %s)", fmtDur(time.Duration(medianOf(freed))))
+		}
+		line += fmt.Sprintf(", terms lost after it %.0f", medianOf(after))
 	}
 	fmt.Println(line)
 	return true
@@ -141,6 +159,7 @@ func runSingletons(ctx context.Context, e *env, o singletonOpts) (res singletonR
 		}
 	}
 	var inWindow, deadNow atomic.Bool
+	var bodyStarted sync.Map // name → time.Time: a body's last entry on a node other than 0 after node 0 died
 	var lostTerms atomic.Int64
 	nodes := make([]*singleton.Node, o.nodes)
 	for i := range nodes {
@@ -170,7 +189,10 @@ func runSingletons(ctx context.Context, e *env, o singletonOpts) (res singletonR
 				Name:              fmt.Sprintf("idle-%05d", k),
 				HeartbeatInterval: time.Hour,
 				StopTimeout:       time.Second,
-				Body: func(ctx context.Context, _ *singleton.Instance[struct{}]) error {
+				Body: func(ctx context.Context, in *singleton.Instance[struct{}]) error {
+					if node != 0 && deadNow.Load() {
+						bodyStarted.Store(in.Token().Name, time.Now())
+					}
 					<-ctx.Done()
 					return nil
 				},
@@ -277,10 +299,12 @@ func runSingletons(ctx context.Context, e *env, o singletonOpts) (res singletonR
 	deadNow.Store(true)
 	stores[0].DB().Close()
 	t0 := time.Now()
+	var freed time.Time
 	if o.dialect == "postgres" {
 		if _, err := stores[1].DB().ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bench-0'`); err != nil {
 			return res, fmt.Errorf("end node 0's sessions: %w", err)
 		}
+		freed = time.Now()
 	}
 	cancels[0]()
 	for {
@@ -311,6 +335,15 @@ func runSingletons(ctx context.Context, e *env, o singletonOpts) (res singletonR
 		}
 	}
 	res.failover = time.Since(t0)
+	if !freed.IsZero() {
+		var last time.Time
+		for _, name := range dead {
+			if v, ok := bodyStarted.Load(singleton.LeasePrefix + name); ok && v.(time.Time).After(last) {
+				last = v.(time.Time)
+			}
+		}
+		res.freedToLast = last.Sub(freed)
+	}
 	lostTerms.Store(0)
 	inWindow.Store(true)
 	time.Sleep(3 * 2 * time.Second) // 3 renew intervals (election defaults)
