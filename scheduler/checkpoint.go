@@ -79,6 +79,12 @@ func (g *runGate) save(ctx context.Context, v json.RawMessage) error {
 		if errors.Is(err, sqlease.ErrNotLeader) {
 			return notCurrent(err)
 		}
+		if ctx.Err() != nil {
+			// The run ended while the write was on its way (its lock or
+			// term lost, found by its heartbeat): say so, not "context
+			// canceled".
+			return notCurrent(context.Cause(ctx))
+		}
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return nil
