@@ -219,7 +219,7 @@ WHERE r.outcome = 'running'`),
 WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?) AND (scheduled_for, attempt) < (?, ?)
 ORDER BY scheduled_for DESC, attempt DESC LIMIT ?`),
 		Runs: r.Replace(`SELECT {runcols} FROM {runs}
-WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?) ORDER BY id DESC LIMIT ?`),
+WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?) ORDER BY scheduled_for DESC, attempt DESC LIMIT ?`),
 		Stats: r.Replace(`SELECT COUNT(*), COALESCE(SUM(paused), 0),
 	COALESCE(SUM(paused = 0 AND next_run_at <= {now}), 0),
 	COALESCE(SUM(locked_by IS NOT NULL), 0) FROM {jobs}`),

@@ -250,7 +250,45 @@ func TestAllowRetryAndHandover(t *testing.T) {
 		if retried == 0 {
 			t.Errorf("no occurrence b failed was retried with attempt 2: %v", attempts)
 		}
+		// Retries were inserted after later occurrences' runs: paging
+		// through the ledger shows every run once, in the order of one
+		// read of it all.
+		checkPaging(t, st, "hand", 3)
 	})
+}
+
+// checkPaging reads job's runs in pages of size (Runs, then RunsBefore
+// from the last run of each page) and checks that they are the runs one
+// read returns, in its order, each once.
+func checkPaging(t *testing.T, st *sqlstore.Store, job string, size int) {
+	t.Helper()
+	ctx := context.Background()
+	all, err := st.Runs(ctx, job, 10_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(r sqlease.Run) string {
+		return fmt.Sprintf("%s#%d", r.ScheduledFor.UTC().Format(time.RFC3339Nano), r.Attempt)
+	}
+	var paged []string
+	page, err := st.Runs(ctx, job, size)
+	for len(page) > 0 && err == nil && len(paged) <= len(all) {
+		for _, r := range page {
+			paged = append(paged, key(r))
+		}
+		last := page[len(page)-1]
+		page, err = st.RunsBefore(ctx, job, last.ScheduledFor, last.Attempt, size)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, r := range all {
+		want = append(want, key(r))
+	}
+	if fmt.Sprint(paged) != fmt.Sprint(want) {
+		t.Errorf("the runs of %s in pages of %d:\n%v\nin one read:\n%v", job, size, paged, want)
+	}
 }
 
 // TestAllowValidation: max_concurrent only with allow, at least 0; allow

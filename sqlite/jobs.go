@@ -157,7 +157,7 @@ WHERE id = ?4 AND locked_by = ?5 AND lock_epoch = ?6`),
 WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?1) AND (scheduled_for < ?2 OR scheduled_for = ?2 AND attempt < ?3)
 ORDER BY scheduled_for DESC, attempt DESC LIMIT ?4`),
 		Runs: r.Replace(`SELECT {runcols} FROM {runs}
-WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?1) ORDER BY id DESC LIMIT ?2`),
+WHERE job_id = (SELECT id FROM {jobs} WHERE name = ?1) ORDER BY scheduled_for DESC, attempt DESC LIMIT ?2`),
 		Stats: r.Replace(`SELECT count(*), coalesce(sum(paused), 0),
 	coalesce(sum(paused = 0 AND next_run_at <= {now}), 0),
 	coalesce(sum(locked_by IS NOT NULL), 0) FROM {jobs}`),

@@ -174,7 +174,7 @@ WHERE j.id = @p4 AND j.locked_by = @p5 AND j.lock_epoch = @p6`),
 WHERE job_id = (SELECT id FROM {jobs} WHERE name = @p1) AND (scheduled_for < @p2 OR scheduled_for = @p2 AND attempt < @p3)
 ORDER BY scheduled_for DESC, attempt DESC`),
 		Runs: r.Replace(`SELECT TOP (@p2) {runcols} FROM {runs}
-WHERE job_id = (SELECT id FROM {jobs} WHERE name = @p1) ORDER BY id DESC`),
+WHERE job_id = (SELECT id FROM {jobs} WHERE name = @p1) ORDER BY scheduled_for DESC, attempt DESC`),
 		Stats: r.Replace(`SELECT COUNT_BIG(*),
 	COALESCE(SUM(CASE WHEN paused = 1 THEN 1 ELSE 0 END), 0),
 	COALESCE(SUM(CASE WHEN paused = 0 AND next_run_at <= SYSUTCDATETIME() THEN 1 ELSE 0 END), 0),

@@ -239,7 +239,10 @@ type JobQueries struct {
 	// lock_epoch). Unlocks, sets next_run_at and attempt, not_before = now +
 	// backoff (NULL clears), last_run_at = now. Rows affected.
 	ReleaseJob string
-	// Runs: (job_name, limit). RunColumns of the job's runs, newest first.
+	// Runs: (job_name, limit). RunColumns of the job's runs, newest first
+	// by (scheduled_for, attempt): the order RunsBefore pages in. (Not by
+	// insertion: a retry of an earlier occurrence inserted after a later
+	// occurrence's run — overlap allow — would show on two pages.)
 	Runs string
 	// RunsBefore: (job_name, scheduled_for, attempt, limit). The next page:
 	// the job's runs before (scheduled_for, attempt) in that order, newest

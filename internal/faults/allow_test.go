@@ -51,6 +51,7 @@ func checkAllow(t *testing.T, rc *fleettest.Receiver, n *fleettest.Node, after t
 		t.Errorf("MAX_CONCURRENT: %d deliveries of %s overlapped (max_concurrent %d): %v", peak, allowJob, allowBound, at)
 	}
 	succeeded := map[string]int{}
+	runsOf := map[string][]string{} // what the ledger says of each occurrence, for a failure's message
 	after_ := ""
 	for page := 0; ; page++ {
 		path := "/v1/jobs/" + allowJob + "/runs?limit=1000"
@@ -70,6 +71,7 @@ func checkAllow(t *testing.T, rc *fleettest.Receiver, n *fleettest.Node, after t
 			if r.Outcome == "succeeded" {
 				succeeded[r.ScheduledFor]++
 			}
+			runsOf[r.ScheduledFor] = append(runsOf[r.ScheduledFor], fmt.Sprintf("attempt %d %s by %s@%d [%s – %s] %s", r.Attempt, r.Outcome, r.Holder, r.Epoch, r.StartedAt, deref(r.FinishedAt), r.Error))
 		}
 		if l.Next == "" || page > 100 {
 			break
@@ -81,7 +83,7 @@ func checkAllow(t *testing.T, rc *fleettest.Receiver, n *fleettest.Node, after t
 	}
 	for sf, k := range succeeded {
 		if k > 1 {
-			t.Errorf("TWICE: occurrence %s/%s succeeded %d times in the runs ledger", allowJob, sf, k)
+			t.Errorf("TWICE: occurrence %s/%s succeeded %d times in the runs ledger: %q; deliveries: %v", allowJob, sf, k, runsOf[sf], deliveriesOf(rc, allowJob+"/"+sf))
 		}
 	}
 }
@@ -130,4 +132,11 @@ func peakOverlap(ds []fleettest.Delivery, job string) (int, []string) {
 		}
 	}
 	return peak, at
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "-"
+	}
+	return *s
 }
