@@ -570,7 +570,10 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	if d.batch != nil && !breaker && len(skip.At) == 0 && c.Lock.Occurrence.IsZero() {
 		// The finisher writes and logs the outcome, then calls d.done.
 		*d.queued = true
-		d.batch.finish(finishItem{req: sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, took: took, log: log, next: next, done: d.done}, d.release)
+		// due: the job is behind (its next occurrence has come, on the
+		// database clock from the claim, early rather than late).
+		due := !next.IsZero() && !next.After(c.Now.Add(time.Since(started)))
+		d.batch.finish(finishItem{req: sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, took: took, log: log, next: next, due: due, done: d.done}, d.release)
 		return time.Time{}
 	}
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

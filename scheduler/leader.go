@@ -687,6 +687,25 @@ func (l *leader) claimBatchSelfFenced(ctx context.Context, ids []int64, at map[i
 		return out, true
 	}
 	var started []bool
+	if bad == nil && l.s.store.HasStartRunsFenced() {
+		// One statement that fences itself, as the claim did. A run it
+		// did not start (the fence failed, or it found the attempt in the
+		// ledger) is started by execute in a fenced transaction, which
+		// tells which; the claims stand either way.
+		if err = l.gate.Ensure(l.tok); err == nil {
+			started, err = l.s.store.StartRunsFenced(ctx, l.tok, reqs)
+		}
+		if err != nil {
+			return out, true
+		}
+		for k, q := range reqs {
+			if started[k] {
+				out[at[q.Lock.JobID]].started = &sqlease.Run{JobID: q.Lock.JobID, Job: q.Job, ScheduledFor: q.ScheduledFor,
+					Attempt: q.Attempt, Holder: q.Lock.Holder, Epoch: l.tok.Epoch, Outcome: sqlease.OutcomeRunning}
+			}
+		}
+		return out, true
+	}
 	err = l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) (err error) {
 		if bad != nil {
 			if err := l.s.setAside(ctx, tx, bad); err != nil {

@@ -213,6 +213,12 @@ type StartReq struct {
 // and the caller may retry it through StartRun to learn why. Pass tx to run
 // inside an existing (fenced) transaction.
 func (s *Store) StartRuns(ctx context.Context, tx *sql.Tx, reqs []StartReq) (started []bool, err error) {
+	return s.startRuns(ctx, tx, nil, reqs)
+}
+
+// startRuns is StartRuns, with StartRunsFenced's statement when fence is
+// not nil.
+func (s *Store) startRuns(ctx context.Context, tx *sql.Tx, fence *sqlease.Token, reqs []StartReq) (started []bool, err error) {
 	n := len(reqs)
 	started = make([]bool, n)
 	if n == 0 {
@@ -232,8 +238,13 @@ func (s *Store) StartRuns(ctx context.Context, tx *sql.Tx, reqs []StartReq) (sta
 		}
 		at[r.Lock.JobID] = i
 	}
-	q := s.on(tx)
-	rows, err := q.QueryContext(ctx, s.q().StartRuns, ids, epochs, sfs, attempts, names, holders, runEpochs)
+	args := []any{ids, epochs, sfs, attempts, names, holders, runEpochs}
+	query, q := s.q().StartRuns, s.on(tx)
+	if fence != nil {
+		query, q = s.q().StartRunsFenced, s.db
+		args = append(args, fence.Name, fence.Holder, fence.Epoch)
+	}
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err := markIDs(rows, err, at, started); err != nil {
 		return nil, fmt.Errorf("start %d runs: %w", n, s.classify(err))
 	}

@@ -204,6 +204,11 @@ type JobQueries struct {
 	// arguments: (…, lease_name, holder, lease_epoch). It writes nothing and
 	// returns no row when the fence fails.
 	FinishRunsFenced string
+	// StartRunsFenced, optional (with StartRuns): StartRuns that fences
+	// itself, as ClaimStartJobsFenced does, with three more arguments:
+	// (…, lease_name, holder, lease_epoch). It starts nothing and returns
+	// no row when the fence fails. See Store.StartRunsFenced.
+	StartRunsFenced string
 	// FinishRunsJSON, optional, where FinishRuns is empty: FinishRuns in a
 	// few statements per group of runs, each taking the group as one JSON
 	// argument (see FinishJSON), instead of ReleaseJob, FinishRun and the

@@ -400,7 +400,16 @@ func ontimeScenario(ctx context.Context, e *env, dialect string, o ontimeOpts, b
 	}
 	fmt.Printf("\n== backlog drain — %s, one run_all job every %s, %d occurrences behind (a pause of %s, then Resume), no-op handler, defaults; occurrences/s from the first run's finish to the last's\n",
 		dialect, scheduler.MinEvery, backlog, time.Duration(backlog)*scheduler.MinEvery)
-	for _, mode := range []string{"claim", "leader"} {
+	// -ontime-ways backlog-claim or backlog-leader runs the drain in that
+	// mode only (the on-time ways name none of these); else both.
+	modes := []string{"claim", "leader"}
+	if m := slices.DeleteFunc(slices.Clone(o.ways), func(w string) bool { return !strings.HasPrefix(w, "backlog-") }); len(m) > 0 {
+		modes = modes[:0]
+		for _, w := range m {
+			modes = append(modes, strings.TrimPrefix(w, "backlog-"))
+		}
+	}
+	for _, mode := range modes {
 		var rates []float64
 		for r := 1; r <= runs; r++ {
 			if ctx.Err() != nil {
