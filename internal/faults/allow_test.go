@@ -20,13 +20,24 @@ const (
 	allowJob   = "par"
 	allowEvery = 300 * time.Millisecond
 	allowBound = 2
+	// allowLock is the job's lock_timeout. An occurrence whose claim (or
+	// spawn) committed but whose answer was lost — a fault that ends the
+	// sessions — stays locked to its worker, which does not know it holds
+	// it, until its lock times out; then a worker's scan for occurrences
+	// that need an owner (every 10 polls of 1 s) takes it (docs/jobs.md).
+	// Job rows have a faster recovery (the worker gives back what no run
+	// of its own holds); occurrence rows do not yet.
+	allowLock = 3 * time.Second
+	// allowStall bounds how long occurrences after the fault may wait for
+	// the slots such occurrences hold.
+	allowStall = allowLock + 10*time.Second
 )
 
 // createAllowJob creates the allow job through n.
 func createAllowJob(t *testing.T, n *fleettest.Node, rc *fleettest.Receiver, retry map[string]any) {
 	t.Helper()
 	createJob(t, n, map[string]any{"name": allowJob, "schedule": map[string]any{"every": allowEvery.String()}, "missed_runs": "run_all",
-		"overlap": "allow", "max_concurrent": allowBound, "retry": retry,
+		"overlap": "allow", "max_concurrent": allowBound, "retry": retry, "lock_timeout": allowLock.String(),
 		"action": map[string]any{"http": map[string]any{"url": rc.URL + "/" + allowJob + "/delay/500ms", "timeout": "10s"}}})
 }
 
@@ -42,7 +53,7 @@ func checkAllow(t *testing.T, rc *fleettest.Receiver, n *fleettest.Node, after t
 	// Occurrences after the fault may wait for the slots that the ones in
 	// flight at the fault hold until they are retried — by a new leader
 	// only once the earlier terms cannot act — so wait for one first.
-	rc.WaitFor(dispatchBound+5*time.Second, func(dl fleettest.Delivery) bool {
+	rc.WaitFor(dispatchBound+5*time.Second+allowStall, func(dl fleettest.Delivery) bool {
 		sf, err := time.Parse(time.RFC3339Nano, dl.SF)
 		return dl.Job == allowJob && err == nil && sf.After(after) && !dl.End.IsZero()
 	})
