@@ -568,6 +568,24 @@ type leaderClaim struct {
 	err     error
 }
 
+// booked records each claimed job in out (at: its place by job id) and
+// returns the starts of the runs its claim did not start but fastStart
+// may, under this term's epoch.
+func (l *leader) booked(claimed []sqlstore.Claimed, at map[int64]int, out []leaderClaim) []sqlstore.StartReq {
+	var reqs []sqlstore.StartReq
+	for _, c := range claimed {
+		out[at[c.ID]] = leaderClaim{c: c, ok: true, started: c.Started}
+		if c.Started != nil {
+			continue
+		}
+		if req, ok := fastStart(c); ok {
+			req.RunEpoch = l.tok.Epoch
+			reqs = append(reqs, req)
+		}
+	}
+	return reqs
+}
+
 // claimBatch claims the batch's jobs in one fenced transaction and starts,
 // in it, the runs of those whose due occurrence simply runs (fastStart); the
 // others are left to execute. A failed transaction fails every claim.
@@ -599,18 +617,7 @@ func (l *leader) claimBatch(ctx context.Context, batch []schedEntry) []leaderCla
 		if err != nil {
 			return err
 		}
-		var reqs []sqlstore.StartReq
-		for _, c := range claimed {
-			i := at[c.ID]
-			out[i] = leaderClaim{c: c, ok: true, started: c.Started}
-			if c.Started != nil {
-				continue
-			}
-			if req, ok := fastStart(c); ok {
-				req.RunEpoch = l.tok.Epoch
-				reqs = append(reqs, req)
-			}
-		}
+		reqs := l.booked(claimed, at, out)
 		started, err := l.s.store.StartRuns(ctx, tx, reqs)
 		if err != nil {
 			return err
@@ -671,18 +678,7 @@ func (l *leader) claimBatchSelfFenced(ctx context.Context, ids []int64, at map[i
 	if len(claimed) == 0 && bad == nil {
 		return nil, false
 	}
-	var reqs []sqlstore.StartReq
-	for _, c := range claimed {
-		i := at[c.ID]
-		out[i] = leaderClaim{c: c, ok: true, started: c.Started}
-		if c.Started != nil {
-			continue
-		}
-		if req, ok := fastStart(c); ok {
-			req.RunEpoch = l.tok.Epoch
-			reqs = append(reqs, req)
-		}
-	}
+	reqs := l.booked(claimed, at, out)
 	if len(reqs) == 0 && bad == nil {
 		return out, true
 	}
