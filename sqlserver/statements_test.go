@@ -148,6 +148,7 @@ var empty = map[string]string{
 	"Jobs.ClaimStartJobs":       "the leader claims one job at a time: no batch claims",
 	"Jobs.ClaimStartJobsFenced": "no ClaimStartJobs: the leader's claims are in fenced transactions",
 	"Jobs.FinishRunsFenced":     "no FinishRuns: the leader's finishes are in fenced transactions",
+	"Jobs.StartRunsFenced":      "no self-fenced statements: the leader starts runs in fenced transactions",
 	"Jobs.StartRuns":            "batch starts take array parameters (PostgreSQL); runs start one by one",
 	"Jobs.FinishRuns":           "batch finishes take array parameters (PostgreSQL); runs finish one by one",
 	"Jobs.StartRunIf":           "batches of single-row statements in one transaction pay off inside the process (SQLite), not over a network",
