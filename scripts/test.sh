@@ -477,6 +477,7 @@ need() {
 }
 need spin spin "the model checks in ./model"
 need promtool prometheus "the alert rule tests in ./deploy"
+need curl curl "the checkpoint and singleton scripts in ./internal/e2e and ./internal/faults, and the README's quick start"
 # --- end tools ---
 
 # --- chromium: the dashboard's browser tests (./internal/dashtest) drive it headless ---

@@ -90,7 +90,7 @@ func readAttempts(t *testing.T, path string) map[int]*attemptLog {
 // last checkpoint, and the token never appears in a run's output.
 func TestCheckpointAfterKill(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("curl not installed: the action script uses it")
+		t.Fatal("curl not installed: the action script uses it (bash scripts/test.sh installs it)")
 	}
 	pg := postgresDB(t)
 	for _, c := range []struct {
