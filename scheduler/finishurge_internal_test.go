@@ -18,35 +18,45 @@ import (
 // again (due): that wait would hold back the job's next occurrence, so a
 // backlog drained at one occurrence per linger. A run finishing during a
 // linger that is due ends it: both go in one write. The linger here is an
-// hour, so the test counts writes rather than timing them.
+// hour, so the test counts writes rather than timing them. Each case has a
+// finisher of its own: a run queued while the writer still works through
+// an earlier group is taken with it, linger or not (CI once saw the second
+// case's first run written alone so, right after the first case's write).
 func TestFinisherDoesNotLingerForADueJob(t *testing.T) {
-	var mu sync.Mutex
-	var groups [][]int64
-	direct := func(_ context.Context, reqs []sqlstore.FinishReq) ([]bool, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		var ids []int64
-		for _, r := range reqs {
-			ids = append(ids, r.Lock.JobID)
-		}
-		groups = append(groups, ids)
-		done := make([]bool, len(reqs))
-		for i := range done {
-			done[i] = true
-		}
-		return done, nil
+	type finisherUnderTest struct {
+		f       *finisher
+		mu      sync.Mutex
+		groups  [][]int64
+		written chan int64
 	}
-	fence := func(context.Context, func(*sql.Tx) error) error { return errors.New("the direct write failed") }
-	f := startFinisherDirect(nil, 8, fence, direct, time.Hour, nopObs{})
-	written := make(chan int64, 4)
-	item := func(id int64, due bool) finishItem {
+	start := func() *finisherUnderTest {
+		u := &finisherUnderTest{written: make(chan int64, 4)}
+		direct := func(_ context.Context, reqs []sqlstore.FinishReq) ([]bool, error) {
+			u.mu.Lock()
+			defer u.mu.Unlock()
+			var ids []int64
+			for _, r := range reqs {
+				ids = append(ids, r.Lock.JobID)
+			}
+			u.groups = append(u.groups, ids)
+			done := make([]bool, len(reqs))
+			for i := range done {
+				done[i] = true
+			}
+			return done, nil
+		}
+		fence := func(context.Context, func(*sql.Tx) error) error { return errors.New("the direct write failed") }
+		u.f = startFinisherDirect(nil, 8, fence, direct, time.Hour, nopObs{})
+		return u
+	}
+	item := func(u *finisherUnderTest, id int64, due bool) finishItem {
 		return finishItem{req: sqlstore.FinishReq{Lock: sqlstore.Lock{JobID: id}, Run: sqlease.Run{Job: "j"}, Finish: sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}},
-			log: &runLog{l: slog.New(slog.DiscardHandler)}, next: time.Now(), due: due, done: func(time.Time) { written <- id }}
+			log: &runLog{l: slog.New(slog.DiscardHandler)}, next: time.Now(), due: due, done: func(time.Time) { u.written <- id }}
 	}
-	wait := func(want int64) {
+	wait := func(u *finisherUnderTest, want int64) {
 		t.Helper()
 		select {
-		case id := <-written:
+		case id := <-u.written:
 			if id != want {
 				t.Fatalf("run %d written, want %d", id, want)
 			}
@@ -54,21 +64,32 @@ func TestFinisherDoesNotLingerForADueJob(t *testing.T) {
 			t.Fatalf("run %d not written (lingering for an hour)", want)
 		}
 	}
-	f.finish(item(1, true), nil)
-	wait(1)
+	groups := func(u *finisherUnderTest) [][]int64 {
+		u.f.stop()
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return u.groups
+	}
+
+	// A due run alone is written at once.
+	a := start()
+	a.f.finish(item(a, 1, true), nil)
+	wait(a, 1)
+	if g := groups(a); len(g) != 1 || len(g[0]) != 1 {
+		t.Fatalf("groups written %v, want [[1]]", g)
+	}
+
 	// One not due lingers; a due one joins it and ends the linger.
-	f.finish(item(2, false), nil)
+	b := start()
+	b.f.finish(item(b, 2, false), nil)
 	// Time for the writer to begin its linger (if it has not, the due
 	// run still joins the group before it is taken: the test passes
 	// either way, and checks the linger's end only when it has begun).
 	time.Sleep(100 * time.Millisecond)
-	f.finish(item(3, true), nil)
-	wait(2)
-	wait(3)
-	f.stop()
-	mu.Lock()
-	defer mu.Unlock()
-	if len(groups) != 2 || len(groups[0]) != 1 || len(groups[1]) != 2 {
-		t.Fatalf("groups written %v, want [[1] [2 3]]", groups)
+	b.f.finish(item(b, 3, true), nil)
+	wait(b, 2)
+	wait(b, 3)
+	if g := groups(b); len(g) != 1 || len(g[0]) != 2 {
+		t.Fatalf("groups written %v, want [[2 3]]", g)
 	}
 }
