@@ -1,0 +1,96 @@
+// Package dbtest gives a test a store on every dialect this machine can
+// run, the same way in every package: SQLite always, PostgreSQL when
+// SQLEASE_TEST_POSTGRES_URL is set and MariaDB/MySQL when
+// SQLEASE_TEST_MYSQL_URL is set (scripts/test.sh sets both). SQL Server
+// runs only where its own package's tests find SQLEASE_TEST_SQLSERVER_DSN.
+package dbtest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease/internal/mysqltest"
+	"github.com/sqlease/sqlease/internal/pgtest"
+	"github.com/sqlease/sqlease/mysql"
+	"github.com/sqlease/sqlease/postgres"
+	"github.com/sqlease/sqlease/sqlite"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// Prefix is the table prefix the tests' stores use.
+const Prefix = "sqlease"
+
+// Open opens a new store on one test database; every store Open returns
+// in one subtest shares that database (two nodes, a restart), and each is
+// closed when the test that opened it ends.
+type Open func(t *testing.T) *sqlstore.Store
+
+// Dialects runs fn as a subtest per dialect ("sqlite", "postgres",
+// "mysql"), each with a database of its own. A server dialect whose URL is
+// not set is skipped, saying which variable sets it.
+func Dialects(t *testing.T, fn func(t *testing.T, open Open)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "sqlease.db")
+		fn(t, func(t *testing.T) *sqlstore.Store {
+			t.Helper()
+			return opened(t)(sqlite.OpenStore(context.Background(), path, Prefix))
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := os.Getenv(pgtest.URLEnv)
+		if url == "" {
+			t.Skip(pgtest.URLEnv + " not set; bash scripts/test.sh sets it")
+		}
+		dbURL := pgtest.CreateDatabase(t, url)
+		fn(t, func(t *testing.T) *sqlstore.Store {
+			t.Helper()
+			return opened(t)(postgres.OpenStore(context.Background(), dbURL, Prefix))
+		})
+	})
+	t.Run("mysql", func(t *testing.T) {
+		url := os.Getenv(mysqltest.URLEnv)
+		if url == "" {
+			t.Skip(mysqltest.URLEnv + " not set; bash scripts/test.sh sets it")
+		}
+		dbURL := mysqltest.CreateDatabase(t, url)
+		fn(t, func(t *testing.T) *sqlstore.Store {
+			t.Helper()
+			return opened(t)(mysql.OpenStore(context.Background(), dbURL, Prefix))
+		})
+	})
+}
+
+// SQLite is a store on a SQLite file of its own, closed when the test ends.
+func SQLite(t testing.TB) *sqlstore.Store {
+	t.Helper()
+	return opened(t)(sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "sqlease.db"), Prefix))
+}
+
+// opened fails the test on err and closes the store when the test ends.
+func opened(t testing.TB) func(*sqlstore.Store, error) *sqlstore.Store {
+	return func(s *sqlstore.Store, err error) *sqlstore.Store {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.DB().Close() })
+		return s
+	}
+}
+
+// WaitFor polls cond every 5 ms and fails the test, naming what it waited
+// for, when cond is still false after d.
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
