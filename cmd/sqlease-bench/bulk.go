@@ -153,19 +153,11 @@ func bulkScenario(ctx context.Context, e *env, dialect string, n, batch, runs in
 }
 
 func runBulk(ctx context.Context, e *env, dialect string, n int, way bulkWay) (float64, error) {
-	tg, err := e.newTarget(ctx, dialect)
+	_, st, done, err := e.migrated(ctx, dialect)
 	if err != nil {
 		return 0, err
 	}
-	defer tg.cleanup()
-	st, err := tg.open(nil)
-	if err != nil {
-		return 0, err
-	}
-	defer st.DB().Close()
-	if err := tg.migrate(ctx, st); err != nil {
-		return 0, err
-	}
+	defer done()
 	s, err := scheduler.New(scheduler.Config{Store: st})
 	if err != nil {
 		return 0, err

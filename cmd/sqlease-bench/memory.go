@@ -99,19 +99,11 @@ func childMemory(ctx context.Context, e *env, o memoryOpts) error {
 
 func runMemory(ctx context.Context, e *env, o memoryOpts) (memoryResult, error) {
 	res := memoryResult{Jobs: o.Jobs}
-	tg, err := e.newTarget(ctx, o.Dialect)
+	tg, setup, done, err := e.migrated(ctx, o.Dialect)
 	if err != nil {
 		return res, err
 	}
-	defer tg.cleanup()
-	setup, err := tg.open(nil)
-	if err != nil {
-		return res, err
-	}
-	defer setup.DB().Close()
-	if err := tg.migrate(ctx, setup); err != nil {
-		return res, err
-	}
+	defer done()
 	t0 := time.Now()
 	step := o.Spread / time.Duration(max(o.Jobs, 1))
 	if _, _, err := seed(ctx, setup, o.Dialect, o.Jobs, seedFuture, o.Offset, step); err != nil {

@@ -94,19 +94,11 @@ func dispatch(ctx context.Context, wg *sync.WaitGroup, st *sqlstore.Store, mode 
 
 // runOntime creates the jobs, starts dispatch and returns the start delays.
 func runOntime(ctx context.Context, e *env, o ontimeOpts) (delayStats, error) {
-	tg, err := e.newTarget(ctx, o.dialect)
+	tg, setup, dropDB, err := e.migrated(ctx, o.dialect)
 	if err != nil {
 		return delayStats{}, err
 	}
-	defer tg.cleanup()
-	setup, err := tg.open(nil)
-	if err != nil {
-		return delayStats{}, err
-	}
-	defer setup.DB().Close()
-	if err := tg.migrate(ctx, setup); err != nil {
-		return delayStats{}, err
-	}
+	defer dropDB()
 	st, err := tg.open(nil)
 	if err != nil {
 		return delayStats{}, err
@@ -251,19 +243,11 @@ func (c *backlogCounter) RunFinished(_ string, outcome sqlease.Outcome, _ time.D
 // next_run_at is n × 100 ms in the past, as after a pause of that long, and
 // a no-op handler: how fast dispatch in mode runs the n occurrences behind.
 func runBacklog(ctx context.Context, e *env, dialect, mode string, n int, timeout time.Duration) (float64, error) {
-	tg, err := e.newTarget(ctx, dialect)
+	tg, setup, done, err := e.migrated(ctx, dialect)
 	if err != nil {
 		return 0, err
 	}
-	defer tg.cleanup()
-	setup, err := tg.open(nil)
-	if err != nil {
-		return 0, err
-	}
-	defer setup.DB().Close()
-	if err := tg.migrate(ctx, setup); err != nil {
-		return 0, err
-	}
+	defer done()
 	api, err := scheduler.New(scheduler.Config{Store: setup})
 	if err != nil {
 		return 0, err

@@ -63,19 +63,11 @@ func placementScenario(ctx context.Context, e *env, dialect string, n, runs int)
 }
 
 func runPlacement(ctx context.Context, e *env, dialect string, n int) (res placementRun, err error) {
-	t, err := e.newTarget(ctx, dialect)
+	_, st, done, err := e.migrated(ctx, dialect)
 	if err != nil {
 		return res, err
 	}
-	defer t.cleanup()
-	st, err := t.open(nil)
-	if err != nil {
-		return res, err
-	}
-	defer st.DB().Close()
-	if err := t.migrate(ctx, st); err != nil {
-		return res, err
-	}
+	defer done()
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("s-%06d", i)

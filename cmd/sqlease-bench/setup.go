@@ -493,3 +493,22 @@ func (t *target) migrate(ctx context.Context, st *sqlstore.Store) error {
 	}
 	return nil
 }
+
+// migrated opens a store (untraced) on a fresh target database and
+// migrates its schema, as most scenarios begin; done closes the store and
+// drops the database.
+func (e *env) migrated(ctx context.Context, dialect string) (tg *target, st *sqlstore.Store, done func(), err error) {
+	if tg, err = e.newTarget(ctx, dialect); err != nil {
+		return nil, nil, nil, err
+	}
+	if st, err = tg.open(nil); err != nil {
+		tg.cleanup()
+		return nil, nil, nil, err
+	}
+	done = func() { st.DB().Close(); tg.cleanup() }
+	if err = tg.migrate(ctx, st); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return tg, st, done, nil
+}

@@ -238,19 +238,11 @@ type throughputOpts struct {
 // are claimed (or dispatched by the leader), run (no-op) and finished.
 func runThroughput(ctx context.Context, e *env, o throughputOpts) (throughputResult, error) {
 	res := throughputResult{Jobs: o.jobs}
-	tg, err := e.newTarget(ctx, o.dialect)
+	tg, setup, done, err := e.migrated(ctx, o.dialect)
 	if err != nil {
 		return res, err
 	}
-	defer tg.cleanup()
-	setup, err := tg.open(nil)
-	if err != nil {
-		return res, err
-	}
-	defer setup.DB().Close()
-	if err := tg.migrate(ctx, setup); err != nil {
-		return res, err
-	}
+	defer done()
 	kind, offset, step := seedDue, time.Duration(0), e.dueSpread
 	if o.trickle > 0 {
 		kind, offset, step = seedFuture, o.trickleAfter, o.trickle
