@@ -622,12 +622,7 @@ func (l *leader) claimBatch(ctx context.Context, batch []schedEntry) []leaderCla
 		if err != nil {
 			return err
 		}
-		for k, q := range reqs {
-			if started[k] {
-				out[at[q.Lock.JobID]].started = &sqlease.Run{JobID: q.Lock.JobID, Job: q.Job, ScheduledFor: q.ScheduledFor,
-					Attempt: q.Attempt, Holder: q.Lock.Holder, Epoch: l.tok.Epoch, Outcome: sqlease.OutcomeRunning}
-			}
-		}
+		l.markStarted(out, at, reqs, started)
 		return nil
 	})
 	if err != nil {
@@ -636,6 +631,17 @@ func (l *leader) claimBatch(ctx context.Context, batch []schedEntry) []leaderCla
 		}
 	}
 	return out
+}
+
+// markStarted records in out (at: its place by job id) the runs of reqs
+// that a start wrote (started), under this term's epoch.
+func (l *leader) markStarted(out []leaderClaim, at map[int64]int, reqs []sqlstore.StartReq, started []bool) {
+	for k, q := range reqs {
+		if started[k] {
+			out[at[q.Lock.JobID]].started = &sqlease.Run{JobID: q.Lock.JobID, Job: q.Job, ScheduledFor: q.ScheduledFor,
+				Attempt: q.Attempt, Holder: q.Lock.Holder, Epoch: l.tok.Epoch, Outcome: sqlease.OutcomeRunning}
+		}
+	}
 }
 
 // leaseStoreGate is a Gate that tells whose leases it holds
@@ -694,12 +700,7 @@ func (l *leader) claimBatchSelfFenced(ctx context.Context, ids []int64, at map[i
 		if err != nil {
 			return out, true
 		}
-		for k, q := range reqs {
-			if started[k] {
-				out[at[q.Lock.JobID]].started = &sqlease.Run{JobID: q.Lock.JobID, Job: q.Job, ScheduledFor: q.ScheduledFor,
-					Attempt: q.Attempt, Holder: q.Lock.Holder, Epoch: l.tok.Epoch, Outcome: sqlease.OutcomeRunning}
-			}
-		}
+		l.markStarted(out, at, reqs, started)
 		return out, true
 	}
 	err = l.gate.Fenced(ctx, l.tok, func(tx *sql.Tx) (err error) {
@@ -722,12 +723,7 @@ func (l *leader) claimBatchSelfFenced(ctx context.Context, ids []int64, at map[i
 		// those of a claim whose StartRuns found them taken.
 		return out, true
 	}
-	for k, q := range reqs {
-		if started[k] {
-			out[at[q.Lock.JobID]].started = &sqlease.Run{JobID: q.Lock.JobID, Job: q.Job, ScheduledFor: q.ScheduledFor,
-				Attempt: q.Attempt, Holder: q.Lock.Holder, Epoch: l.tok.Epoch, Outcome: sqlease.OutcomeRunning}
-		}
-	}
+	l.markStarted(out, at, reqs, started)
 	return out, true
 }
 
