@@ -24,6 +24,7 @@ import (
 	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/internal/syncbuf"
 	"github.com/sqlease/sqlease/prom"
 	"github.com/sqlease/sqlease/scheduler"
@@ -146,18 +147,7 @@ func newNode(t *testing.T, dbPath string, o nodeOpts) *node {
 
 func (n *node) waitLeader() {
 	n.t.Helper()
-	waitFor(n.t, 5*time.Second, "leadership", n.el.IsLeader)
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	dbtest.WaitFor(n.t, 5*time.Second, "leadership", n.el.IsLeader)
 }
 
 type response struct {
@@ -266,7 +256,7 @@ func TestHealthzAndReadyzLeaderFollowerStopping(t *testing.T) {
 	a := newNode(t, path, nodeOpts{holder: "node-a"})
 	a.waitLeader()
 	b := newNode(t, path, nodeOpts{holder: "node-b"})
-	waitFor(t, 5*time.Second, "follower to observe the lease", func() bool { return b.el.Status().LeaderKnown })
+	dbtest.WaitFor(t, 5*time.Second, "follower to observe the lease", func() bool { return b.el.Status().LeaderKnown })
 
 	for _, n := range []*node{a, b} {
 		res := n.do("GET", "/healthz", "")
@@ -337,7 +327,7 @@ func TestReadyzStartingAndDatabaseUnreachable(t *testing.T) {
 		t.Fatalf("leader readyz: %d %q", res.status, res.body)
 	}
 	m.store.DB().Close()
-	waitFor(t, 5*time.Second, "readyz 503 after the database closed", func() bool {
+	dbtest.WaitFor(t, 5*time.Second, "readyz 503 after the database closed", func() bool {
 		res := m.do("GET", "/readyz", "")
 		f := readyFields(t, res.body)
 		return res.status == 503 && f["mode"] == "unavailable" && f["reason"] == "db_unreachable" && f["db_last_contact_age"] != ""
@@ -837,7 +827,7 @@ func TestRunsListing(t *testing.T) {
 		res.json(t, &l)
 		return l
 	}
-	waitFor(t, 10*time.Second, "runs to finish", func() bool {
+	dbtest.WaitFor(t, 10*time.Second, "runs to finish", func() bool {
 		a, b := runs("once", "").Runs, runs("flaky", "").Runs
 		return len(a) == 1 && a[0].Outcome == "succeeded" && len(b) == 2 && b[0].Outcome == "failed" && b[1].Outcome == "failed"
 	})
