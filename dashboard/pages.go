@@ -18,6 +18,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/internal/netguard"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -959,7 +960,7 @@ func (d *Dashboard) readOnlyWhy() string {
 // that may act, its CSRF token — and answers the refusal itself when it
 // fails.
 func (d *Dashboard) mayAct(w http.ResponseWriter, r *http.Request) bool {
-	if why := crossSite(r); why != "" {
+	if why := netguard.CrossSite(r, false); why != "" {
 		d.refuse(w, r, http.StatusForbidden, why+": cross-site requests may not change anything")
 		return false
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -438,19 +437,6 @@ const MaxActionBytes = scheduler.MaxActionBytes
 // is parsed or quoted back in an error ("8760h", an RFC 3339 time with
 // nanoseconds and an offset: under 40 bytes).
 const maxScalarBytes = 64
-
-// loopbackListen reports whether the node listens on loopback only.
-func loopbackListen(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
-}
 
 // createJob is POST /v1/jobs.
 func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
