@@ -72,12 +72,5 @@ func (a *api) leaseHistory(w http.ResponseWriter, r *http.Request) {
 		out.Events, out.Next = append(out.Events, eo), strconv.FormatInt(e.ID, 10)
 		return true
 	})
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	if !more {
-		out.Next = ""
-	}
-	a.writeJSON(w, r, http.StatusOK, out)
+	a.writePage(w, r, &out, &out.Next, more, err, a.fail)
 }

@@ -579,14 +579,7 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 		out.Jobs, out.Next = append(out.Jobs, jo), jo.Name
 		return true
 	})
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	if !more {
-		out.Next = ""
-	}
-	a.writeJSON(w, r, http.StatusOK, out)
+	a.writePage(w, r, &out, &out.Next, more, err, a.fail)
 }
 
 // ParseRunCursor reads a runs page's next value: "<RFC 3339 time>/<attempt>"
@@ -788,18 +781,8 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 		out.Next = run.ScheduledFor.UTC().Format(time.RFC3339Nano) + "/" + strconv.Itoa(run.Attempt)
 		return true
 	})
-	if err != nil {
-		a.fail(w, r, err)
-		return
+	if err == nil && len(out.Runs) == 0 {
+		_, err = a.cfg.Scheduler.Job(r.Context(), name) // an empty list of a job that is not there is 404
 	}
-	if !more {
-		out.Next = ""
-	}
-	if len(out.Runs) == 0 {
-		if _, err := a.cfg.Scheduler.Job(r.Context(), name); err != nil {
-			a.fail(w, r, err)
-			return
-		}
-	}
-	a.writeJSON(w, r, http.StatusOK, out)
+	a.writePage(w, r, &out, &out.Next, more, err, a.fail)
 }
