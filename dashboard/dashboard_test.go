@@ -117,24 +117,35 @@ var (
 // returns the names in order.
 func (s *site) pages(path string) (names []string, pages int) {
 	s.t.Helper()
+	return s.follow(path, jobLink, nextRe, 20, 0)
+}
+
+// follow walks a listing from path through its next links (next's first
+// group) and returns item's first groups in order; it fails after maxPages
+// pages, and on a page over maxBytes (0: unbounded).
+func (s *site) follow(path string, item, next *regexp.Regexp, maxPages, maxBytes int) (items []string, pages int) {
+	s.t.Helper()
 	for path != "" {
 		pages++
-		if pages > 20 {
+		if pages > maxPages {
 			s.t.Fatal("too many pages")
 		}
 		code, body, _ := s.get(path)
 		if code != 200 {
 			s.t.Fatalf("%s: %d %s", path, code, body)
 		}
-		for _, m := range jobLink.FindAllStringSubmatch(body, -1) {
-			names = append(names, m[1])
+		if maxBytes > 0 && len(body) > maxBytes {
+			s.t.Errorf("%s: %d bytes, over %d", path, len(body), maxBytes)
+		}
+		for _, m := range item.FindAllStringSubmatch(body, -1) {
+			items = append(items, m[1])
 		}
 		path = ""
-		if m := nextRe.FindStringSubmatch(body); m != nil {
+		if m := next.FindStringSubmatch(body); m != nil {
 			path = strings.ReplaceAll(m[1], "&amp;", "&")
 		}
 	}
-	return names, pages
+	return items, pages
 }
 
 // TestJobsPaged: the job list pages by name without repeats or gaps, and

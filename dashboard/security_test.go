@@ -432,30 +432,10 @@ func TestPageBudget(t *testing.T) {
 		}
 	}
 	const limit = dashboard.DefaultPageBudget + 64<<10 // the page's own markup besides
+	next := regexp.MustCompile(`href="([^"]+)" rel="next"`)
 	follow := func(path string, item *regexp.Regexp) (items []string, pages int) {
 		t.Helper()
-		next := regexp.MustCompile(`href="([^"]+)" rel="next"`)
-		for path != "" {
-			pages++
-			if pages > 30 {
-				t.Fatal("too many pages")
-			}
-			code, body, _ := s.get(path)
-			if code != 200 {
-				t.Fatalf("%s: %d", path, code)
-			}
-			if len(body) > limit {
-				t.Errorf("%s: %d bytes, over %d", path, len(body), limit)
-			}
-			for _, m := range item.FindAllStringSubmatch(body, -1) {
-				items = append(items, m[1])
-			}
-			path = ""
-			if m := next.FindStringSubmatch(body); m != nil {
-				path = strings.ReplaceAll(m[1], "&amp;", "&")
-			}
-		}
-		return items, pages
+		return s.follow(path, item, next, 30, limit)
 	}
 	runs, pages := follow("/ui/jobs/echo", regexp.MustCompile(`boom-(\d+)`))
 	if len(runs) != 60 || pages < 4 {
