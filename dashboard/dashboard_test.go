@@ -107,6 +107,24 @@ func (s *site) job(name string, paused bool) {
 	}
 }
 
+// finishedRun stores attempt 1 of an occurrence of job at at (an SQLite
+// time text) that finished then with outcome and errText, and its output
+// unless that is empty.
+func (s *site) finishedRun(job, at, outcome, errText, output string) {
+	s.t.Helper()
+	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
+		VALUES ((SELECT id FROM sqlease_jobs WHERE name = ?), ?, ?, 1, 'h', 1, ?, ?, ?, ?)`, job, job, at, at, at, outcome, errText); err != nil {
+		s.t.Fatal(err)
+	}
+	if output == "" {
+		return
+	}
+	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_run_output (job_id, scheduled_for, attempt, finished_at, output)
+		VALUES ((SELECT id FROM sqlease_jobs WHERE name = ?), ?, 1, ?, ?)`, job, at, at, output); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
 var (
 	jobLink = regexp.MustCompile(`<a href="/ui/jobs/([^"/?]+)">`)
 	nextRe  = regexp.MustCompile(`href="(/ui/jobs\?[^"]*after=[^"]*)" rel="next"`)
@@ -195,10 +213,7 @@ func TestRunsAndHistoryPaged(t *testing.T) {
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 120 {
 		at := base.Add(time.Duration(i) * time.Minute).Format("2006-01-02 15:04:05.000")
-		if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
-			VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'report'), 'report', ?, 1, 'h', 1, ?, ?, 'failed', ?)`, at, at, at, fmt.Sprintf("boom-%03d", i)); err != nil {
-			t.Fatal(err)
-		}
+		s.finishedRun("report", at, "failed", fmt.Sprintf("boom-%03d", i), "")
 	}
 	for i := 1; i <= 75; i++ {
 		if err := s.store.RecordLeaseEvent(context.Background(), sqlstore.LeaseEvent{Lease: "lead", Event: sqlstore.EventAcquired, Holder: fmt.Sprintf("h%03d", i), Epoch: int64(i)}, 0); err != nil {
@@ -206,23 +221,8 @@ func TestRunsAndHistoryPaged(t *testing.T) {
 		}
 	}
 	follow := func(path string, item, next *regexp.Regexp) []string {
-		var out []string
-		for n := 0; path != ""; n++ {
-			if n > 10 {
-				t.Fatal("too many pages")
-			}
-			code, body, _ := s.get(path)
-			if code != 200 {
-				t.Fatalf("%s: %d", path, code)
-			}
-			for _, m := range item.FindAllStringSubmatch(body, -1) {
-				out = append(out, m[1])
-			}
-			path = ""
-			if m := next.FindStringSubmatch(body); m != nil {
-				path = strings.ReplaceAll(m[1], "&amp;", "&")
-			}
-		}
+		t.Helper()
+		out, _ := s.follow(path, item, next, 11, 0)
 		return out
 	}
 	runs := follow("/ui/jobs/report", regexp.MustCompile(`boom-(\d+)`), regexp.MustCompile(`href="([^"]+)" rel="next"`))
@@ -339,14 +339,7 @@ func TestRunOutputShown(t *testing.T) {
 	s := newSite(t, "", "127.0.0.1:0")
 	s.job("echo", false)
 	at := "2026-01-01 00:00:00.000"
-	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
-		VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'echo'), 'echo', ?, 1, 'h', 1, ?, ?, 'failed', 'exec action: exit status 3')`, at, at, at); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_run_output (job_id, scheduled_for, attempt, finished_at, output)
-		VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'echo'), ?, 1, ?, ?)`, at, at, "hello <b>world</b>\n"); err != nil {
-		t.Fatal(err)
-	}
+	s.finishedRun("echo", at, "failed", "exec action: exit status 3", "hello <b>world</b>\n")
 	code, body, _ := s.get("/ui/jobs/echo")
 	if code != 200 {
 		t.Fatalf("job page: %d", code)

@@ -67,10 +67,7 @@ func TestNoSecretOnAnyPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := "2026-01-01 00:00:00.000"
-	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
-		VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'hook'), 'hook', ?, 1, 'h', 1, ?, ?, 'failed', 'http action: POST https://svc:***@host.example/hook: 500')`, at, at, at); err != nil {
-		t.Fatal(err)
-	}
+	s.finishedRun("hook", at, "failed", "http action: POST https://svc:***@host.example/hook: 500", "")
 	s.signIn(testToken)
 
 	seen := map[string]bool{}
@@ -422,14 +419,7 @@ func TestPageBudget(t *testing.T) {
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 60 {
 		at := base.Add(time.Duration(i) * time.Minute).Format("2006-01-02 15:04:05.000")
-		if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
-			VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'echo'), 'echo', ?, 1, 'h', 1, ?, ?, 'failed', ?)`, at, at, at, fmt.Sprintf("boom-%03d", i)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.store.DB().Exec(`INSERT INTO sqlease_run_output (job_id, scheduled_for, attempt, finished_at, output)
-			VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'echo'), ?, 1, ?, ?)`, at, at, big); err != nil {
-			t.Fatal(err)
-		}
+		s.finishedRun("echo", at, "failed", fmt.Sprintf("boom-%03d", i), big)
 	}
 	const limit = dashboard.DefaultPageBudget + 64<<10 // the page's own markup besides
 	next := regexp.MustCompile(`href="([^"]+)" rel="next"`)
