@@ -150,15 +150,11 @@ func (a *api) routeSingletons() {
 // singletons or MaxPageBytes (env and state count: 40 singletons of about
 // 1 MB once made a 38.8 MB list).
 func (a *api) listSingletons(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	limit, err := listLimit(q)
-	if err != nil {
-		a.fail(w, r, err)
+	p, read, ok := a.listPage(w, r)
+	if !ok {
 		return
 	}
-	read := q.Get("after")
 	out := SingletonList{Singletons: []Singleton{}}
-	p := newPage(limit)
 	more, err := fill(p, func(n int) ([]Singleton, error) {
 		list, err := a.cfg.Singletons.Page(r.Context(), read, n)
 		if len(list) > 0 {
