@@ -8,7 +8,6 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -19,8 +18,8 @@ import (
 	"github.com/sqlease/sqlease/dashboard"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/scheduler"
-	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -36,12 +35,7 @@ type site struct {
 // does, on a real SQLite database.
 func newSite(t testing.TB, token, listen string, opts ...func(*dashboard.Config)) *site {
 	t.Helper()
-	ctx := context.Background()
-	store, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "d.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.DB().Close() })
+	store := dbtest.SQLite(t)
 	sched, err := scheduler.New(scheduler.Config{Store: store, Holder: "node-a",
 		Handler: func(context.Context, sqlease.Run) error { return nil }})
 	if err != nil {
