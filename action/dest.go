@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/sqlease/sqlease/internal/netguard"
 )
 
 // Where HTTP actions may connect. Whoever may create jobs chooses an HTTP
@@ -50,7 +52,7 @@ const DestinationFlag = "--http-action-allow"
 // addresses ("127.0.0.1") or host names ("hooks.internal"). An entry that
 // is none of them is an error naming it.
 func NewDestinationPolicy(listenAddr string, allow []string) (DestinationPolicy, error) {
-	p := DestinationPolicy{DenyLoopbackAndLinkLocal: !loopbackAddr(listenAddr)}
+	p := DestinationPolicy{DenyLoopbackAndLinkLocal: !netguard.Loopback(listenAddr)}
 	for _, a := range allow {
 		a = strings.TrimSpace(a)
 		switch {
@@ -261,18 +263,4 @@ func validHostName(s string) bool {
 		}
 	}
 	return true
-}
-
-// loopbackAddr reports whether a listen address (host:port) is on
-// loopback only.
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	return err == nil && ip.Unmap().IsLoopback()
 }

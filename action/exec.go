@@ -18,6 +18,27 @@ import (
 // (held by a process that left its process group) before it is abandoned.
 const stderrGrace = time.Second
 
+// drain copies the read end r of a command's output pipe into w until
+// every writer closed it. The function it returns waits for that — at
+// most stderrGrace, once the command's group is gone, for a process that
+// left the group holding the pipe — then ends the read and closes r.
+func drain(r *os.File, w io.Writer) (drained func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = r.WriteTo(w)
+	}()
+	return func() {
+		select {
+		case <-done:
+		case <-time.After(stderrGrace):
+			_ = r.SetReadDeadline(time.Now())
+			<-done
+		}
+		r.Close()
+	}
+}
+
 func (e *Exec) validate() error {
 	if len(e.Command) == 0 || e.Command[0] == "" {
 		return invalid("action.exec.command", "must name a program: a non-empty array such as [\"/usr/local/bin/report\", \"--daily\"]")
@@ -80,11 +101,7 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 	secrets := secretList(append(append(nodeSecrets(), ArgSecrets(e.Command)...), runSecrets(ctx)...)...)
 	out := newCapture(scheduler.OutputLimit(ctx), secrets)
 	tail := newCapture(MaxErrorOutput, secrets) // the error's last line
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		_, _ = r.WriteTo(io.MultiWriter(out, tail))
-	}()
+	drained := drain(r, io.MultiWriter(out, tail))
 
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
@@ -99,13 +116,7 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 	// leader is reaped, but its id cannot be reused while the group has
 	// members; with none left the kill finds nothing.)
 	killProcessGroup(cmd)
-	select {
-	case <-drained:
-	case <-time.After(stderrGrace):
-		_ = r.SetReadDeadline(time.Now())
-		<-drained
-	}
-	r.Close()
+	drained()
 	out.keepFor(ctx)
 
 	var exitErr *exec.ExitError

@@ -352,20 +352,10 @@ func RunProcess(ctx context.Context, p ProcessSpec, opts ProcessOptions) error {
 	}
 	defer stopGuard()
 	lines := newLineLog(p.Name, opts.Logger, secretList(secrets...))
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		_, _ = r.WriteTo(lines)
-	}()
+	drained := drain(r, lines)
 	finish := func(err error) error {
 		signalGroup(cmd, true) // what it left in its group goes with it
-		select {
-		case <-drained:
-		case <-time.After(stderrGrace):
-			_ = r.SetReadDeadline(time.Now())
-			<-drained
-		}
-		r.Close()
+		drained()
 		lines.close()
 		return exitError(p, err, lines.lastLine())
 	}

@@ -10,11 +10,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/syncbuf"
 )
 
 // Issue 30 items 8 and 20: a singleton definition with invalid UTF-8 or
@@ -99,24 +99,6 @@ func TestProcessEnvReferencesAndRedaction(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination for a process's lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Issue 30 item 12: a singleton's output went raw to the node's stderr: it
 // could forge log records and wrote secrets in clear. Now each line is a
 // record of its own with the line a quoted value, redacted, bounded, valid
@@ -134,7 +116,7 @@ exit 3`
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer // a log destination for a process's lines
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	err = RunProcess(context.Background(), p, ProcessOptions{Env: []string{"SQLEASE_SINGLETON_TOKEN=run-token-abcdef"}, Logger: log})
 	var pe *ProcessError

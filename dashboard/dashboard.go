@@ -54,7 +54,6 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -64,6 +63,7 @@ import (
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/internal/netguard"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlstore"
 )
@@ -241,35 +241,7 @@ func (d *Dashboard) canAct(s session) bool {
 	if d.cfg.APIToken != "" {
 		return s.signedIn
 	}
-	return loopback(d.cfg.ListenAddr)
-}
-
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
-}
-
-// crossSite reports why a POST must be refused as cross-site, or "".
-func crossSite(r *http.Request) string {
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin":
-	default:
-		return "Sec-Fetch-Site: " + r.Header.Get("Sec-Fetch-Site")
-	}
-	if o := r.Header.Get("Origin"); o != "" {
-		u, err := url.Parse(o)
-		if o == "null" || err != nil || !strings.EqualFold(u.Host, r.Host) {
-			return "Origin: " + o
-		}
-	}
-	return ""
+	return netguard.Loopback(d.cfg.ListenAddr)
 }
 
 // view is what every page template gets besides its own data.

@@ -8,7 +8,6 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -19,8 +18,8 @@ import (
 	"github.com/sqlease/sqlease/dashboard"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/scheduler"
-	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -36,12 +35,7 @@ type site struct {
 // does, on a real SQLite database.
 func newSite(t testing.TB, token, listen string, opts ...func(*dashboard.Config)) *site {
 	t.Helper()
-	ctx := context.Background()
-	store, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "d.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.DB().Close() })
+	store := dbtest.SQLite(t)
 	sched, err := scheduler.New(scheduler.Config{Store: store, Holder: "node-a",
 		Handler: func(context.Context, sqlease.Run) error { return nil }})
 	if err != nil {
@@ -107,6 +101,24 @@ func (s *site) job(name string, paused bool) {
 	}
 }
 
+// finishedRun stores attempt 1 of an occurrence of job at at (an SQLite
+// time text) that finished then with outcome and errText, and its output
+// unless that is empty.
+func (s *site) finishedRun(job, at, outcome, errText, output string) {
+	s.t.Helper()
+	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
+		VALUES ((SELECT id FROM sqlease_jobs WHERE name = ?), ?, ?, 1, 'h', 1, ?, ?, ?, ?)`, job, job, at, at, at, outcome, errText); err != nil {
+		s.t.Fatal(err)
+	}
+	if output == "" {
+		return
+	}
+	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_run_output (job_id, scheduled_for, attempt, finished_at, output)
+		VALUES ((SELECT id FROM sqlease_jobs WHERE name = ?), ?, 1, ?, ?)`, job, at, at, output); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
 var (
 	jobLink = regexp.MustCompile(`<a href="/ui/jobs/([^"/?]+)">`)
 	nextRe  = regexp.MustCompile(`href="(/ui/jobs\?[^"]*after=[^"]*)" rel="next"`)
@@ -117,24 +129,35 @@ var (
 // returns the names in order.
 func (s *site) pages(path string) (names []string, pages int) {
 	s.t.Helper()
+	return s.follow(path, jobLink, nextRe, 20, 0)
+}
+
+// follow walks a listing from path through its next links (next's first
+// group) and returns item's first groups in order; it fails after maxPages
+// pages, and on a page over maxBytes (0: unbounded).
+func (s *site) follow(path string, item, next *regexp.Regexp, maxPages, maxBytes int) (items []string, pages int) {
+	s.t.Helper()
 	for path != "" {
 		pages++
-		if pages > 20 {
+		if pages > maxPages {
 			s.t.Fatal("too many pages")
 		}
 		code, body, _ := s.get(path)
 		if code != 200 {
 			s.t.Fatalf("%s: %d %s", path, code, body)
 		}
-		for _, m := range jobLink.FindAllStringSubmatch(body, -1) {
-			names = append(names, m[1])
+		if maxBytes > 0 && len(body) > maxBytes {
+			s.t.Errorf("%s: %d bytes, over %d", path, len(body), maxBytes)
+		}
+		for _, m := range item.FindAllStringSubmatch(body, -1) {
+			items = append(items, m[1])
 		}
 		path = ""
-		if m := nextRe.FindStringSubmatch(body); m != nil {
+		if m := next.FindStringSubmatch(body); m != nil {
 			path = strings.ReplaceAll(m[1], "&amp;", "&")
 		}
 	}
-	return names, pages
+	return items, pages
 }
 
 // TestJobsPaged: the job list pages by name without repeats or gaps, and
@@ -184,10 +207,7 @@ func TestRunsAndHistoryPaged(t *testing.T) {
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 120 {
 		at := base.Add(time.Duration(i) * time.Minute).Format("2006-01-02 15:04:05.000")
-		if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
-			VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'report'), 'report', ?, 1, 'h', 1, ?, ?, 'failed', ?)`, at, at, at, fmt.Sprintf("boom-%03d", i)); err != nil {
-			t.Fatal(err)
-		}
+		s.finishedRun("report", at, "failed", fmt.Sprintf("boom-%03d", i), "")
 	}
 	for i := 1; i <= 75; i++ {
 		if err := s.store.RecordLeaseEvent(context.Background(), sqlstore.LeaseEvent{Lease: "lead", Event: sqlstore.EventAcquired, Holder: fmt.Sprintf("h%03d", i), Epoch: int64(i)}, 0); err != nil {
@@ -195,23 +215,8 @@ func TestRunsAndHistoryPaged(t *testing.T) {
 		}
 	}
 	follow := func(path string, item, next *regexp.Regexp) []string {
-		var out []string
-		for n := 0; path != ""; n++ {
-			if n > 10 {
-				t.Fatal("too many pages")
-			}
-			code, body, _ := s.get(path)
-			if code != 200 {
-				t.Fatalf("%s: %d", path, code)
-			}
-			for _, m := range item.FindAllStringSubmatch(body, -1) {
-				out = append(out, m[1])
-			}
-			path = ""
-			if m := next.FindStringSubmatch(body); m != nil {
-				path = strings.ReplaceAll(m[1], "&amp;", "&")
-			}
-		}
+		t.Helper()
+		out, _ := s.follow(path, item, next, 11, 0)
 		return out
 	}
 	runs := follow("/ui/jobs/report", regexp.MustCompile(`boom-(\d+)`), regexp.MustCompile(`href="([^"]+)" rel="next"`))
@@ -328,14 +333,7 @@ func TestRunOutputShown(t *testing.T) {
 	s := newSite(t, "", "127.0.0.1:0")
 	s.job("echo", false)
 	at := "2026-01-01 00:00:00.000"
-	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
-		VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'echo'), 'echo', ?, 1, 'h', 1, ?, ?, 'failed', 'exec action: exit status 3')`, at, at, at); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_run_output (job_id, scheduled_for, attempt, finished_at, output)
-		VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'echo'), ?, 1, ?, ?)`, at, at, "hello <b>world</b>\n"); err != nil {
-		t.Fatal(err)
-	}
+	s.finishedRun("echo", at, "failed", "exec action: exit status 3", "hello <b>world</b>\n")
 	code, body, _ := s.get("/ui/jobs/echo")
 	if code != 200 {
 		t.Fatalf("job page: %d", code)

@@ -30,10 +30,7 @@ func TestJobStateShown(t *testing.T) {
 		breaker_changed_at = strftime('%Y-%m-%d %H:%M:%f','now') WHERE name = 'flaky'`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
-		VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'flaky'), 'flaky', ?, 1, 'h', 1, ?, ?, 'skipped', 'breaker open')`, at, at, at); err != nil {
-		t.Fatal(err)
-	}
+	s.finishedRun("flaky", at, "skipped", "breaker open", "")
 	if _, err := s.sched.PauseWithReason(ctx, "flaky", "vendor <outage>"); err != nil {
 		t.Fatal(err)
 	}
@@ -89,5 +86,49 @@ func TestPauseWithReasonAndOverlapShown(t *testing.T) {
 	}
 	if _, body, _ := s.get("/ui/jobs/poll"); !strings.Contains(body, `id="overlap">skip: an occurrence due while one runs is recorded as skipped<`) {
 		t.Errorf("job page of a skip job does not say so")
+	}
+}
+
+// TestAllowShown: the job page of an overlap allow job says so, with its
+// bound when it has one.
+func TestAllowShown(t *testing.T) {
+	s := newSite(t, "", "127.0.0.1:0")
+	ctx := context.Background()
+	for name, bound := range map[string]int{"bounded": 2, "free": 0} {
+		if _, _, err := s.sched.Create(ctx, sqlease.Job{Name: name, Schedule: sqlease.Schedule{Every: time.Hour, Overlap: sqlease.OverlapAllow, MaxConcurrent: bound}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for page, want := range map[string]string{
+		"/ui/jobs/bounded": `id="overlap">allow, at most 2 at once<`,
+		"/ui/jobs/free":    `id="overlap">allow: occurrences run at once, without a bound<`,
+	} {
+		if _, body, _ := s.get(page); !strings.Contains(body, want) {
+			i := strings.Index(body, `id="overlap"`)
+			t.Errorf("%s lacks %q: %.200s", page, want, body[max(i, 0):])
+		}
+	}
+}
+
+// TestRunCheckpointShown: a run's checkpoint is on the job page, under its
+// error and output, escaped.
+func TestRunCheckpointShown(t *testing.T) {
+	s := newSite(t, "", "127.0.0.1:0")
+	s.job("resumable", false)
+	at := "2026-01-01 00:00:00.000"
+	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
+		VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'resumable'), 'resumable', ?, 1, 'h', 1, ?, NULL, 'running', NULL)`, at, at); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_run_checkpoints (job_id, scheduled_for, attempt, saved_at, checkpoint)
+		VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'resumable'), ?, 1, ?, ?)`, at, at, `{"cursor":"<b>1200</b>"}`); err != nil {
+		t.Fatal(err)
+	}
+	code, body, _ := s.get("/ui/jobs/resumable")
+	if code != 200 {
+		t.Fatalf("job page: %d", code)
+	}
+	if !strings.Contains(body, "<summary>Checkpoint</summary><pre><code>{&#34;cursor&#34;:&#34;&lt;b&gt;1200&lt;/b&gt;&#34;}") {
+		t.Errorf("job page lacks the run's escaped checkpoint:\n%s", body)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sqlease/sqlease/internal/netguard"
 )
 
 // Sign-in limits. Failed sign-ins are limited per client (its IP address;
@@ -140,7 +142,7 @@ func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
 // before the body is read; the body is read with a limit of maxLoginForm
 // bytes and a deadline of loginReadTimeout.
 func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
-	if why := crossSite(r); why != "" {
+	if why := netguard.CrossSite(r, false); why != "" {
 		d.refuse(w, r, http.StatusForbidden, why+": cross-site requests may not sign in")
 		return
 	}
@@ -201,7 +203,7 @@ func formStatus(err error) int {
 // the cookie is refused by every node from then on, and the cookie is
 // cleared. A signed-in session needs its CSRF token to sign out.
 func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
-	if why := crossSite(r); why != "" {
+	if why := netguard.CrossSite(r, false); why != "" {
 		d.refuse(w, r, http.StatusForbidden, why)
 		return
 	}

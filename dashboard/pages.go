@@ -18,6 +18,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/internal/netguard"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -793,8 +794,11 @@ func (d *Dashboard) job(r *http.Request, v *view) (string, error) {
 	return "job", nil
 }
 
+// actionWords is an action's wording on its confirmation page.
+type actionWords struct{ Verb, Explain string }
+
 // actions are the job actions the dashboard offers, with their wording.
-var actions = map[string]struct{ Verb, Explain string }{
+var actions = map[string]actionWords{
 	"pause":   {"Pause", "No new occurrence starts until it is resumed; a run in flight finishes."},
 	"resume":  {"Resume", "Occurrences start again as scheduled (missed ones follow the job's missed-runs policy)."},
 	"trigger": {"Trigger", "The job runs once now, besides its schedule."},
@@ -806,20 +810,30 @@ type confirmData struct {
 }
 
 func (d *Dashboard) confirm(r *http.Request, v *view) (string, error) {
+	return d.confirmAction(r, v, actions, "pause, resume, trigger, delete", "jobs", "confirm", func(ctx context.Context, name string) error {
+		_, err := d.cfg.Scheduler.Job(ctx, name)
+		return err
+	})
+}
+
+// confirmAction asks to confirm one of the offered actions (oneOf names
+// them) on the job or singleton of the path, once the session may act and
+// exists found it; nav and page are the page's tab and template.
+func (d *Dashboard) confirmAction(r *http.Request, v *view, offered map[string]actionWords, oneOf, nav, page string, exists func(ctx context.Context, name string) error) (string, error) {
 	name, action := r.PathValue("name"), r.URL.Query().Get("action")
-	a, ok := actions[action]
+	a, ok := offered[action]
 	if !ok {
-		return "", fmt.Errorf("%w: action: %q is not one of pause, resume, trigger, delete", errBadParam, action)
+		return "", fmt.Errorf("%w: action: %q is not one of %s", errBadParam, action, oneOf)
 	}
 	if !v.CanAct {
 		return "", fmt.Errorf("%w: this dashboard is read-only here (%s)", errForbidden, d.readOnlyWhy())
 	}
-	if _, err := d.cfg.Scheduler.Job(r.Context(), name); err != nil {
+	if err := exists(r.Context(), name); err != nil {
 		return "", err
 	}
 	v.Refresh = 0
-	v.Title, v.Nav, v.Data = a.Verb+" "+name+"?", "jobs", confirmData{Job: name, Action: action, Verb: a.Verb, Explain: a.Explain}
-	return "confirm", nil
+	v.Title, v.Nav, v.Data = a.Verb+" "+name+"?", nav, confirmData{Job: name, Action: action, Verb: a.Verb, Explain: a.Explain}
+	return page, nil
 }
 
 var errForbidden = errors.New("forbidden")
@@ -880,7 +894,7 @@ func (d *Dashboard) singletons(r *http.Request, v *view) (string, error) {
 
 // singletonActions are the singleton actions the dashboard offers, with
 // their wording.
-var singletonActions = map[string]struct{ Verb, Explain string }{
+var singletonActions = map[string]actionWords{
 	"pause": {"Pause", "Its process gets SIGTERM and its stop_timeout on the node that runs it — what it saves until it exits is kept — " +
 		"and it runs nowhere until it is resumed."},
 	"resume": {"Resume", "It starts again on one node of the fleet, from its last saved state."},
@@ -899,24 +913,14 @@ func (d *Dashboard) singletonControl() (SingletonControl, error) {
 
 // confirmSingleton asks to confirm a singleton action.
 func (d *Dashboard) confirmSingleton(r *http.Request, v *view) (string, error) {
-	name, action := r.PathValue("name"), r.URL.Query().Get("action")
-	a, ok := singletonActions[action]
-	if !ok {
-		return "", fmt.Errorf("%w: action: %q is not one of pause, resume, delete", errBadParam, action)
-	}
-	if !v.CanAct {
-		return "", fmt.Errorf("%w: this dashboard is read-only here (%s)", errForbidden, d.readOnlyWhy())
-	}
-	ctl, err := d.singletonControl()
-	if err != nil {
-		return "", err
-	}
-	if _, err := ctl.Get(r.Context(), name); err != nil {
-		return "", err
-	}
-	v.Refresh = 0
-	v.Title, v.Nav, v.Data = a.Verb+" "+name+"?", "singletons", confirmData{Job: name, Action: action, Verb: a.Verb, Explain: a.Explain}
-	return "singleton_confirm", nil
+	return d.confirmAction(r, v, singletonActions, "pause, resume, delete", "singletons", "singleton_confirm", func(ctx context.Context, name string) error {
+		ctl, err := d.singletonControl()
+		if err != nil {
+			return err
+		}
+		_, err = ctl.Get(ctx, name)
+		return err
+	})
 }
 
 // actSingleton performs a confirmed singleton action (mayAct), as the API's
@@ -959,7 +963,7 @@ func (d *Dashboard) readOnlyWhy() string {
 // that may act, its CSRF token — and answers the refusal itself when it
 // fails.
 func (d *Dashboard) mayAct(w http.ResponseWriter, r *http.Request) bool {
-	if why := crossSite(r); why != "" {
+	if why := netguard.CrossSite(r, false); why != "" {
 		d.refuse(w, r, http.StatusForbidden, why+": cross-site requests may not change anything")
 		return false
 	}

@@ -67,10 +67,7 @@ func TestNoSecretOnAnyPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := "2026-01-01 00:00:00.000"
-	if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
-		VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'hook'), 'hook', ?, 1, 'h', 1, ?, ?, 'failed', 'http action: POST https://svc:***@host.example/hook: 500')`, at, at, at); err != nil {
-		t.Fatal(err)
-	}
+	s.finishedRun("hook", at, "failed", "http action: POST https://svc:***@host.example/hook: 500", "")
 	s.signIn(testToken)
 
 	seen := map[string]bool{}
@@ -422,40 +419,13 @@ func TestPageBudget(t *testing.T) {
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 60 {
 		at := base.Add(time.Duration(i) * time.Minute).Format("2006-01-02 15:04:05.000")
-		if _, err := s.store.DB().Exec(`INSERT INTO sqlease_runs (job_id, job_name, scheduled_for, attempt, holder_id, epoch, started_at, finished_at, outcome, error)
-			VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'echo'), 'echo', ?, 1, 'h', 1, ?, ?, 'failed', ?)`, at, at, at, fmt.Sprintf("boom-%03d", i)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.store.DB().Exec(`INSERT INTO sqlease_run_output (job_id, scheduled_for, attempt, finished_at, output)
-			VALUES ((SELECT id FROM sqlease_jobs WHERE name = 'echo'), ?, 1, ?, ?)`, at, at, big); err != nil {
-			t.Fatal(err)
-		}
+		s.finishedRun("echo", at, "failed", fmt.Sprintf("boom-%03d", i), big)
 	}
 	const limit = dashboard.DefaultPageBudget + 64<<10 // the page's own markup besides
+	next := regexp.MustCompile(`href="([^"]+)" rel="next"`)
 	follow := func(path string, item *regexp.Regexp) (items []string, pages int) {
 		t.Helper()
-		next := regexp.MustCompile(`href="([^"]+)" rel="next"`)
-		for path != "" {
-			pages++
-			if pages > 30 {
-				t.Fatal("too many pages")
-			}
-			code, body, _ := s.get(path)
-			if code != 200 {
-				t.Fatalf("%s: %d", path, code)
-			}
-			if len(body) > limit {
-				t.Errorf("%s: %d bytes, over %d", path, len(body), limit)
-			}
-			for _, m := range item.FindAllStringSubmatch(body, -1) {
-				items = append(items, m[1])
-			}
-			path = ""
-			if m := next.FindStringSubmatch(body); m != nil {
-				path = strings.ReplaceAll(m[1], "&amp;", "&")
-			}
-		}
-		return items, pages
+		return s.follow(path, item, next, 30, limit)
 	}
 	runs, pages := follow("/ui/jobs/echo", regexp.MustCompile(`boom-(\d+)`))
 	if len(runs) != 60 || pages < 4 {

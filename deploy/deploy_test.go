@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -72,7 +73,7 @@ func TestAlertRulesUseExportedSeries(t *testing.T) {
 			for _, m := range name.FindAllString(r.Expr, -1) {
 				n++
 				if !exported[m] {
-					t.Errorf("alert %s uses %s, which a node does not export (it exports %v)", r.Alert, m, keys(exported))
+					t.Errorf("alert %s uses %s, which a node does not export (it exports %v)", r.Alert, m, slices.Sorted(maps.Keys(exported)))
 				}
 			}
 		}
@@ -163,17 +164,8 @@ func scrape(t *testing.T) map[string]bool {
 			return names
 		}
 	}
-	t.Fatalf("the node did not export %v within 30s; it exports %v\n%s", want, keys(names), stderr.String())
+	t.Fatalf("the node did not export %v within 30s; it exports %v\n%s", want, slices.Sorted(maps.Keys(names)), stderr.String())
 	return nil
-}
-
-func keys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // TestSystemdUnit: systemd-analyze verify accepts the unit (with ExecStart

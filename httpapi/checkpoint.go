@@ -3,10 +3,8 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
-	"strconv"
 
 	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/scheduler"
@@ -42,46 +40,22 @@ func (a *api) routeCheckpoints() {
 	if c == nil {
 		return
 	}
-	a.handleFunc("PUT /v1/jobs/{name}/checkpoint", func(w http.ResponseWriter, r *http.Request) {
-		// The secret first, before the epoch and before the body is read
-		// (a slow body must not hold a request slot for a caller without
-		// credentials); every failure of a caller without the attempt's
-		// secret is the same 401, so that nobody learns which jobs run
-		// where. Only the holder of the secret learns that its attempt is
-		// no longer current (409).
-		secret, ok := bearerCredential(r)
-		if !ok || c.Authenticate(r.PathValue("name"), secret) != nil {
-			refuseRunSecret(w, r)
-			dropBody(w, r)
-			return
-		}
-		epoch, err := strconv.ParseInt(r.Header.Get("Sqlease-Epoch"), 10, 64)
-		if err != nil || epoch < 1 {
-			a.fail(w, r, badRequest("Sqlease-Epoch: the epoch the attempt runs under (SQLEASE_EPOCH) is required"))
-			return
-		}
+	// The attempt's secret first (secretCall): every failure of a caller
+	// without it is the same 401, so that nobody learns which jobs run
+	// where. Only the holder of the secret learns that its attempt is no
+	// longer current (409).
+	a.handleFunc("PUT /v1/jobs/{name}/checkpoint", a.secretCall("attempt", c.Authenticate, a.fail, func(r *http.Request, epoch int64, secret string) error {
 		body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, scheduler.MaxCheckpointBytes))
 		if err != nil {
-			a.fail(w, r, bodyError(err))
-			return
+			return bodyError(err)
 		}
 		// Refused here with the field named (the store would say the
 		// same, as a wrapped error).
 		if err := sqlstore.CheckCheckpoint(body); err != nil {
-			a.fail(w, r, badRequest("checkpoint: must be one JSON value in UTF-8 without NUL characters, of at most %d bytes", scheduler.MaxCheckpointBytes))
-			return
+			return badRequest("checkpoint: must be one JSON value in UTF-8 without NUL characters, of at most %d bytes", scheduler.MaxCheckpointBytes)
 		}
-		err = c.SaveCheckpoint(r.Context(), r.PathValue("name"), epoch, secret, body)
-		if errors.Is(err, ErrUnauthorized) { // the attempt ended since Authenticate
-			refuseRunSecret(w, r)
-			return
-		}
-		if err != nil {
-			a.fail(w, r, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+		return c.SaveCheckpoint(r.Context(), r.PathValue("name"), epoch, secret, body)
+	}))
 	// The checkpoint the attempt was handed, for an HTTP action that got
 	// only its size (action.MaxCheckpointHeaderBytes).
 	a.handleFunc("GET /v1/jobs/{name}/checkpoint", func(w http.ResponseWriter, r *http.Request) {

@@ -55,7 +55,8 @@ func (o *oneRun) SaveCheckpoint(_ context.Context, name string, epoch int64, sec
 // TestCheckpointRoute: the route checks the secret first (one 401 for
 // every caller without it, whatever the job), then the epoch header, then
 // the body (a JSON value in UTF-8 within its bound: 400 naming the field,
-// 413 beyond), and answers the attempt's end as 409.
+// 413 beyond), and answers a deposed attempt as 409 and an ended one as
+// 401.
 func TestCheckpointRoute(t *testing.T) {
 	runs := &oneRun{}
 	n := newNode(t, dbPath(t), nodeOpts{noElector: true, configure: func(cfg *httpapi.Config) { cfg.Checkpoints = runs }})
@@ -92,6 +93,12 @@ func TestCheckpointRoute(t *testing.T) {
 	runs.err = fmt.Errorf("%w: the attempt is no longer current", sqlease.ErrConflict)
 	if status, _ := put("/v1/jobs/ckpt/checkpoint", `{"n":2}`, auth("s3cret-token")...); status != 409 {
 		t.Errorf("a deposed attempt's save: %d, want 409", status)
+	}
+	// The attempt ended between Authenticate and the save: the same 401 as
+	// for a caller without the secret.
+	runs.err = httpapi.ErrUnauthorized
+	if status, detail := put("/v1/jobs/ckpt/checkpoint", `{"n":3}`, auth("s3cret-token")...); status != 401 || !strings.Contains(detail, "SQLEASE_RUN_TOKEN") {
+		t.Errorf("an ended attempt's save: %d %q, want 401 naming SQLEASE_RUN_TOKEN", status, detail)
 	}
 	if got := strings.Join(runs.saved, ","); got != `{"n":1}` {
 		t.Errorf("saved %s, want only the valid call's", got)

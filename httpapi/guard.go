@@ -4,8 +4,9 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
+
+	"github.com/sqlease/sqlease/internal/netguard"
 )
 
 // The request guard (issue 11): every request must be addressed to a host
@@ -54,24 +55,6 @@ func (a *api) hostAllowed(r *http.Request) bool {
 	return false
 }
 
-// crossSite reports why a mutating request must be refused as cross-site,
-// or "" when it is same-origin (or from a non-browser client, which sends
-// neither header).
-func crossSite(r *http.Request) string {
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
-	default:
-		return "Sec-Fetch-Site: " + r.Header.Get("Sec-Fetch-Site")
-	}
-	if o := r.Header.Get("Origin"); o != "" {
-		u, err := url.Parse(o)
-		if o == "null" || err != nil || !strings.EqualFold(u.Host, r.Host) {
-			return "Origin: " + o
-		}
-	}
-	return ""
-}
-
 // jsonBody reports whether a mutating request may proceed as to its
 // content type: application/json (any parameters), or no body at all; a
 // batch of jobs may also be application/x-ndjson.
@@ -85,7 +68,7 @@ func jsonBody(r *http.Request) bool {
 		return true // a batch may come as NDJSON (not a type a form can send either)
 	}
 	if err == nil && mt == "application/x-www-form-urlencoded" && strings.HasPrefix(r.URL.Path, "/ui/") {
-		return true // the dashboard's forms: same-origin (crossSite) and CSRF-checked there
+		return true // the dashboard's forms: same-origin (netguard.CrossSite) and CSRF-checked there
 	}
 	return err == nil && mt == "application/json"
 }
@@ -101,7 +84,7 @@ func (a *api) guard(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions {
 		return false
 	}
-	if why := crossSite(r); why != "" {
+	if why := netguard.CrossSite(r, true); why != "" {
 		unread(w, r)
 		writeProblem(w, http.StatusForbidden, why+": cross-site requests may not change anything")
 		return true

@@ -13,6 +13,7 @@ import (
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
@@ -73,28 +74,18 @@ func (n *probeNode) readyz() (int, map[string]string) {
 	return res.StatusCode, readyFields(n.t, []byte(b.String()))
 }
 
-func openSQLite(t *testing.T) *sqlstore.Store {
-	t.Helper()
-	s, err := sqlite.OpenStore(context.Background(), dbPath(t), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.DB().Close() })
-	return s
-}
-
 // A leader whose dispatcher cannot run is not ready and never says
 // mode=leader; once it resigned, it is a ready follower.
 func TestReadyzLeaderWithoutDispatcher(t *testing.T) {
-	store := openSQLite(t)
+	store := dbtest.SQLite(t)
 	if _, err := store.DB().Exec("ALTER TABLE sqlease_jobs RENAME TO sqlease_jobs_away"); err != nil {
 		t.Fatal(err)
 	}
 	n := newProbeNode(t, store, nil, 1500*time.Millisecond)
 	n.run()
-	waitFor(t, 5*time.Second, "leadership", n.el.IsLeader)
+	dbtest.WaitFor(t, 5*time.Second, "leadership", n.el.IsLeader)
 	var sawFailing bool
-	waitFor(t, 10*time.Second, "the node to resign and follow", func() bool {
+	dbtest.WaitFor(t, 10*time.Second, "the node to resign and follow", func() bool {
 		status, f := n.readyz()
 		if f["mode"] == "leader" {
 			t.Fatalf("mode=leader while the dispatcher cannot build its schedule (dispatch %+v)", n.sched.Dispatch())
@@ -120,7 +111,7 @@ func TestReadyzLeaderWithoutDispatcher(t *testing.T) {
 // the bound, /readyz probes the database itself.
 func TestReadyzProbesAQuietNode(t *testing.T) {
 	clock := &offsetClock{}
-	n := newProbeNode(t, openSQLite(t), clock, time.Second) // the elector never runs: no traffic of its own
+	n := newProbeNode(t, dbtest.SQLite(t), clock, time.Second) // the elector never runs: no traffic of its own
 	if status, f := n.readyz(); status != http.StatusOK || f["mode"] != "follower" {
 		t.Fatalf("first probe: %d %v", status, f)
 	}
@@ -160,14 +151,14 @@ func TestReadyzDatabaseNotWritable(t *testing.T) {
 	}
 	n := newProbeNode(t, store, nil, time.Second)
 	n.run()
-	waitFor(t, 5*time.Second, "readyz to report the write failure", func() bool {
+	dbtest.WaitFor(t, 5*time.Second, "readyz to report the write failure", func() bool {
 		status, f := n.readyz()
 		return status == http.StatusServiceUnavailable && f["reason"] == "db_write_failed" && f["db_error"] != ""
 	})
 	if _, err := db.Exec("PRAGMA query_only = OFF"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "recovery", func() bool {
+	dbtest.WaitFor(t, 5*time.Second, "recovery", func() bool {
 		status, f := n.readyz()
 		return status == http.StatusOK && f["mode"] == "leader"
 	})

@@ -43,21 +43,19 @@ func (a *api) leaseHistory(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "this node's store keeps no leadership history")
 		return
 	}
-	q := r.URL.Query()
-	limit, err := listLimit(q)
-	if err != nil {
-		a.fail(w, r, err)
+	p, after, ok := a.listPage(w, r)
+	if !ok {
 		return
 	}
 	var before int64
-	if s := q.Get("after"); s != "" {
-		if before, err = strconv.ParseInt(s, 10, 64); err != nil || before < 1 {
-			a.fail(w, r, badRequest("after: must be the next value of a previous page, got %q", s))
+	if after != "" {
+		var err error
+		if before, err = strconv.ParseInt(after, 10, 64); err != nil || before < 1 {
+			a.fail(w, r, badRequest("after: must be the next value of a previous page, got %q", after))
 			return
 		}
 	}
 	out := LeaseHistory{Events: []LeaseEvent{}}
-	p := newPage(limit)
 	more, err := fill(p, func(n int) ([]sqlstore.LeaseEvent, error) {
 		events, err := hr.LeaseHistory(r.Context(), r.PathValue("name"), before, n)
 		if len(events) > 0 {
@@ -72,12 +70,5 @@ func (a *api) leaseHistory(w http.ResponseWriter, r *http.Request) {
 		out.Events, out.Next = append(out.Events, eo), strconv.FormatInt(e.ID, 10)
 		return true
 	})
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	if !more {
-		out.Next = ""
-	}
-	a.writeJSON(w, r, http.StatusOK, out)
+	a.writePage(w, r, &out, &out.Next, more, err, a.fail)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/sqlease/sqlease/action"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/internal/syncbuf"
 	"github.com/sqlease/sqlease/prom"
 	"github.com/sqlease/sqlease/scheduler"
@@ -146,18 +147,7 @@ func newNode(t *testing.T, dbPath string, o nodeOpts) *node {
 
 func (n *node) waitLeader() {
 	n.t.Helper()
-	waitFor(n.t, 5*time.Second, "leadership", n.el.IsLeader)
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	dbtest.WaitFor(n.t, 5*time.Second, "leadership", n.el.IsLeader)
 }
 
 type response struct {
@@ -266,7 +256,7 @@ func TestHealthzAndReadyzLeaderFollowerStopping(t *testing.T) {
 	a := newNode(t, path, nodeOpts{holder: "node-a"})
 	a.waitLeader()
 	b := newNode(t, path, nodeOpts{holder: "node-b"})
-	waitFor(t, 5*time.Second, "follower to observe the lease", func() bool { return b.el.Status().LeaderKnown })
+	dbtest.WaitFor(t, 5*time.Second, "follower to observe the lease", func() bool { return b.el.Status().LeaderKnown })
 
 	for _, n := range []*node{a, b} {
 		res := n.do("GET", "/healthz", "")
@@ -337,7 +327,7 @@ func TestReadyzStartingAndDatabaseUnreachable(t *testing.T) {
 		t.Fatalf("leader readyz: %d %q", res.status, res.body)
 	}
 	m.store.DB().Close()
-	waitFor(t, 5*time.Second, "readyz 503 after the database closed", func() bool {
+	dbtest.WaitFor(t, 5*time.Second, "readyz 503 after the database closed", func() bool {
 		res := m.do("GET", "/readyz", "")
 		f := readyFields(t, res.body)
 		return res.status == 503 && f["mode"] == "unavailable" && f["reason"] == "db_unreachable" && f["db_last_contact_age"] != ""
@@ -584,6 +574,47 @@ func TestCreateIdempotent(t *testing.T) {
 	if got := n.jobNames(); strings.Join(got, ",") != "other,plain,report" {
 		t.Errorf("jobs %v", got)
 	}
+}
+
+// A create racing a delete of the same name (issue 30, item 26): the
+// insert finds the name taken, the row it then reads to compare contents
+// is gone, and Create returns ErrNoJob — which POST /v1/jobs answered as
+// 404 `no job named ""` (the route has no {name}). Now such a create is
+// tried again, and what it answers names the job of the body.
+func TestCreateRacingDelete(t *testing.T) {
+	n := newNode(t, dbPath(t), nodeOpts{noElector: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	other := sqlease.Job{Name: "x", Schedule: sqlease.Schedule{Every: time.Hour}, Action: []byte(`{"http":{"url":"http://127.0.0.1:8/"}}`)}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // another client creates and deletes x, with other content
+		defer wg.Done()
+		for ctx.Err() == nil {
+			_, _, _ = n.sched.Create(ctx, other)
+			_ = n.sched.Delete(ctx, "x")
+		}
+	}()
+	defer func() { cancel(); wg.Wait() }()
+	body := `{"name":"x","schedule":{"every":"1h"},"action":{"http":{"url":"http://127.0.0.1:9/"}}}`
+	statuses := map[int]int{}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		res := n.do("POST", "/v1/jobs", body)
+		statuses[res.status]++
+		switch res.status {
+		case 200, 201:
+		case 409:
+			if p := res.problem(t, 409); !strings.Contains(p.Detail, `"x"`) {
+				t.Fatalf("409 does not name the job: %s", p.Detail)
+			}
+		default:
+			t.Fatalf("create racing a delete: %d %s (so far %v)", res.status, res.body, statuses)
+		}
+		if res.status == 201 {
+			_ = n.sched.Delete(ctx, "x") // or the other client did
+
+		}
+	}
+	t.Logf("answers: %v", statuses)
 }
 
 func TestCreateValidation(t *testing.T) {
@@ -837,7 +868,7 @@ func TestRunsListing(t *testing.T) {
 		res.json(t, &l)
 		return l
 	}
-	waitFor(t, 10*time.Second, "runs to finish", func() bool {
+	dbtest.WaitFor(t, 10*time.Second, "runs to finish", func() bool {
 		a, b := runs("once", "").Runs, runs("flaky", "").Runs
 		return len(a) == 1 && a[0].Outcome == "succeeded" && len(b) == 2 && b[0].Outcome == "failed" && b[1].Outcome == "failed"
 	})

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -439,19 +438,6 @@ const MaxActionBytes = scheduler.MaxActionBytes
 // nanoseconds and an offset: under 40 bytes).
 const maxScalarBytes = 64
 
-// loopbackListen reports whether the node listens on loopback only.
-func loopbackListen(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
-}
-
 // createJob is POST /v1/jobs.
 func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 	j, err := DecodeJob(r.Body)
@@ -528,6 +514,18 @@ func (a *api) conflict(ctx context.Context, j sqlease.Job, err error) error {
 	return &requestError{status: http.StatusConflict, detail: field + ": " + cleanDetail(err)}
 }
 
+// listPage starts a listing's page: its limit and its cursor (after) as
+// the query gives them; a bad limit is answered here (ok false).
+func (a *api) listPage(w http.ResponseWriter, r *http.Request) (p *page, after string, ok bool) {
+	q := r.URL.Query()
+	limit, err := listLimit(q)
+	if err != nil {
+		a.fail(w, r, err)
+		return nil, "", false
+	}
+	return newPage(limit), q.Get("after"), true
+}
+
 // listLimit reads the limit query parameter.
 func listLimit(q url.Values) (int, error) {
 	s := q.Get("limit")
@@ -543,10 +541,8 @@ func listLimit(q url.Values) (int, error) {
 
 // listJobs is GET /v1/jobs: by name, limit rows or MaxPageBytes.
 func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	limit, err := listLimit(q)
-	if err != nil {
-		a.fail(w, r, err)
+	p, read, ok := a.listPage(w, r)
+	if !ok {
 		return
 	}
 	// A row is a job or a row that cannot be decoded, in name order.
@@ -554,10 +550,8 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 		job *sqlease.Job
 		bad *sqlstore.CorruptRow
 	}
-	read := q.Get("after")
 	out := JobList{Jobs: []Job{}}
 	var now time.Time // the database clock, read for the first job with a breaker
-	p := newPage(limit)
 	more, err := fill(p, func(n int) ([]row, error) {
 		jobs, skipped, last, err := a.cfg.Scheduler.JobsChecked(r.Context(), read, n)
 		rows := make([]row, 0, len(jobs)+len(skipped))
@@ -593,14 +587,7 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 		out.Jobs, out.Next = append(out.Jobs, jo), jo.Name
 		return true
 	})
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	if !more {
-		out.Next = ""
-	}
-	a.writeJSON(w, r, http.StatusOK, out)
+	a.writePage(w, r, &out, &out.Next, more, err, a.fail)
 }
 
 // ParseRunCursor reads a runs page's next value: "<RFC 3339 time>/<attempt>"
@@ -763,14 +750,13 @@ func (a *api) pausePrefix(pause bool) http.HandlerFunc {
 // outputs does not read a thousand of them to send a handful.
 func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	limit, err := listLimit(r.URL.Query())
-	if err != nil {
-		a.fail(w, r, err)
+	p, after, ok := a.listPage(w, r)
+	if !ok {
 		return
 	}
 	var at time.Time
 	attempt := -1 // no cursor: the newest runs
-	if after := r.URL.Query().Get("after"); after != "" {
+	if after != "" {
 		// The cursor is the last run of the previous page: its occurrence
 		// and attempt.
 		var ok bool
@@ -780,7 +766,6 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out := RunList{Runs: []Run{}}
-	p := newPage(limit)
 	more, err := fill(p, func(n int) ([]sqlease.Run, error) {
 		var runs []sqlease.Run
 		var err error
@@ -802,18 +787,8 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 		out.Next = run.ScheduledFor.UTC().Format(time.RFC3339Nano) + "/" + strconv.Itoa(run.Attempt)
 		return true
 	})
-	if err != nil {
-		a.fail(w, r, err)
-		return
+	if err == nil && len(out.Runs) == 0 {
+		_, err = a.cfg.Scheduler.Job(r.Context(), name) // an empty list of a job that is not there is 404
 	}
-	if !more {
-		out.Next = ""
-	}
-	if len(out.Runs) == 0 {
-		if _, err := a.cfg.Scheduler.Job(r.Context(), name); err != nil {
-			a.fail(w, r, err)
-			return
-		}
-	}
-	a.writeJSON(w, r, http.StatusOK, out)
+	a.writePage(w, r, &out, &out.Next, more, err, a.fail)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/httpapi"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -135,7 +136,7 @@ func TestBreakerOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c []sqlstore.Claimed
-	waitFor(t, 5*time.Second, "a claim", func() bool {
+	dbtest.WaitFor(t, 5*time.Second, "a claim", func() bool {
 		got, err := n.store.ClaimDue(ctx, "w", 1)
 		c = append(c, got...)
 		return err == nil && len(c) == 1
@@ -153,7 +154,7 @@ func TestBreakerOverHTTP(t *testing.T) {
 		t.Fatalf("after opening: %+v", j.Breaker)
 	}
 	opened, _ := time.Parse(time.RFC3339Nano, j.Breaker.Since)
-	waitFor(t, 10*time.Second, "half open", func() bool {
+	dbtest.WaitFor(t, 10*time.Second, "half open", func() bool {
 		var l httpapi.JobList
 		n.do("GET", "/v1/jobs", "").json(t, &l)
 		return len(l.Jobs) == 1 && l.Jobs[0].Breaker != nil && l.Jobs[0].Breaker.State == "half_open"

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 )
 
 // MaxPageBytes bounds one page of every listing (jobs, runs, singletons,
@@ -92,4 +93,18 @@ func fill[R any](p *page, read func(n int) ([]R, error), add func(R) bool) (more
 			return false, nil
 		}
 	}
+}
+
+// writePage answers a listing once fill built its page into out (a pointer
+// to the list, whose cursor is *next): err through fail, else the page, its
+// next cleared where no page follows.
+func (a *api) writePage(w http.ResponseWriter, r *http.Request, out any, next *string, more bool, err error, fail func(http.ResponseWriter, *http.Request, error)) {
+	if err != nil {
+		fail(w, r, err)
+		return
+	}
+	if !more {
+		*next = ""
+	}
+	a.writeJSON(w, r, http.StatusOK, out)
 }

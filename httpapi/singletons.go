@@ -150,15 +150,11 @@ func (a *api) routeSingletons() {
 // singletons or MaxPageBytes (env and state count: 40 singletons of about
 // 1 MB once made a 38.8 MB list).
 func (a *api) listSingletons(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	limit, err := listLimit(q)
-	if err != nil {
-		a.fail(w, r, err)
+	p, read, ok := a.listPage(w, r)
+	if !ok {
 		return
 	}
-	read := q.Get("after")
 	out := SingletonList{Singletons: []Singleton{}}
-	p := newPage(limit)
 	more, err := fill(p, func(n int) ([]Singleton, error) {
 		list, err := a.cfg.Singletons.Page(r.Context(), read, n)
 		if len(list) > 0 {
@@ -172,14 +168,7 @@ func (a *api) listSingletons(w http.ResponseWriter, r *http.Request) {
 		out.Singletons, out.Next = append(out.Singletons, s), s.Name
 		return true
 	})
-	if err != nil {
-		a.failSingleton(w, r, err)
-		return
-	}
-	if !more {
-		out.Next = ""
-	}
-	a.writeJSON(w, r, http.StatusOK, out)
+	a.writePage(w, r, &out, &out.Next, more, err, a.failSingleton)
 }
 
 // MaxSingletonBytes bounds the body of POST /v1/singletons (a larger one
@@ -198,32 +187,39 @@ func bodyError(err error) error {
 	return badRequest("body: %v", err)
 }
 
-// processCall serves a singleton process's call: its bearer secret is
-// checked first, before the epoch and before the body is read (a slow body
-// must not hold a request slot for a caller without credentials). Every
-// failure of a caller without the run's secret is the same 401, so that
-// nobody learns which singletons exist or run where; only the holder of
-// the secret learns of a stale epoch (409). Success is 204.
+// processCall serves a singleton process's call (secretCall).
 func (a *api) processCall(fn func(r *http.Request, epoch int64, secret string) error) http.HandlerFunc {
+	return a.secretCall("process", a.cfg.Singletons.Authenticate, a.failSingleton, fn)
+}
+
+// secretCall serves a call from a job's running attempt or a singleton's
+// process (who): its bearer secret is checked first, before the epoch and
+// before the body is read (a slow body must not hold a request slot for a
+// caller without credentials). Every failure of a caller without the run's
+// secret is the same 401, so that nobody learns which jobs or singletons
+// exist or run where; only the holder of the secret learns of a stale
+// epoch (409). fn's errors go to fail, but ErrUnauthorized (the run ended
+// since authenticate) is that 401 too. Success is 204.
+func (a *api) secretCall(who string, authenticate func(name, secret string) error, fail func(http.ResponseWriter, *http.Request, error), fn func(r *http.Request, epoch int64, secret string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		secret, ok := bearerCredential(r)
-		if !ok || a.cfg.Singletons.Authenticate(r.PathValue("name"), secret) != nil {
+		if !ok || authenticate(r.PathValue("name"), secret) != nil {
 			refuseRunSecret(w, r)
 			dropBody(w, r)
 			return
 		}
 		epoch, err := strconv.ParseInt(r.Header.Get("Sqlease-Epoch"), 10, 64)
 		if err != nil || epoch < 1 {
-			a.fail(w, r, badRequest("Sqlease-Epoch: the epoch the process runs under (SQLEASE_EPOCH) is required"))
+			a.fail(w, r, badRequest("Sqlease-Epoch: the epoch the %s runs under (SQLEASE_EPOCH) is required", who))
 			return
 		}
 		err = fn(r, epoch, secret)
-		if errors.Is(err, ErrUnauthorized) { // the run ended since Authenticate
+		if errors.Is(err, ErrUnauthorized) {
 			refuseRunSecret(w, r)
 			return
 		}
 		if err != nil {
-			a.failSingleton(w, r, err)
+			fail(w, r, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)

@@ -109,48 +109,18 @@ var (
 // names — use a fresh registry per Observer.
 func New(reg prometheus.Registerer, leaseName string) *Observer {
 	o := &Observer{
-		reg:       reg,
-		leaseName: leaseName,
-		now:       time.Now,
-		acquired: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "leader_acquired_total",
-			Help: "Times this instance acquired the leader lease and started leading.",
-		}),
-		lost: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "leadership_lost_total",
-			Help: "Times a leadership term of this instance ended: lease lost, renew deadline missed, fence failed or shutdown.",
-		}),
-		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "acquire_attempts_total",
-			Help: "Acquire statements sent for a missing or expired lease, by result (acquired, held, error).",
-		}, []string{"result"}),
-		blocked: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "executions_blocked_not_leader_total",
-			Help: "Calls refused by the acting gate because this instance does not lead or no longer trusts its lease.",
-		}),
-		acquireDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "acquire_duration_seconds",
-			Help:    "Latency of acquire statements.",
-			Buckets: LatencyBuckets,
-		}),
-		renewDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "renew_duration_seconds",
-			Help:    "Latency of renew statements, successful or not.",
-			Buckets: LatencyBuckets,
-		}),
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "job_runs_total",
-			Help: "Finished job run attempts executed by this instance, by outcome.",
-		}, []string{"outcome"}),
-		runDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "job_run_duration_seconds",
-			Help:    "Duration of finished job run attempts executed by this instance, by outcome.",
-			Buckets: RunBuckets,
-		}, []string{"outcome"}),
-		corrupt: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "job_rows_corrupt_total",
-			Help: "Job rows this instance claimed but could not decode (edited by hand, or written by a newer version), each set aside for a minute unrun; logged as job_row_corrupt.",
-		}),
+		reg:        reg,
+		leaseName:  leaseName,
+		now:        time.Now,
+		acquired:   prometheus.NewCounter(counterOpts("leader_acquired_total", "Times this instance acquired the leader lease and started leading.")),
+		lost:       prometheus.NewCounter(counterOpts("leadership_lost_total", "Times a leadership term of this instance ended: lease lost, renew deadline missed, fence failed or shutdown.")),
+		attempts:   prometheus.NewCounterVec(counterOpts("acquire_attempts_total", "Acquire statements sent for a missing or expired lease, by result (acquired, held, error)."), []string{"result"}),
+		blocked:    prometheus.NewCounter(counterOpts("executions_blocked_not_leader_total", "Calls refused by the acting gate because this instance does not lead or no longer trusts its lease.")),
+		acquireDur: prometheus.NewHistogram(histogramOpts("acquire_duration_seconds", "Latency of acquire statements.", LatencyBuckets)),
+		renewDur:   prometheus.NewHistogram(histogramOpts("renew_duration_seconds", "Latency of renew statements, successful or not.", LatencyBuckets)),
+		runs:       prometheus.NewCounterVec(counterOpts("job_runs_total", "Finished job run attempts executed by this instance, by outcome."), []string{"outcome"}),
+		runDur:     prometheus.NewHistogramVec(histogramOpts("job_run_duration_seconds", "Duration of finished job run attempts executed by this instance, by outcome.", RunBuckets), []string{"outcome"}),
+		corrupt:    prometheus.NewCounter(counterOpts("job_rows_corrupt_total", "Job rows this instance claimed but could not decode (edited by hand, or written by a newer version), each set aside for a minute unrun; logged as job_row_corrupt.")),
 	}
 	for _, r := range []string{ResultAcquired, ResultHeld, ResultError} {
 		o.attempts.WithLabelValues(r)
@@ -159,12 +129,23 @@ func New(reg prometheus.Registerer, leaseName string) *Observer {
 		o.runs.WithLabelValues(string(oc))
 		o.runDur.WithLabelValues(string(oc))
 	}
-	o.breakerSkipped = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: Namespace, Name: "job_breaker_skipped_total",
-		Help: "Occurrences this instance recorded as skipped because their job's breaker was open (logged as run_skipped with the job's name).",
-	})
+	o.breakerSkipped = prometheus.NewCounter(counterOpts("job_breaker_skipped_total", "Occurrences this instance recorded as skipped because their job's breaker was open (logged as run_skipped with the job's name)."))
 	reg.MustRegister(o.acquired, o.lost, o.attempts, o.blocked, o.acquireDur, o.renewDur, o.runs, o.runDur, o.corrupt, o.breakerSkipped)
 	return o
+}
+
+// counterOpts, gaugeOpts and histogramOpts name a metric of this package:
+// sqlease_<name>, with its help text.
+func counterOpts(name, help string) prometheus.CounterOpts {
+	return prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}
+}
+
+func gaugeOpts(name, help string) prometheus.GaugeOpts {
+	return prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help}
+}
+
+func histogramOpts(name, help string, buckets []float64) prometheus.HistogramOpts {
+	return prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets}
 }
 
 // WatchElector registers the gauges sqlease_is_leader, sqlease_leader_epoch
@@ -174,25 +155,16 @@ func New(reg prometheus.Registerer, leaseName string) *Observer {
 func (o *Observer) WatchElector(status func() election.Status) {
 	since := o.now()
 	o.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "is_leader",
-			Help: "1 while this instance leads (its acting gate is open), else 0.",
-		}, func() float64 {
+		prometheus.NewGaugeFunc(gaugeOpts("is_leader", "1 while this instance leads (its acting gate is open), else 0."), func() float64 {
 			if status().Leading {
 				return 1
 			}
 			return 0
 		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "leader_epoch",
-			Help: "Epoch of the leader lease as last observed by this instance (its own while leading); 0 before the lease was read.",
-		}, func() float64 {
+		prometheus.NewGaugeFunc(gaugeOpts("leader_epoch", "Epoch of the leader lease as last observed by this instance (its own while leading); 0 before the lease was read."), func() float64 {
 			return float64(Epoch(status()))
 		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "heartbeat_age_seconds",
-			Help: "Seconds since the elector's last successful database call: the last renew while leading, the last lease poll while following.",
-		}, func() float64 {
+		prometheus.NewGaugeFunc(gaugeOpts("heartbeat_age_seconds", "Seconds since the elector's last successful database call: the last renew while leading, the last lease poll while following."), func() float64 {
 			last := status().LastContact
 			if last.IsZero() {
 				last = since

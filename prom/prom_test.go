@@ -3,7 +3,6 @@ package prom_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +13,8 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/prom"
-	"github.com/sqlease/sqlease/sqlite"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -212,11 +211,7 @@ func TestWatchElectorGauges(t *testing.T) {
 // TestWithRealElector wires the observer into an elector on SQLite.
 func TestWithRealElector(t *testing.T) {
 	ctx := context.Background()
-	store, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "prom.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.DB().Close()
+	store := dbtest.SQLite(t)
 	reg := prometheus.NewRegistry()
 	o := prom.New(reg, "lead")
 	el, err := election.New(election.Config{
@@ -232,13 +227,9 @@ func TestWithRealElector(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = el.Run(runCtx) }()
 
-	deadline := time.Now().Add(5 * time.Second)
-	for !el.IsLeader() || histCount(t, reg, "sqlease_renew_duration_seconds") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no leadership and renew within 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	dbtest.WaitFor(t, 5*time.Second, "leadership and a renew", func() bool {
+		return el.IsLeader() && histCount(t, reg, "sqlease_renew_duration_seconds") > 0
+	})
 	want := `
 # HELP sqlease_is_leader 1 while this instance leads (its acting gate is open), else 0.
 # TYPE sqlease_is_leader gauge

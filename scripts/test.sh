@@ -124,6 +124,21 @@ free_port() {
 	return 1
 }
 
+# port_taken_or_die NAME LOG ATTEMPT PORT WHY: after the server NAME failed
+# to start on PORT, returns (for another attempt, with another port) when
+# its LOG says the port was taken meanwhile and attempts are left; else
+# prints the log and dies with WHY.
+port_taken_or_die() {
+	local name=$1 log=$2 attempt=$3 port=$4 why=$5
+	if grep -qi 'address already in use' "$log" 2>/dev/null && ((attempt < 5)); then
+		say "port $port was taken meanwhile; trying another"
+		return 0
+	fi
+	printf -- '--- %s server log (%s) ---\n' "$name" "$log" >&2
+	cat "$log" >&2 || true
+	die "$why"
+}
+
 start_postgres() {
 	local b
 	if [[ ! -x $PG_BIN/initdb && -z ${SQLEASE_TEST_PG_BIN:-} && $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
@@ -186,13 +201,7 @@ EOF
 		if "${pg_run[@]}" "$PG_BIN/pg_ctl" start -D "$data" -l "$log" -o "-p $port" -w -t 60 -s >/dev/null 2>&1; then
 			break
 		fi
-		if grep -q 'Address already in use' "$log" 2>/dev/null && ((attempt < 5)); then
-			say "port $port was taken meanwhile; trying another"
-			continue
-		fi
-		printf -- '--- PostgreSQL server log (%s) ---\n' "$log" >&2
-		cat "$log" >&2 || true
-		die "PostgreSQL did not start"
+		port_taken_or_die PostgreSQL "$log" "$attempt" "$port" "PostgreSQL did not start"
 	done
 
 	# pg_ctl -w waited for the server; confirm it answers on TCP too.
@@ -332,13 +341,7 @@ start_mariadb() {
 			break
 		fi
 		stop_mariadb
-		if grep -qi 'address already in use' "$log" 2>/dev/null && ((attempt < 5)); then
-			say "port $port was taken meanwhile; trying another"
-			continue
-		fi
-		printf -- '--- MariaDB server log (%s) ---\n' "$log" >&2
-		cat "$log" >&2 || true
-		die "MariaDB did not start within 30s"
+		port_taken_or_die MariaDB "$log" "$attempt" "$port" "MariaDB did not start within 30s"
 	done
 
 	local password
