@@ -274,7 +274,9 @@ func (s *session) do(ctx context.Context, fn func(*pgx.Conn) error) error {
 			s.mu.Lock()
 			interrupt = s.interrupt
 			s.mu.Unlock()
-			interrupt()
+			if interrupt != nil { // nil until the watcher's first read: it serves the request before that read
+				interrupt()
+			}
 		}
 	}
 }
