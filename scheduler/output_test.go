@@ -118,7 +118,10 @@ func TestDeposedLeaderKeepsNoOutput(t *testing.T) {
 		if _, _, err := admin.Create(ctx, sqlease.Job{Name: "deposed"}); err != nil {
 			t.Fatal(err)
 		}
-		old, err := st.Acquire(ctx, "lead", "old", 300*time.Millisecond)
+		// Long enough for the leader to claim the run on a loaded machine
+		// (a lease that ended first fenced the claim out, no run started,
+		// and the test waited for it until the package's timeout).
+		old, err := st.Acquire(ctx, "lead", "old", 1500*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +129,7 @@ func TestDeposedLeaderKeepsNoOutput(t *testing.T) {
 		handle := func(ctx context.Context, r sqlease.Run) error {
 			scheduler.SetOutput(ctx, "from the deposed leader")
 			// Another holder takes the lease over while the run executes.
-			waitFor(t, 5*time.Second, "the lease to be taken over", func() bool {
+			waitFor(t, 10*time.Second, "the lease to be taken over", func() bool {
 				_, err := st.Acquire(context.Background(), "lead", "new", time.Minute)
 				return err == nil
 			})
@@ -141,7 +144,11 @@ func TestDeposedLeaderKeepsNoOutput(t *testing.T) {
 		go func() { done <- s.Lead(lctx, gate, old.Token()) }()
 		t.Cleanup(func() { cancel(); <-done })
 
-		<-taken
+		select {
+		case <-taken:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the run did not start, or the lease was not taken over, within 20s")
+		}
 		select {
 		case <-finished: // the finish write returned (refused)
 		case <-time.After(10 * time.Second):
