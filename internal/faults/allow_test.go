@@ -57,6 +57,7 @@ func checkAllow(t *testing.T, rc *fleettest.Receiver, n *fleettest.Node, after t
 		sf, err := time.Parse(time.RFC3339Nano, dl.SF)
 		return dl.Job == allowJob && err == nil && sf.After(after) && !dl.End.IsZero()
 	})
+	awaitNoGap(t, rc, allowJob, allowEvery, allowStall)
 	checkRunAll(t, rc, allowJob, allowEvery, after)
 	if peak, at := peakOverlap(rc.Deliveries(), allowJob); peak > allowBound {
 		t.Errorf("MAX_CONCURRENT: %d deliveries of %s overlapped (max_concurrent %d): %v", peak, allowJob, allowBound, at)
