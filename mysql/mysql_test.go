@@ -339,22 +339,6 @@ func TestJobLifecycle(t *testing.T) {
 	}
 }
 
-func TestInvalidPrefix(t *testing.T) {
-	for _, p := range []string{"", "Sqlease", "1abc", "_abc", "a-b", "a b", "x;drop", "a`", strings.Repeat("a", 32)} {
-		if _, err := mysql.Dialect(p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("Dialect(%q) = %v, want ErrInvalidName", p, err)
-		}
-		if _, err := mysql.New(nil, p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("New(%q) = %v, want ErrInvalidName", p, err)
-		}
-	}
-	for _, p := range []string{"a", "sqlease", "app_1", strings.Repeat("a", 31)} {
-		if _, err := mysql.Dialect(p); err != nil {
-			t.Errorf("Dialect(%q) = %v, want nil", p, err)
-		}
-	}
-}
-
 // fixedParams are what DSN adds to every data source name.
 const fixedParams = "parseTime=true&time_zone=%27%2B00%3A00%27"
 
@@ -484,14 +468,6 @@ func TestClassify(t *testing.T) {
 			t.Errorf("Classify of a classified error wrapped it again: %v", again)
 		}
 	}
-	if err := mysql.Classify(nil); err != nil {
-		t.Errorf("Classify(nil) = %v", err)
-	}
-	for _, plain := range []error{errors.New("plain"), context.Canceled, sql.ErrNoRows} {
-		if err := mysql.Classify(plain); err != plain {
-			t.Errorf("Classify(%v) = %v, want it unchanged", plain, err)
-		}
-	}
 }
 
 // TestDialectShape: the dialect replaces every statement that needs
@@ -536,9 +512,15 @@ func TestDialectShape(t *testing.T) {
 	}
 }
 
-func BenchmarkAcquire(b *testing.B)     { storetest.BenchAcquire(b, newStore(b)) }
-func BenchmarkRenew(b *testing.B)       { storetest.BenchRenew(b, newStore(b)) }
-func BenchmarkFencedWrite(b *testing.B) { storetest.BenchFencedWrite(b, newStore(b)) }
+// TestOffline runs the scenarios every dialect shares that need no
+// database: invalid prefixes, an empty connection string, Classify of errors
+// that are not the driver's.
+func TestOffline(t *testing.T) {
+	storetest.Offline(t, storetest.Constructors{Dialect: mysql.Dialect, New: mysql.New, Open: mysql.Open, OpenStore: mysql.OpenStore,
+		Classify: mysql.Classify, DSN: "mysql://u:p@127.0.0.1:1/db", Quoting: []string{"a`"}})
+}
+
+func BenchmarkStore(b *testing.B) { storetest.Bench(b, newStore) }
 
 // TestIdleTransactionDoesNotHoldTheLease: a transaction of the pool left
 // idle on the lease row — as by a process paused between the two

@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -42,25 +41,6 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }, AbortsFrozenFence: true})
 }
 
-func TestInvalidPrefix(t *testing.T) {
-	for _, p := range []string{"", "Sqlease", "1abc", "_abc", "a-b", "a b", "x;drop", `a"`, strings.Repeat("a", 32)} {
-		if _, err := postgres.Dialect(p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("Dialect(%q) = %v, want ErrInvalidName", p, err)
-		}
-		if _, err := postgres.New(nil, p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("New(%q) = %v, want ErrInvalidName", p, err)
-		}
-	}
-	for _, p := range []string{"a", "sqlease", "app_1", strings.Repeat("a", 31)} {
-		if _, err := postgres.Dialect(p); err != nil {
-			t.Errorf("Dialect(%q) = %v, want nil", p, err)
-		}
-	}
-	if _, err := postgres.Open(""); !errors.Is(err, sqlease.ErrInvalidConfig) {
-		t.Errorf(`Open("") = %v, want ErrInvalidConfig`, err)
-	}
-}
-
 func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		code      string
@@ -88,15 +68,14 @@ func TestClassify(t *testing.T) {
 			}
 		}
 	}
-	if err := postgres.Classify(nil); err != nil {
-		t.Errorf("Classify(nil) = %v", err)
-	}
-	plain := errors.New("plain")
-	if err := postgres.Classify(plain); err != plain {
-		t.Errorf("Classify(plain) = %v, want it unchanged", err)
-	}
 }
 
-func BenchmarkAcquire(b *testing.B)     { storetest.BenchAcquire(b, newStore(b)) }
-func BenchmarkRenew(b *testing.B)       { storetest.BenchRenew(b, newStore(b)) }
-func BenchmarkFencedWrite(b *testing.B) { storetest.BenchFencedWrite(b, newStore(b)) }
+// TestOffline runs the scenarios every dialect shares that need no
+// database: invalid prefixes, an empty connection string, Classify of errors
+// that are not the driver's.
+func TestOffline(t *testing.T) {
+	storetest.Offline(t, storetest.Constructors{Dialect: postgres.Dialect, New: postgres.New, Open: postgres.Open, OpenStore: postgres.OpenStore,
+		Classify: postgres.Classify, DSN: "postgres://u:p@127.0.0.1:1/db", Quoting: []string{`a"`}})
+}
+
+func BenchmarkStore(b *testing.B) { storetest.Bench(b, newStore) }

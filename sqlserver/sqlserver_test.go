@@ -258,6 +258,12 @@ func TestJobStatements(t *testing.T) {
 	}
 }
 
-func BenchmarkAcquire(b *testing.B)     { storetest.BenchAcquire(b, newStore(b)) }
-func BenchmarkRenew(b *testing.B)       { storetest.BenchRenew(b, newStore(b)) }
-func BenchmarkFencedWrite(b *testing.B) { storetest.BenchFencedWrite(b, newStore(b)) }
+// TestOffline runs the scenarios every dialect shares that need no
+// database: invalid prefixes, an empty connection string, Classify of errors
+// that are not the driver's.
+func TestOffline(t *testing.T) {
+	storetest.Offline(t, storetest.Constructors{Dialect: sqlserver.Dialect, New: sqlserver.New, Open: sqlserver.Open, OpenStore: sqlserver.OpenStore,
+		Classify: sqlserver.Classify, DSN: "sqlserver://sa:pw@127.0.0.1:1?database=x", Quoting: []string{"a]", "a]];drop table x;--"}})
+}
+
+func BenchmarkStore(b *testing.B) { storetest.Bench(b, newStore) }

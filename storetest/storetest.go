@@ -1,8 +1,8 @@
 // Package storetest is the conformance suite of sqlease.LeaseStore: the
 // executable specification of the lease (SPEC §1–2) that every SQL dialect
 // must pass. A dialect's tests call [Run] with a [Harness] that makes fresh
-// stores, and its benchmarks call [BenchAcquire], [BenchRenew] and
-// [BenchFencedWrite].
+// stores, [Offline] with its [Constructors], and its benchmarks call [Bench]
+// ([BenchAcquire], [BenchRenew] and [BenchFencedWrite]).
 //
 // The suite waits on conditions observed in database time (a lease is
 // expired when Lease().Expired() says so), never on fixed sleeps, so that a
