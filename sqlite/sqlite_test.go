@@ -17,13 +17,35 @@ import (
 
 // newStore opens a store on a fresh database file.
 func newStore(tb testing.TB) *sqlstore.Store {
+	return openFile(tb, filepath.Join(tb.TempDir(), "sqlease.db"))
+}
+
+// openFile opens the store on the database file at path (tables prefixed
+// sqlease), closed when tb ends.
+func openFile(tb testing.TB, path string) *sqlstore.Store {
 	tb.Helper()
-	s, err := sqlite.OpenStore(tb.Context(), filepath.Join(tb.TempDir(), "sqlease.db"), "sqlease")
+	s, err := sqlite.OpenStore(tb.Context(), path, "sqlease")
 	if err != nil {
-		tb.Fatalf("OpenStore: %v", err)
+		tb.Fatalf("OpenStore %s: %v", path, err)
 	}
 	tb.Cleanup(func() { s.DB().Close() })
 	return s
+}
+
+// oldFile makes a database file of this version and takes it back to an
+// earlier one with the statements undo, in order; it returns its path, with
+// no connection open.
+func oldFile(t *testing.T, undo ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "old.db")
+	db := openFile(t, path).DB()
+	for _, q := range undo {
+		if _, err := db.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	return path
 }
 
 func TestConformance(t *testing.T) {
@@ -60,12 +82,7 @@ func TestDSN(t *testing.T) {
 func TestOpenSettings(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "settings.db")
-	s, err := sqlite.OpenStore(ctx, path, "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := s.DB()
-	defer db.Close()
+	db := openFile(t, path).DB()
 	var mode string
 	var busy int
 	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
