@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -107,4 +108,19 @@ func (d Database) Store(tb testing.TB) (*sqlstore.Store, string) {
 		}
 	})
 	return s, prefix
+}
+
+// Advisory returns an AdvisoryDialect.New on the database: a store under a
+// fresh prefix (dropped when the test ends) and the session locker that
+// locker makes for the database's URL and that prefix.
+func (d Database) Advisory(locker func(url, prefix string) (sqlease.SessionLocker, error)) func(t *testing.T) (*sqlstore.Store, sqlease.SessionLocker, string) {
+	return func(t *testing.T) (*sqlstore.Store, sqlease.SessionLocker, string) {
+		t.Helper()
+		s, prefix := d.Store(t)
+		l, err := locker(d.URL(t), prefix)
+		if err != nil {
+			t.Fatalf("session locker: %v", err)
+		}
+		return s, l, prefix
+	}
 }
