@@ -423,37 +423,23 @@ func must(s string, err error) string {
 }
 
 func TestClassify(t *testing.T) {
-	for _, tc := range []struct {
-		number    uint16
-		transient bool
-	}{
-		{1213, true},  // ER_LOCK_DEADLOCK
-		{1205, true},  // ER_LOCK_WAIT_TIMEOUT
-		{1040, true},  // ER_CON_COUNT_ERROR
-		{1203, true},  // ER_TOO_MANY_USER_CONNECTIONS
-		{1053, true},  // ER_SERVER_SHUTDOWN
-		{1927, true},  // ER_CONNECTION_KILLED
-		{2006, true},  // CR_SERVER_GONE_ERROR
-		{2013, true},  // CR_SERVER_LOST
-		{4031, true},  // ER_CLIENT_INTERACTION_TIMEOUT
-		{1062, false}, // ER_DUP_ENTRY
-		{1064, false}, // ER_PARSE_ERROR
-		{1146, false}, // ER_NO_SUCH_TABLE
-		{1406, false}, // ER_DATA_TOO_LONG
-		{1969, false}, // ER_STATEMENT_TIMEOUT: the fence's, reported as ErrLeaseLost
-	} {
-		me := &gomysql.MySQLError{Number: tc.number, Message: "synthetic"}
-		for _, err := range []error{me, fmt.Errorf("renew: %w", me)} {
-			got := mysql.Classify(err)
-			if errors.Is(got, sqlease.ErrTransient) != tc.transient {
-				t.Errorf("Classify(%v) = %v, transient = %v, want %v", err, got, !tc.transient, tc.transient)
-			}
-			var back *gomysql.MySQLError
-			if !errors.As(got, &back) || back.Number != tc.number {
-				t.Errorf("Classify(%v) = %v lost the *mysql.MySQLError", err, got)
-			}
-		}
-	}
+	mysqlError := func(n uint16) *gomysql.MySQLError { return &gomysql.MySQLError{Number: n, Message: "synthetic"} }
+	storetest.ClassifyDriverErrors(t, mysql.Classify, map[*gomysql.MySQLError]bool{
+		mysqlError(1213): true,  // ER_LOCK_DEADLOCK
+		mysqlError(1205): true,  // ER_LOCK_WAIT_TIMEOUT
+		mysqlError(1040): true,  // ER_CON_COUNT_ERROR
+		mysqlError(1203): true,  // ER_TOO_MANY_USER_CONNECTIONS
+		mysqlError(1053): true,  // ER_SERVER_SHUTDOWN
+		mysqlError(1927): true,  // ER_CONNECTION_KILLED
+		mysqlError(2006): true,  // CR_SERVER_GONE_ERROR
+		mysqlError(2013): true,  // CR_SERVER_LOST
+		mysqlError(4031): true,  // ER_CLIENT_INTERACTION_TIMEOUT
+		mysqlError(1062): false, // ER_DUP_ENTRY
+		mysqlError(1064): false, // ER_PARSE_ERROR
+		mysqlError(1146): false, // ER_NO_SUCH_TABLE
+		mysqlError(1406): false, // ER_DATA_TOO_LONG
+		mysqlError(1969): false, // ER_STATEMENT_TIMEOUT: the fence's, reported as ErrLeaseLost
+	}, func(a, b *gomysql.MySQLError) bool { return a.Number == b.Number })
 	for _, err := range []error{
 		driver.ErrBadConn,
 		gomysql.ErrInvalidConn,

@@ -1,12 +1,9 @@
 package postgres_test
 
 import (
-	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/sqlstore"
 	"github.com/sqlease/sqlease/storetest"
@@ -42,32 +39,20 @@ func TestConformance(t *testing.T) {
 }
 
 func TestClassify(t *testing.T) {
-	for _, tc := range []struct {
-		code      string
-		transient bool
-	}{
-		{"08006", true},  // connection_failure
-		{"08001", true},  // sqlclient_unable_to_establish_sqlconnection
-		{"40001", true},  // serialization_failure
-		{"40P01", true},  // deadlock_detected
-		{"57P01", true},  // admin_shutdown
-		{"53300", true},  // too_many_connections
-		{"23505", false}, // unique_violation
-		{"42P01", false}, // undefined_table
-		{"22001", false}, // string_data_right_truncation
-	} {
-		pe := &pgconn.PgError{Severity: "ERROR", Code: tc.code, Message: "synthetic"}
-		for _, err := range []error{pe, fmt.Errorf("renew: %w", pe)} {
-			got := postgres.Classify(err)
-			if errors.Is(got, sqlease.ErrTransient) != tc.transient {
-				t.Errorf("Classify(%v) = %v, transient = %v, want %v", err, got, !tc.transient, tc.transient)
-			}
-			var back *pgconn.PgError
-			if !errors.As(got, &back) || back.Code != tc.code {
-				t.Errorf("Classify(%v) = %v lost the *pgconn.PgError", err, got)
-			}
-		}
+	pgError := func(code string) *pgconn.PgError {
+		return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "synthetic"}
 	}
+	storetest.ClassifyDriverErrors(t, postgres.Classify, map[*pgconn.PgError]bool{
+		pgError("08006"): true,  // connection_failure
+		pgError("08001"): true,  // sqlclient_unable_to_establish_sqlconnection
+		pgError("40001"): true,  // serialization_failure
+		pgError("40P01"): true,  // deadlock_detected
+		pgError("57P01"): true,  // admin_shutdown
+		pgError("53300"): true,  // too_many_connections
+		pgError("23505"): false, // unique_violation
+		pgError("42P01"): false, // undefined_table
+		pgError("22001"): false, // string_data_right_truncation
+	}, func(a, b *pgconn.PgError) bool { return a.Code == b.Code })
 }
 
 // TestOffline runs the scenarios every dialect shares that need no

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -66,6 +67,29 @@ func Offline(t *testing.T, c Constructors) {
 			}
 		}
 	})
+}
+
+// ClassifyDriverErrors checks classify on the driver's errors, each bare and
+// wrapped: transient exactly where transient says so, and the driver's
+// error still reachable with errors.As (one that same matches), so callers
+// can read its code.
+func ClassifyDriverErrors[E interface {
+	error
+	comparable
+}](t *testing.T, classify func(error) error, transient map[E]bool, same func(a, b E) bool) {
+	t.Helper()
+	for e, want := range transient {
+		for _, err := range []error{e, fmt.Errorf("renew: %w", e)} {
+			got := classify(err)
+			if errors.Is(got, sqlease.ErrTransient) != want {
+				t.Errorf("Classify(%v) = %v, transient = %v, want %v", err, got, !want, want)
+			}
+			var back E
+			if !errors.As(got, &back) || !same(back, e) {
+				t.Errorf("Classify(%v) = %v lost the %T", err, got, e)
+			}
+		}
+	}
 }
 
 // Bench runs [BenchAcquire], [BenchRenew] and [BenchFencedWrite], each on a
