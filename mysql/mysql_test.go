@@ -43,10 +43,6 @@ func newStore(tb testing.TB) *sqlstore.Store { s, _ := database.Store(tb); retur
 // newStoreWithPrefix is newStore, also returning the prefix.
 func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) { return database.Store(tb) }
 
-// dropTables drops every table named prefix_…, whatever the migrations
-// created.
-func dropTables(db *sql.DB, prefix string) error { return database.Tables.DropAll(db, prefix) }
-
 // randomPrefix returns a fresh table prefix.
 func randomPrefix(tb testing.TB) string { return storetest.RandomPrefix(tb) }
 
@@ -62,28 +58,7 @@ func TestConformance(t *testing.T) {
 // TestConcurrentMigrate: a fleet starting at once on a fresh database
 // migrates it without errors (CREATE TABLE IF NOT EXISTS under metadata
 // locks).
-func TestConcurrentMigrate(t *testing.T) {
-	s := newStore(t)
-	prefix := randomPrefix(t)
-	t.Cleanup(func() {
-		if err := dropTables(s.DB(), prefix); err != nil {
-			t.Error(err)
-		}
-	})
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			n, err := mysql.New(s.DB(), prefix)
-			if err == nil {
-				err = n.Migrate(t.Context())
-			}
-			if err != nil {
-				t.Errorf("concurrent Migrate: %v", err)
-			}
-		})
-	}
-	wg.Wait()
-}
+func TestConcurrentMigrate(t *testing.T) { database.ConcurrentMigrate(t, mysql.Dialect) }
 
 // TestFrozenFenceBounded: a holder that stops inside a fenced transaction
 // keeps followers out at most about two seconds past its lease's expiry:

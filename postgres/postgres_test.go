@@ -38,6 +38,10 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }, AbortsFrozenFence: true})
 }
 
+// TestConcurrentMigrate: a fleet starting at once on a fresh database
+// migrates it without errors (the migrations run under an advisory lock).
+func TestConcurrentMigrate(t *testing.T) { database.ConcurrentMigrate(t, postgres.Dialect) }
+
 func TestClassify(t *testing.T) {
 	pgError := func(code string) *pgconn.PgError {
 		return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "synthetic"}

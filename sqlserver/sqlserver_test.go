@@ -53,13 +53,10 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }, AbortsFrozenFence: false})
 }
 
-// TestMigrateTwice: the migrations are idempotent on a real server.
-func TestMigrateTwice(t *testing.T) {
-	s := newStore(t)
-	if err := s.Migrate(t.Context()); err != nil {
-		t.Fatalf("second Migrate: %v", err)
-	}
-}
+// TestConcurrentMigrate: a fleet starting at once on a fresh database
+// migrates it without errors, and the migrations are idempotent, on a real
+// server.
+func TestConcurrentMigrate(t *testing.T) { database.ConcurrentMigrate(t, sqlserver.Dialect) }
 
 // TestJobStatements runs every job statement at least once on a real
 // server, through the store, and checks what comes back.
