@@ -49,7 +49,7 @@ func oldFile(t *testing.T, undo ...string) string {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }})
+	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }, TimeResolution: time.Millisecond})
 }
 
 func TestDSN(t *testing.T) {

@@ -50,7 +50,7 @@ func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) { return databa
 // suite expects a frozen fence to hold acquirers off until it resumes.
 func TestConformance(t *testing.T) {
 	databaseDSN(t)
-	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }, AbortsFrozenFence: false})
+	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }, TimeResolution: 100 * time.Nanosecond, AbortsFrozenFence: false})
 }
 
 // TestConcurrentMigrate: a fleet starting at once on a fresh database

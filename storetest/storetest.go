@@ -46,6 +46,10 @@ type Harness struct {
 	// Where it is false (SQLite: an in-process write lock), followers wait
 	// until the holder resumes.
 	AbortsFrozenFence bool
+	// TimeResolution is how finely the database keeps a time: 1µs
+	// (PostgreSQL, MySQL/MariaDB) when zero, 1ms on SQLite, 100ns on SQL
+	// Server.
+	TimeResolution time.Duration
 }
 
 const (
@@ -66,6 +70,9 @@ const (
 func Run(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("storetest: Harness.New is nil")
+	}
+	if h.TimeResolution == 0 {
+		h.TimeResolution = time.Microsecond
 	}
 	tests := []struct {
 		name string
@@ -118,6 +125,7 @@ func Run(t *testing.T, h Harness) {
 		{"SkippedAndCancelled", testSkippedAndCancelled},
 		{"FinishRunSkipping", testFinishRunSkipping},
 		{"NextDue", testNextDue},
+		{"JobLifecycle", func(t *testing.T, s *sqlstore.Store) { testJobLifecycle(t, s, h.TimeResolution) }},
 		{"Linearizable", testLinearizable},
 	}
 	for _, tc := range tests {
