@@ -11,7 +11,6 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/postgres"
-	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -331,38 +330,6 @@ func TestClaimStartJobs(t *testing.T) {
 	var running, epoch int64
 	if err := tx.QueryRowContext(ctx, `SELECT count(*), max(epoch) FROM `+prefix+`_runs WHERE outcome = 'running'`).Scan(&running, &epoch); err != nil || running != 1 || epoch != 4 {
 		t.Fatalf("runs in the ledger: %d running, epoch %d, %v; want the one-off job's, under epoch 4", running, epoch, err)
-	}
-}
-
-// TestNextDue: the time until the earliest occurrence still to come, in
-// database time; none while every job is due already, paused or has none.
-func TestNextDue(t *testing.T) {
-	ctx := context.Background()
-	st := newStore(t)
-	s, err := scheduler.New(scheduler.Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok, err := st.NextDue(ctx); err != nil || ok {
-		t.Fatalf("NextDue without jobs = %t, %v; want none", ok, err)
-	}
-	now, err := st.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, j := range []sqlease.Job{
-		{Name: "due-already", Schedule: sqlease.Schedule{At: now.Add(-time.Minute)}},
-		{Name: "paused-sooner", Schedule: sqlease.Schedule{At: now.Add(time.Minute)}, Paused: true},
-		{Name: "next", Schedule: sqlease.Schedule{At: now.Add(time.Hour)}},
-		{Name: "later", Schedule: sqlease.Schedule{At: now.Add(2 * time.Hour)}},
-	} {
-		if _, _, err := s.Create(ctx, j); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d, ok, err := st.NextDue(ctx)
-	if err != nil || !ok || d > time.Hour || d < time.Hour-time.Minute {
-		t.Fatalf("NextDue = %s, %t, %v; want just under 1h (the paused and the past job do not count)", d, ok, err)
 	}
 }
 
