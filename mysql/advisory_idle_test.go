@@ -1,12 +1,12 @@
 package mysql_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/storetest"
 )
 
 // A term acquired without the lock that renews through its session once
@@ -14,17 +14,13 @@ import (
 // takeover does: a session silent for a lease + 1 s is ended by the server
 // (and its lock freed), not after the 10 s a session has before that.
 func TestSessionRenewSetsIdleLimit(t *testing.T) {
-	s, prefix := newStoreWithPrefix(t)
+	s, locker, _ := database.Advisory(newLocker)(t)
 	ctx := t.Context()
 	l, err := s.Acquire(ctx, "idle", "h", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess, err := newLocker(t, prefix)(ctx, "idle")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close(context.Background())
+	sess := storetest.OpenSession(t, locker, "idle")
 	if err := sess.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -17,23 +17,16 @@ import (
 // (storetest.Advisory) on GET_LOCK sessions.
 func TestAdvisory(t *testing.T) {
 	storetest.Advisory(t, storetest.AdvisoryDialect{
-		New: func(t *testing.T) (*sqlstore.Store, sqlease.SessionLocker, string) {
-			s, prefix := newStoreWithPrefix(t)
-			return s, newLocker(t, prefix), prefix
-		},
+		New:                 database.Advisory(newLocker),
 		KillHolder:          killHolder,
 		InterruptedLockLost: true,
 		Parallel:            true,
 	})
 }
 
-func newLocker(t *testing.T, prefix string) sqlease.SessionLocker {
-	t.Helper()
-	l, err := mysql.NewLocker(mysql.AdvisoryConfig{DSN: databaseURL(t), Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+// newLocker makes the GET_LOCK session locker of the tables under prefix.
+func newLocker(url, prefix string) (sqlease.SessionLocker, error) {
+	return mysql.NewLocker(mysql.AdvisoryConfig{DSN: url, Prefix: prefix})
 }
 
 // killHolder ends the server session that holds the lock of lease from a
@@ -102,8 +95,7 @@ func TestAdvisoryBadConfig(t *testing.T) {
 // server (wait_timeout, set by Takeover): its lock is freed.
 func TestAdvisorySilentHolderEnded(t *testing.T) {
 	t.Parallel()
-	_, prefix := newStoreWithPrefix(t)
-	locker := newLocker(t, prefix)
+	_, locker, _ := database.Advisory(newLocker)(t)
 	a, b := storetest.OpenSession(t, locker, "adv"), storetest.OpenSession(t, locker, "adv")
 	if err := a.Lock(t.Context()); err != nil {
 		t.Fatal(err)

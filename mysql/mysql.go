@@ -259,21 +259,13 @@ func (c sessionConnector) Connect(ctx context.Context) (driver.Conn, error) {
 // New returns a lease store on db whose tables are named with prefix. db
 // must be opened with Open, or with the settings DSN adds.
 func New(db *sql.DB, prefix string) (*sqlstore.Store, error) {
-	d, err := Dialect(prefix)
-	if err != nil {
-		return nil, err
-	}
-	return sqlstore.New(db, d), nil
+	return sqlstore.NewFor(db, prefix, Dialect)
 }
 
 // OpenStore opens a pool for a mysql:// URL, applies the migrations and
 // returns the store.
 func OpenStore(ctx context.Context, rawURL, prefix string) (*sqlstore.Store, error) {
-	d, err := Dialect(prefix)
-	if err != nil {
-		return nil, err
-	}
-	return sqlstore.OpenMigrated(ctx, func() (*sql.DB, error) { return Open(rawURL) }, d)
+	return sqlstore.OpenFor(ctx, prefix, Dialect, func() (*sql.DB, error) { return Open(rawURL) })
 }
 
 // now is the database clock.

@@ -43,10 +43,6 @@ func newStore(tb testing.TB) *sqlstore.Store { s, _ := database.Store(tb); retur
 // newStoreWithPrefix is newStore, also returning the prefix.
 func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) { return database.Store(tb) }
 
-// dropTables drops every table named prefix_…, whatever the migrations
-// created.
-func dropTables(db *sql.DB, prefix string) error { return database.Tables.DropAll(db, prefix) }
-
 // randomPrefix returns a fresh table prefix.
 func randomPrefix(tb testing.TB) string { return storetest.RandomPrefix(tb) }
 
@@ -62,28 +58,7 @@ func TestConformance(t *testing.T) {
 // TestConcurrentMigrate: a fleet starting at once on a fresh database
 // migrates it without errors (CREATE TABLE IF NOT EXISTS under metadata
 // locks).
-func TestConcurrentMigrate(t *testing.T) {
-	s := newStore(t)
-	prefix := randomPrefix(t)
-	t.Cleanup(func() {
-		if err := dropTables(s.DB(), prefix); err != nil {
-			t.Error(err)
-		}
-	})
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			n, err := mysql.New(s.DB(), prefix)
-			if err == nil {
-				err = n.Migrate(t.Context())
-			}
-			if err != nil {
-				t.Errorf("concurrent Migrate: %v", err)
-			}
-		})
-	}
-	wg.Wait()
-}
+func TestConcurrentMigrate(t *testing.T) { database.ConcurrentMigrate(t, mysql.Dialect) }
 
 // TestFrozenFenceBounded: a holder that stops inside a fenced transaction
 // keeps followers out at most about two seconds past its lease's expiry:
@@ -270,91 +245,6 @@ func TestUnchangedWritesCount(t *testing.T) {
 	}
 }
 
-// TestJobLifecycle runs one job through the store on MySQL: the statements
-// the scheduler tests reach only indirectly, or not at all.
-func TestJobLifecycle(t *testing.T) {
-	s := newStore(t)
-	ctx := t.Context()
-	now, err := s.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	due := now.Add(-time.Second).Add(123456789 * time.Nanosecond) // sub-microsecond digits
-	j, created, err := s.InsertJob(ctx, sqlstore.StoredJob{Job: sqlease.Job{Name: "life", Key: "k", MissedRuns: sqlease.RunOnce,
-		Action: []byte(`{"url":"http://x"}`), LockTimeout: time.Minute}, SpecHash: "h"}, due)
-	if err != nil || !created {
-		t.Fatalf("InsertJob: created=%v %v", created, err)
-	}
-	if !j.NextRunAt.Equal(due.Truncate(time.Microsecond)) || string(j.Action) != `{"url":"http://x"}` || j.Key != "k" {
-		t.Fatalf("inserted %+v", j)
-	}
-	if w, _, err := s.DueWindow(ctx, time.Minute, 10); err != nil || len(w) != 1 || w[0].ID != j.ID {
-		t.Fatalf("DueWindow = %+v, %v", w, err)
-	}
-	if ch, err := s.Changed(ctx, time.Time{}.Add(time.Hour), 0, 10); err != nil || len(ch) != 1 || ch[0].ID != j.ID {
-		t.Fatalf("Changed = %+v, %v", ch, err)
-	}
-	c, err := s.ClaimDue(ctx, "w", 10)
-	if err != nil || len(c) != 1 || c[0].Lock.Holder != "w" || c[0].Lock.Epoch != 1 || c[0].Attempt != 0 {
-		t.Fatalf("ClaimDue = %+v, %v", c, err)
-	}
-	if again, err := s.ClaimDue(ctx, "w2", 10); err != nil || len(again) != 0 {
-		t.Fatalf("ClaimDue of a locked job = %+v, %v", again, err)
-	}
-	if st, err := s.Stats(ctx); err != nil || st != (sqlstore.JobStats{Total: 1, Due: 1, Running: 1}) {
-		t.Fatalf("Stats = %+v, %v", st, err)
-	}
-	run, err := s.StartRun(ctx, nil, c[0].Lock, c[0].Name, c[0].NextRunAt, 1, c[0].Lock.Epoch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.StartRun(ctx, nil, c[0].Lock, c[0].Name, c[0].NextRunAt, 1, c[0].Lock.Epoch); !errors.Is(err, sqlease.ErrConflict) {
-		t.Fatalf("second StartRun of one attempt = %v, want ErrConflict", err)
-	}
-	if err := s.Heartbeat(ctx, c[0].Lock); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.FinishRun(ctx, nil, c[0].Lock, run, sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Heartbeat(ctx, c[0].Lock); !errors.Is(err, sqlease.ErrLeaseLost) {
-		t.Fatalf("Heartbeat after the lock was released = %v, want ErrLeaseLost", err)
-	}
-	runs, err := s.Runs(ctx, "life", 10)
-	if err != nil || len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeSucceeded || !runs[0].ScheduledFor.Equal(c[0].NextRunAt) {
-		t.Fatalf("Runs = %+v, %v", runs, err)
-	}
-	if n, err := s.PruneRuns(ctx, time.Hour); err != nil || n != 0 {
-		t.Fatalf("PruneRuns(1h) = %d, %v; want 0", n, err)
-	}
-	time.Sleep(2 * time.Millisecond)
-	if n, err := s.PruneRuns(ctx, time.Millisecond); err != nil || n != 1 {
-		t.Fatalf("PruneRuns(1ms) = %d, %v; want 1", n, err)
-	}
-	if err := s.DeleteJob(ctx, "life"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.DeleteJob(ctx, "life"); !errors.Is(err, sqlease.ErrNoJob) {
-		t.Fatalf("second DeleteJob = %v, want ErrNoJob", err)
-	}
-}
-
-func TestInvalidPrefix(t *testing.T) {
-	for _, p := range []string{"", "Sqlease", "1abc", "_abc", "a-b", "a b", "x;drop", "a`", strings.Repeat("a", 32)} {
-		if _, err := mysql.Dialect(p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("Dialect(%q) = %v, want ErrInvalidName", p, err)
-		}
-		if _, err := mysql.New(nil, p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("New(%q) = %v, want ErrInvalidName", p, err)
-		}
-	}
-	for _, p := range []string{"a", "sqlease", "app_1", strings.Repeat("a", 31)} {
-		if _, err := mysql.Dialect(p); err != nil {
-			t.Errorf("Dialect(%q) = %v, want nil", p, err)
-		}
-	}
-}
-
 // fixedParams are what DSN adds to every data source name.
 const fixedParams = "parseTime=true&time_zone=%27%2B00%3A00%27"
 
@@ -439,37 +329,23 @@ func must(s string, err error) string {
 }
 
 func TestClassify(t *testing.T) {
-	for _, tc := range []struct {
-		number    uint16
-		transient bool
-	}{
-		{1213, true},  // ER_LOCK_DEADLOCK
-		{1205, true},  // ER_LOCK_WAIT_TIMEOUT
-		{1040, true},  // ER_CON_COUNT_ERROR
-		{1203, true},  // ER_TOO_MANY_USER_CONNECTIONS
-		{1053, true},  // ER_SERVER_SHUTDOWN
-		{1927, true},  // ER_CONNECTION_KILLED
-		{2006, true},  // CR_SERVER_GONE_ERROR
-		{2013, true},  // CR_SERVER_LOST
-		{4031, true},  // ER_CLIENT_INTERACTION_TIMEOUT
-		{1062, false}, // ER_DUP_ENTRY
-		{1064, false}, // ER_PARSE_ERROR
-		{1146, false}, // ER_NO_SUCH_TABLE
-		{1406, false}, // ER_DATA_TOO_LONG
-		{1969, false}, // ER_STATEMENT_TIMEOUT: the fence's, reported as ErrLeaseLost
-	} {
-		me := &gomysql.MySQLError{Number: tc.number, Message: "synthetic"}
-		for _, err := range []error{me, fmt.Errorf("renew: %w", me)} {
-			got := mysql.Classify(err)
-			if errors.Is(got, sqlease.ErrTransient) != tc.transient {
-				t.Errorf("Classify(%v) = %v, transient = %v, want %v", err, got, !tc.transient, tc.transient)
-			}
-			var back *gomysql.MySQLError
-			if !errors.As(got, &back) || back.Number != tc.number {
-				t.Errorf("Classify(%v) = %v lost the *mysql.MySQLError", err, got)
-			}
-		}
-	}
+	mysqlError := func(n uint16) *gomysql.MySQLError { return &gomysql.MySQLError{Number: n, Message: "synthetic"} }
+	storetest.ClassifyDriverErrors(t, mysql.Classify, map[*gomysql.MySQLError]bool{
+		mysqlError(1213): true,  // ER_LOCK_DEADLOCK
+		mysqlError(1205): true,  // ER_LOCK_WAIT_TIMEOUT
+		mysqlError(1040): true,  // ER_CON_COUNT_ERROR
+		mysqlError(1203): true,  // ER_TOO_MANY_USER_CONNECTIONS
+		mysqlError(1053): true,  // ER_SERVER_SHUTDOWN
+		mysqlError(1927): true,  // ER_CONNECTION_KILLED
+		mysqlError(2006): true,  // CR_SERVER_GONE_ERROR
+		mysqlError(2013): true,  // CR_SERVER_LOST
+		mysqlError(4031): true,  // ER_CLIENT_INTERACTION_TIMEOUT
+		mysqlError(1062): false, // ER_DUP_ENTRY
+		mysqlError(1064): false, // ER_PARSE_ERROR
+		mysqlError(1146): false, // ER_NO_SUCH_TABLE
+		mysqlError(1406): false, // ER_DATA_TOO_LONG
+		mysqlError(1969): false, // ER_STATEMENT_TIMEOUT: the fence's, reported as ErrLeaseLost
+	}, func(a, b *gomysql.MySQLError) bool { return a.Number == b.Number })
 	for _, err := range []error{
 		driver.ErrBadConn,
 		gomysql.ErrInvalidConn,
@@ -482,14 +358,6 @@ func TestClassify(t *testing.T) {
 		}
 		if again := mysql.Classify(got); again != got {
 			t.Errorf("Classify of a classified error wrapped it again: %v", again)
-		}
-	}
-	if err := mysql.Classify(nil); err != nil {
-		t.Errorf("Classify(nil) = %v", err)
-	}
-	for _, plain := range []error{errors.New("plain"), context.Canceled, sql.ErrNoRows} {
-		if err := mysql.Classify(plain); err != plain {
-			t.Errorf("Classify(%v) = %v, want it unchanged", plain, err)
 		}
 	}
 }
@@ -536,9 +404,15 @@ func TestDialectShape(t *testing.T) {
 	}
 }
 
-func BenchmarkAcquire(b *testing.B)     { storetest.BenchAcquire(b, newStore(b)) }
-func BenchmarkRenew(b *testing.B)       { storetest.BenchRenew(b, newStore(b)) }
-func BenchmarkFencedWrite(b *testing.B) { storetest.BenchFencedWrite(b, newStore(b)) }
+// TestOffline runs the scenarios every dialect shares that need no
+// database: invalid prefixes, an empty connection string, Classify of errors
+// that are not the driver's.
+func TestOffline(t *testing.T) {
+	storetest.Offline(t, storetest.Constructors{Dialect: mysql.Dialect, New: mysql.New, Open: mysql.Open, OpenStore: mysql.OpenStore,
+		Classify: mysql.Classify, DSN: "mysql://u:p@127.0.0.1:1/db", Quoting: []string{"a`"}})
+}
+
+func BenchmarkStore(b *testing.B) { storetest.Bench(b, newStore) }
 
 // TestIdleTransactionDoesNotHoldTheLease: a transaction of the pool left
 // idle on the lease row — as by a process paused between the two

@@ -21,21 +21,15 @@ func TestLockKeyStable(t *testing.T) {
 // (storetest.Advisory) on pg_advisory_lock sessions.
 func TestAdvisory(t *testing.T) {
 	storetest.Advisory(t, storetest.AdvisoryDialect{
-		New: func(t *testing.T) (*sqlstore.Store, sqlease.SessionLocker, string) {
-			s, prefix := newStoreWithPrefix(t)
-			return s, newLocker(t, prefix), prefix
-		},
+		New:        database.Advisory(newLocker),
 		KillHolder: killHolder,
 	})
 }
 
-func newLocker(t *testing.T, prefix string) sqlease.SessionLocker {
-	t.Helper()
-	l, err := postgres.NewLocker(postgres.AdvisoryConfig{DSN: databaseURL(t), Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+// newLocker makes the pg_advisory_lock session locker of the tables under
+// prefix.
+func newLocker(url, prefix string) (sqlease.SessionLocker, error) {
+	return postgres.NewLocker(postgres.AdvisoryConfig{DSN: url, Prefix: prefix})
 }
 
 // killHolder ends the backend that holds the advisory lock of lease, from

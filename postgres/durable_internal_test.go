@@ -1,8 +1,6 @@
 package postgres
 
 import (
-	"context"
-	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -15,22 +13,10 @@ import (
 // and then forgot in a server crash would be handed out again. The test
 // server's default is off.
 func TestAdvisorySessionCommitsSynchronously(t *testing.T) {
-	url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-	if url == "" {
-		t.Skip("SQLEASE_TEST_POSTGRES_URL is not set: run scripts/test.sh")
-	}
 	ctx := t.Context()
-	locker, err := NewLocker(AdvisoryConfig{DSN: url, Prefix: "sqlease"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := locker(ctx, "durable")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close(context.Background())
+	sess, url := testSession(t, "sqlease", "durable")
 	var got string
-	if err := l.(*session).do(ctx, func(c *pgx.Conn) error {
+	if err := sess.do(ctx, func(c *pgx.Conn) error {
 		return c.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&got)
 	}); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,27 @@ import (
 // server's is), unless the connection string says otherwise.
 func TestSessionsCommitSynchronously(t *testing.T) {
 	url := databaseURL(t)
-	db, err := postgres.Open(url)
+	if got := syncCommit(t, postgres.Open, url); got != "on" {
+		t.Fatalf("synchronous_commit = %q on sqlease's sessions, want on", got)
+	}
+	// What a plain session gets: scripts/test.sh configures off.
+	plain := func(url string) (*sql.DB, error) { return sql.Open("pgx", url) }
+	t.Logf("the server's default: synchronous_commit = %s", syncCommit(t, plain, url))
+
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	if got := syncCommit(t, postgres.Open, url+sep+"synchronous_commit=local"); got != "local" {
+		t.Fatalf("an explicit setting: %q, want local", got)
+	}
+}
+
+// syncCommit opens a pool for url with open and reads synchronous_commit
+// on one of its sessions.
+func syncCommit(t *testing.T, open func(url string) (*sql.DB, error), url string) string {
+	t.Helper()
+	db, err := open(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,31 +42,5 @@ func TestSessionsCommitSynchronously(t *testing.T) {
 	if err := db.QueryRow(`SHOW synchronous_commit`).Scan(&got); err != nil {
 		t.Fatal(err)
 	}
-	if got != "on" {
-		t.Fatalf("synchronous_commit = %q on sqlease's sessions, want on", got)
-	}
-	// What a plain session gets: scripts/test.sh configures off.
-	plain, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
-	var server string
-	if err := plain.QueryRow(`SHOW synchronous_commit`).Scan(&server); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("the server's default: synchronous_commit = %s", server)
-
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	explicit, err := postgres.Open(url + sep + "synchronous_commit=local")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer explicit.Close()
-	if err := explicit.QueryRow(`SHOW synchronous_commit`).Scan(&got); err != nil || got != "local" {
-		t.Fatalf("an explicit setting: %q %v, want local", got, err)
-	}
+	return got
 }

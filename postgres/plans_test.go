@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
-	"github.com/sqlease/sqlease/scheduler"
 )
 
 // TestBatchPlansUseTheKey: the batch statements reach the jobs they name
@@ -20,13 +19,7 @@ import (
 func TestBatchPlansUseTheKey(t *testing.T) {
 	ctx := t.Context()
 	st, prefix := newStoreWithPrefix(t)
-	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := sched.Create(ctx, sqlease.Job{Name: "model", LockTimeout: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
+	createJobs(t, st, sqlease.Job{Name: "model", LockTimeout: time.Minute})
 	// 20,000 copies of it, then fresh statistics.
 	if _, err := st.DB().ExecContext(ctx, `INSERT INTO `+prefix+`_jobs (name, spec_hash, schedule, action, missed_runs,
 	skip_if_older_than_ms, max_attempts, backoff_ms, lock_timeout_ms, paused, next_run_at, created_at, last_modified_at)

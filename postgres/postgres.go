@@ -88,20 +88,12 @@ func durableCommits(cfg *pgx.ConnConfig) {
 
 // New returns a lease store on db whose tables are named with prefix.
 func New(db *sql.DB, prefix string) (*sqlstore.Store, error) {
-	d, err := Dialect(prefix)
-	if err != nil {
-		return nil, err
-	}
-	return sqlstore.New(db, d), nil
+	return sqlstore.NewFor(db, prefix, Dialect)
 }
 
 // OpenStore opens a pool for dsn, applies the migrations and returns the store.
 func OpenStore(ctx context.Context, dsn, prefix string) (*sqlstore.Store, error) {
-	d, err := Dialect(prefix)
-	if err != nil {
-		return nil, err
-	}
-	return sqlstore.OpenMigrated(ctx, func() (*sql.DB, error) { return Open(dsn) }, d)
+	return sqlstore.OpenFor(ctx, prefix, Dialect, func() (*sql.DB, error) { return Open(dsn) })
 }
 
 // Dialect returns the PostgreSQL dialect for the table prefix.

@@ -1,13 +1,9 @@
 package postgres_test
 
 import (
-	"errors"
-	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/sqlstore"
 	"github.com/sqlease/sqlease/storetest"
@@ -42,61 +38,33 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }, AbortsFrozenFence: true})
 }
 
-func TestInvalidPrefix(t *testing.T) {
-	for _, p := range []string{"", "Sqlease", "1abc", "_abc", "a-b", "a b", "x;drop", `a"`, strings.Repeat("a", 32)} {
-		if _, err := postgres.Dialect(p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("Dialect(%q) = %v, want ErrInvalidName", p, err)
-		}
-		if _, err := postgres.New(nil, p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("New(%q) = %v, want ErrInvalidName", p, err)
-		}
-	}
-	for _, p := range []string{"a", "sqlease", "app_1", strings.Repeat("a", 31)} {
-		if _, err := postgres.Dialect(p); err != nil {
-			t.Errorf("Dialect(%q) = %v, want nil", p, err)
-		}
-	}
-	if _, err := postgres.Open(""); !errors.Is(err, sqlease.ErrInvalidConfig) {
-		t.Errorf(`Open("") = %v, want ErrInvalidConfig`, err)
-	}
-}
+// TestConcurrentMigrate: a fleet starting at once on a fresh database
+// migrates it without errors (the migrations run under an advisory lock).
+func TestConcurrentMigrate(t *testing.T) { database.ConcurrentMigrate(t, postgres.Dialect) }
 
 func TestClassify(t *testing.T) {
-	for _, tc := range []struct {
-		code      string
-		transient bool
-	}{
-		{"08006", true},  // connection_failure
-		{"08001", true},  // sqlclient_unable_to_establish_sqlconnection
-		{"40001", true},  // serialization_failure
-		{"40P01", true},  // deadlock_detected
-		{"57P01", true},  // admin_shutdown
-		{"53300", true},  // too_many_connections
-		{"23505", false}, // unique_violation
-		{"42P01", false}, // undefined_table
-		{"22001", false}, // string_data_right_truncation
-	} {
-		pe := &pgconn.PgError{Severity: "ERROR", Code: tc.code, Message: "synthetic"}
-		for _, err := range []error{pe, fmt.Errorf("renew: %w", pe)} {
-			got := postgres.Classify(err)
-			if errors.Is(got, sqlease.ErrTransient) != tc.transient {
-				t.Errorf("Classify(%v) = %v, transient = %v, want %v", err, got, !tc.transient, tc.transient)
-			}
-			var back *pgconn.PgError
-			if !errors.As(got, &back) || back.Code != tc.code {
-				t.Errorf("Classify(%v) = %v lost the *pgconn.PgError", err, got)
-			}
-		}
+	pgError := func(code string) *pgconn.PgError {
+		return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "synthetic"}
 	}
-	if err := postgres.Classify(nil); err != nil {
-		t.Errorf("Classify(nil) = %v", err)
-	}
-	plain := errors.New("plain")
-	if err := postgres.Classify(plain); err != plain {
-		t.Errorf("Classify(plain) = %v, want it unchanged", err)
-	}
+	storetest.ClassifyDriverErrors(t, postgres.Classify, map[*pgconn.PgError]bool{
+		pgError("08006"): true,  // connection_failure
+		pgError("08001"): true,  // sqlclient_unable_to_establish_sqlconnection
+		pgError("40001"): true,  // serialization_failure
+		pgError("40P01"): true,  // deadlock_detected
+		pgError("57P01"): true,  // admin_shutdown
+		pgError("53300"): true,  // too_many_connections
+		pgError("23505"): false, // unique_violation
+		pgError("42P01"): false, // undefined_table
+		pgError("22001"): false, // string_data_right_truncation
+	}, func(a, b *pgconn.PgError) bool { return a.Code == b.Code })
 }
 
-func BenchmarkAcquire(b *testing.B)     { storetest.BenchAcquire(b, newStore(b)) }
-func BenchmarkRenew(b *testing.B)       { storetest.BenchRenew(b, newStore(b)) }
-func BenchmarkFencedWrite(b *testing.B) { storetest.BenchFencedWrite(b, newStore(b)) }
+// TestOffline runs the scenarios every dialect shares that need no
+// database: invalid prefixes, an empty connection string, Classify of errors
+// that are not the driver's.
+func TestOffline(t *testing.T) {
+	storetest.Offline(t, storetest.Constructors{Dialect: postgres.Dialect, New: postgres.New, Open: postgres.Open, OpenStore: postgres.OpenStore,
+		Classify: postgres.Classify, DSN: "postgres://u:p@127.0.0.1:1/db", Quoting: []string{`a"`}})
+}
+
+func BenchmarkStore(b *testing.B) { storetest.Bench(b, newStore) }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/postgres"
-	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -63,15 +62,11 @@ func TestRunFinishBatchStaysOnPage(t *testing.T) {
 	ctx := context.Background()
 	st, prefix := newStoreWithPrefix(t)
 	const n = 300
-	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
-	if err != nil {
-		t.Fatal(err)
+	jobs := make([]sqlease.Job, n)
+	for i := range jobs {
+		jobs[i] = sqlease.Job{Name: fmt.Sprintf("batch-%03d", i), LockTimeout: time.Minute}
 	}
-	for i := range n {
-		if _, _, err := sched.Create(ctx, sqlease.Job{Name: fmt.Sprintf("batch-%03d", i), LockTimeout: time.Minute}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createJobs(t, st, jobs...)
 	claimed, err := st.ClaimAndStart(ctx, "w", n, sqlstore.ClaimCursor{})
 	if err != nil || len(claimed) != n {
 		t.Fatalf("claim: %v, %d jobs", err, len(claimed))
@@ -121,13 +116,7 @@ func TestRunFinishBatchStaysOnPage(t *testing.T) {
 // createAndClaim creates a job due now and claims it for holder.
 func createAndClaim(t *testing.T, st *sqlstore.Store, j sqlease.Job, holder string) sqlstore.Claimed {
 	t.Helper()
-	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := sched.Create(t.Context(), j); err != nil {
-		t.Fatal(err)
-	}
+	createJobs(t, st, j)
 	claimed, err := st.ClaimDue(t.Context(), holder, 1)
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %v, %d jobs", err, len(claimed))
@@ -300,18 +289,7 @@ VALUES (1, 'j', now() - interval '3 hours', 1, 'h', 1, now() - interval '3 hours
 func TestClaimStartJobs(t *testing.T) {
 	ctx := context.Background()
 	st, prefix := newStoreWithPrefix(t)
-	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []int64
-	for _, j := range []sqlease.Job{{Name: "once"}, {Name: "every", Schedule: sqlease.Schedule{Every: time.Hour}}, {Name: "prior"}} {
-		s, _, err := sched.Create(ctx, j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, s.ID)
-	}
+	ids := createJobs(t, st, sqlease.Job{Name: "once"}, sqlease.Job{Name: "every", Schedule: sqlease.Schedule{Every: time.Hour}}, sqlease.Job{Name: "prior"})
 	// "prior" was claimed under lease epoch 3 by another leader.
 	tx, err := st.DB().BeginTx(ctx, nil)
 	if err != nil {
@@ -355,38 +333,6 @@ func TestClaimStartJobs(t *testing.T) {
 	}
 }
 
-// TestNextDue: the time until the earliest occurrence still to come, in
-// database time; none while every job is due already, paused or has none.
-func TestNextDue(t *testing.T) {
-	ctx := context.Background()
-	st := newStore(t)
-	s, err := scheduler.New(scheduler.Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok, err := st.NextDue(ctx); err != nil || ok {
-		t.Fatalf("NextDue without jobs = %t, %v; want none", ok, err)
-	}
-	now, err := st.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, j := range []sqlease.Job{
-		{Name: "due-already", Schedule: sqlease.Schedule{At: now.Add(-time.Minute)}},
-		{Name: "paused-sooner", Schedule: sqlease.Schedule{At: now.Add(time.Minute)}, Paused: true},
-		{Name: "next", Schedule: sqlease.Schedule{At: now.Add(time.Hour)}},
-		{Name: "later", Schedule: sqlease.Schedule{At: now.Add(2 * time.Hour)}},
-	} {
-		if _, _, err := s.Create(ctx, j); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d, ok, err := st.NextDue(ctx)
-	if err != nil || !ok || d > time.Hour || d < time.Hour-time.Minute {
-		t.Fatalf("NextDue = %s, %t, %v; want just under 1h (the paused and the past job do not count)", d, ok, err)
-	}
-}
-
 // TestClaimIsHOT: a claim writes only the lock columns, which no index of
 // the jobs table holds, so claiming a batch is HOT updates only (no index
 // entry written): with the leader's ClaimStartJobs and claim mode's
@@ -403,19 +349,12 @@ func TestClaimIsHOT(t *testing.T) {
 			}
 		}
 	}
-	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 40
-	var ids []int64
-	for i := range n {
-		j, _, err := sched.Create(ctx, sqlease.Job{Name: fmt.Sprintf("hot-%02d", i), LockTimeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, j.ID)
+	hotJobs := make([]sqlease.Job, n)
+	for i := range hotJobs {
+		hotJobs[i] = sqlease.Job{Name: fmt.Sprintf("hot-%02d", i), LockTimeout: time.Minute}
 	}
+	ids := createJobs(t, st, hotJobs...)
 	hot := func(tx *sql.Tx) (updated, hot int64) {
 		t.Helper()
 		if err := tx.QueryRowContext(ctx, `SELECT pg_stat_get_xact_tuples_updated($1::regclass), pg_stat_get_xact_tuples_hot_updated($1::regclass)`, jobs).Scan(&updated, &hot); err != nil {
@@ -476,16 +415,12 @@ func TestClaimIsHOT(t *testing.T) {
 func TestClaimCursor(t *testing.T) {
 	ctx := t.Context()
 	st, _ := newStoreWithPrefix(t)
-	sched, err := scheduler.New(scheduler.Config{Store: st, Holder: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	base := time.Now().Add(-time.Hour)
-	for i := range 5 {
-		if _, _, err := sched.Create(ctx, sqlease.Job{Name: fmt.Sprint("j", i), Schedule: sqlease.Schedule{At: base.Add(time.Duration(i) * time.Second)}}); err != nil {
-			t.Fatal(err)
-		}
+	jobs := make([]sqlease.Job, 5)
+	for i := range jobs {
+		jobs[i] = sqlease.Job{Name: fmt.Sprint("j", i), Schedule: sqlease.Schedule{At: base.Add(time.Duration(i) * time.Second)}}
 	}
+	createJobs(t, st, jobs...)
 	names := func(c []sqlstore.Claimed) string {
 		var s []string
 		for _, j := range c {
@@ -512,9 +447,7 @@ func TestClaimCursor(t *testing.T) {
 		t.Fatalf("from the cursor after j1: %s, want j2,j3", got)
 	}
 	cur = cur.Past(second)
-	if _, _, err := sched.Create(ctx, sqlease.Job{Name: "behind", Schedule: sqlease.Schedule{At: base.Add(-time.Hour)}}); err != nil {
-		t.Fatal(err)
-	}
+	createJobs(t, st, sqlease.Job{Name: "behind", Schedule: sqlease.Schedule{At: base.Add(-time.Hour)}})
 	if got := names(claim(10, cur)); got != "j4" {
 		t.Fatalf("from the cursor after j3: %s, want j4 (not the job behind it)", got)
 	}

@@ -107,21 +107,13 @@ func open(path string, busy, gateWait time.Duration) (*sql.DB, error) {
 // New returns a lease store on db (opened with Open) whose tables are named
 // with prefix (e.g. "sqlease" gives sqlease_leases).
 func New(db *sql.DB, prefix string) (*sqlstore.Store, error) {
-	d, err := Dialect(prefix)
-	if err != nil {
-		return nil, err
-	}
-	return sqlstore.New(db, d), nil
+	return sqlstore.NewFor(db, prefix, Dialect)
 }
 
 // OpenStore opens the database file at path, applies the migrations and
 // returns the store.
 func OpenStore(ctx context.Context, path, prefix string) (*sqlstore.Store, error) {
-	d, err := Dialect(prefix)
-	if err != nil {
-		return nil, err
-	}
-	return sqlstore.OpenMigrated(ctx, func() (*sql.DB, error) { return Open(path) }, d)
+	return sqlstore.OpenFor(ctx, prefix, Dialect, func() (*sql.DB, error) { return Open(path) })
 }
 
 const now = `strftime('%Y-%m-%d %H:%M:%f','now')`

@@ -1,7 +1,6 @@
 package sqlite_test
 
 import (
-	"context"
 	"database/sql"
 	"errors"
 	"net/url"
@@ -18,40 +17,39 @@ import (
 
 // newStore opens a store on a fresh database file.
 func newStore(tb testing.TB) *sqlstore.Store {
+	return openFile(tb, filepath.Join(tb.TempDir(), "sqlease.db"))
+}
+
+// openFile opens the store on the database file at path (tables prefixed
+// sqlease), closed when tb ends.
+func openFile(tb testing.TB, path string) *sqlstore.Store {
 	tb.Helper()
-	s, err := sqlite.OpenStore(tb.Context(), filepath.Join(tb.TempDir(), "sqlease.db"), "sqlease")
+	s, err := sqlite.OpenStore(tb.Context(), path, "sqlease")
 	if err != nil {
-		tb.Fatalf("OpenStore: %v", err)
+		tb.Fatalf("OpenStore %s: %v", path, err)
 	}
 	tb.Cleanup(func() { s.DB().Close() })
 	return s
 }
 
-func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }})
+// oldFile makes a database file of this version and takes it back to an
+// earlier one with the statements undo, in order; it returns its path, with
+// no connection open.
+func oldFile(t *testing.T, undo ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "old.db")
+	db := openFile(t, path).DB()
+	for _, q := range undo {
+		if _, err := db.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	return path
 }
 
-func TestInvalidPrefix(t *testing.T) {
-	for _, p := range []string{"", "Sqlease", "1abc", "_abc", "a-b", "a b", "x;drop", "a'", strings.Repeat("a", 32)} {
-		if _, err := sqlite.Dialect(p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("Dialect(%q) = %v, want ErrInvalidName", p, err)
-		}
-		if _, err := sqlite.New(nil, p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("New(%q) = %v, want ErrInvalidName", p, err)
-		}
-		path := filepath.Join(t.TempDir(), "x.db")
-		if _, err := sqlite.OpenStore(t.Context(), path, p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("OpenStore(%q) = %v, want ErrInvalidName", p, err)
-		}
-	}
-	for _, p := range []string{"a", "sqlease", "app_1", strings.Repeat("a", 31)} {
-		if _, err := sqlite.Dialect(p); err != nil {
-			t.Errorf("Dialect(%q) = %v, want nil", p, err)
-		}
-	}
-	if _, err := sqlite.Open(""); !errors.Is(err, sqlease.ErrInvalidConfig) {
-		t.Errorf(`Open("") = %v, want ErrInvalidConfig`, err)
-	}
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }, TimeResolution: time.Millisecond})
 }
 
 func TestDSN(t *testing.T) {
@@ -84,12 +82,7 @@ func TestDSN(t *testing.T) {
 func TestOpenSettings(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "settings.db")
-	s, err := sqlite.OpenStore(ctx, path, "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := s.DB()
-	defer db.Close()
+	db := openFile(t, path).DB()
 	var mode string
 	var busy int
 	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
@@ -133,19 +126,12 @@ func openWith(t *testing.T, path string, busy time.Duration) *sql.DB {
 	return db
 }
 
-func TestClassify(t *testing.T) {
-	if err := sqlite.Classify(nil); err != nil {
-		t.Errorf("Classify(nil) = %v", err)
-	}
-	plain := errors.New("plain")
-	if err := sqlite.Classify(plain); err != plain {
-		t.Errorf("Classify(plain) = %v, want it unchanged", err)
-	}
-	if err := sqlite.Classify(context.Canceled); errors.Is(err, sqlease.ErrTransient) {
-		t.Errorf("Classify(context.Canceled) = %v, want not transient", err)
-	}
+// TestOffline runs the scenarios every dialect shares that need no
+// database: invalid prefixes, an empty connection string, Classify of errors
+// that are not the driver's.
+func TestOffline(t *testing.T) {
+	storetest.Offline(t, storetest.Constructors{Dialect: sqlite.Dialect, New: sqlite.New, Open: sqlite.Open, OpenStore: sqlite.OpenStore,
+		Classify: sqlite.Classify, DSN: "/nonexistent/sqlease.db", Quoting: []string{"a'"}})
 }
 
-func BenchmarkAcquire(b *testing.B)     { storetest.BenchAcquire(b, newStore(b)) }
-func BenchmarkRenew(b *testing.B)       { storetest.BenchRenew(b, newStore(b)) }
-func BenchmarkFencedWrite(b *testing.B) { storetest.BenchFencedWrite(b, newStore(b)) }
+func BenchmarkStore(b *testing.B) { storetest.Bench(b, newStore) }

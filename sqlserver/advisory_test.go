@@ -47,15 +47,9 @@ func TestAdvisory(t *testing.T) {
 
 // newAdvisoryStore opens a store under a fresh random prefix, and a locker
 // on the same tables.
-func newAdvisoryStore(t *testing.T) (*sqlstore.Store, sqlease.SessionLocker, string) {
-	t.Helper()
-	s, prefix := newStoreWithPrefix(t)
-	locker, err := sqlserver.NewLocker(sqlserver.AdvisoryConfig{DSN: databaseDSN(t), Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, locker, prefix
-}
+var newAdvisoryStore = database.Advisory(func(dsn, prefix string) (sqlease.SessionLocker, error) {
+	return sqlserver.NewLocker(sqlserver.AdvisoryConfig{DSN: dsn, Prefix: prefix})
+})
 
 // A session whose lock was released behind its back — the connection
 // still alive — is refused at its next renew with ErrSessionLost, leaves

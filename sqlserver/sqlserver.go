@@ -79,21 +79,13 @@ func DriverName(dsn string) string {
 // "sqlease" gives [sqlease_leases]). It returns an error wrapping
 // sqlease.ErrInvalidName for an invalid prefix.
 func New(db *sql.DB, prefix string) (*sqlstore.Store, error) {
-	d, err := Dialect(prefix)
-	if err != nil {
-		return nil, err
-	}
-	return sqlstore.New(db, d), nil
+	return sqlstore.NewFor(db, prefix, Dialect)
 }
 
 // OpenStore opens a pool for dsn, applies the migrations and returns the
 // store.
 func OpenStore(ctx context.Context, dsn, prefix string) (*sqlstore.Store, error) {
-	d, err := Dialect(prefix)
-	if err != nil {
-		return nil, err
-	}
-	return sqlstore.OpenMigrated(ctx, func() (*sql.DB, error) { return Open(dsn) }, d)
+	return sqlstore.OpenFor(ctx, prefix, Dialect, func() (*sql.DB, error) { return Open(dsn) })
 }
 
 // binary is the collation of every identifier column (lease names, holder

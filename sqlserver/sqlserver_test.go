@@ -50,16 +50,13 @@ func newStoreWithPrefix(tb testing.TB) (*sqlstore.Store, string) { return databa
 // suite expects a frozen fence to hold acquirers off until it resumes.
 func TestConformance(t *testing.T) {
 	databaseDSN(t)
-	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }, AbortsFrozenFence: false})
+	storetest.Run(t, storetest.Harness{New: func(t *testing.T) *sqlstore.Store { return newStore(t) }, TimeResolution: 100 * time.Nanosecond, AbortsFrozenFence: false})
 }
 
-// TestMigrateTwice: the migrations are idempotent on a real server.
-func TestMigrateTwice(t *testing.T) {
-	s := newStore(t)
-	if err := s.Migrate(t.Context()); err != nil {
-		t.Fatalf("second Migrate: %v", err)
-	}
-}
+// TestConcurrentMigrate: a fleet starting at once on a fresh database
+// migrates it without errors, and the migrations are idempotent, on a real
+// server.
+func TestConcurrentMigrate(t *testing.T) { database.ConcurrentMigrate(t, sqlserver.Dialect) }
 
 // TestJobStatements runs every job statement at least once on a real
 // server, through the store, and checks what comes back.
@@ -258,6 +255,12 @@ func TestJobStatements(t *testing.T) {
 	}
 }
 
-func BenchmarkAcquire(b *testing.B)     { storetest.BenchAcquire(b, newStore(b)) }
-func BenchmarkRenew(b *testing.B)       { storetest.BenchRenew(b, newStore(b)) }
-func BenchmarkFencedWrite(b *testing.B) { storetest.BenchFencedWrite(b, newStore(b)) }
+// TestOffline runs the scenarios every dialect shares that need no
+// database: invalid prefixes, an empty connection string, Classify of errors
+// that are not the driver's.
+func TestOffline(t *testing.T) {
+	storetest.Offline(t, storetest.Constructors{Dialect: sqlserver.Dialect, New: sqlserver.New, Open: sqlserver.Open, OpenStore: sqlserver.OpenStore,
+		Classify: sqlserver.Classify, DSN: "sqlserver://sa:pw@127.0.0.1:1?database=x", Quoting: []string{"a]", "a]];drop table x;--"}})
+}
+
+func BenchmarkStore(b *testing.B) { storetest.Bench(b, newStore) }

@@ -1,7 +1,6 @@
 package sqlserver_test
 
 import (
-	"errors"
 	"reflect"
 	"regexp"
 	"slices"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/sqlserver"
 	"github.com/sqlease/sqlease/sqlstore"
 )
@@ -553,26 +551,6 @@ func TestDurations(t *testing.T) {
 	}
 	if sqlserver.MaxDuration.Milliseconds()/1000 != 1<<31-1 {
 		t.Errorf("MaxDuration = %s, want 2^31-1 seconds", sqlserver.MaxDuration)
-	}
-}
-
-func TestInvalidPrefix(t *testing.T) {
-	for _, p := range []string{"", "Sqlease", "1abc", "_abc", "a-b", "a b", "x;drop", "a]", "a]];drop table x;--", strings.Repeat("a", 32)} {
-		if _, err := sqlserver.Dialect(p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("Dialect(%q) = %v, want ErrInvalidName", p, err)
-		}
-		if _, err := sqlserver.New(nil, p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("New(%q) = %v, want ErrInvalidName", p, err)
-		}
-		// Refused before any connection is attempted (port 1 would fail).
-		if _, err := sqlserver.OpenStore(t.Context(), "sqlserver://sa:pw@127.0.0.1:1?database=x", p); !errors.Is(err, sqlease.ErrInvalidName) {
-			t.Errorf("OpenStore(prefix %q) = %v, want ErrInvalidName", p, err)
-		}
-	}
-	for _, p := range []string{"a", "sqlease", "app_1", strings.Repeat("a", 31)} {
-		if _, err := sqlserver.Dialect(p); err != nil {
-			t.Errorf("Dialect(%q) = %v, want nil", p, err)
-		}
 	}
 }
 

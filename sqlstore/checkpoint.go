@@ -146,27 +146,10 @@ func (s *Store) addCheckpoints(ctx context.Context, runs []sqlease.Run) error {
 	return nil
 }
 
-// deleteCheckpoints deletes a job's checkpoints in tx (DeleteJob's
-// transaction).
-func (s *Store) deleteCheckpoints(ctx context.Context, tx *sql.Tx, jobID int64) error {
-	if s.cq().DeleteJob == "" {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, s.cq().DeleteJob, jobID); err != nil {
-		return s.classify(err)
-	}
-	return nil
-}
-
 // pruneCheckpoints deletes the checkpoints saved longer ago than retention.
 // A checkpoint serves the retries of its occurrence, which come within the
 // job's backoff, far inside any retention that keeps runs to look at.
 func (s *Store) pruneCheckpoints(ctx context.Context, retention time.Duration) error {
-	if s.cq().Prune == "" {
-		return nil
-	}
-	if _, err := s.db.ExecContext(ctx, s.cq().Prune, retention.Milliseconds()); err != nil {
-		return fmt.Errorf("prune run checkpoints: %w", s.classify(err))
-	}
-	return nil
+	_, err := s.pruneOlder(ctx, s.cq().Prune, "run checkpoints", retention)
+	return err
 }

@@ -124,14 +124,7 @@ func (s *Store) LeaseHistory(ctx context.Context, name string, before int64, lim
 // PruneLeaseHistory deletes history rows older than retention and reports
 // how many.
 func (s *Store) PruneLeaseHistory(ctx context.Context, retention time.Duration) (int64, error) {
-	if s.hq().Prune == "" {
-		return 0, nil
-	}
-	res, err := s.db.ExecContext(ctx, s.hq().Prune, retention.Milliseconds())
-	if err != nil {
-		return 0, fmt.Errorf("prune the leadership history: %w", s.classify(err))
-	}
-	return res.RowsAffected()
+	return s.pruneOlder(ctx, s.hq().Prune, "the leadership history", retention)
 }
 
 // NodeLeasePrefix names the presence lease of a node (NodeLeasePrefix +

@@ -733,13 +733,17 @@ func (s *Store) DeleteJob(ctx context.Context, name string) error {
 		if _, err := tx.ExecContext(ctx, s.q().AbandonDeleted, js.j.ID); err != nil {
 			return s.classify(err)
 		}
-		if err := s.deleteOutputs(ctx, tx, js.j.ID); err != nil {
-			return err
+		// Its outputs, occurrences and checkpoints go with it (a dialect
+		// that keeps none of one has no DeleteJob for it).
+		for _, del := range []string{s.oq().DeleteJob, s.occq().DeleteJob, s.cq().DeleteJob} {
+			if del == "" {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, del, js.j.ID); err != nil {
+				return s.classify(err)
+			}
 		}
-		if err := s.deleteOccurrences(ctx, tx, js.j.ID); err != nil {
-			return err
-		}
-		return s.deleteCheckpoints(ctx, tx, js.j.ID)
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("delete job %q: %w", name, err)

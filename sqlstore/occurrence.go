@@ -306,18 +306,6 @@ func (s *Store) Occurrences(ctx context.Context, jobID int64) (int, error) {
 	return n, nil
 }
 
-// deleteOccurrences deletes a job's occurrences in tx (DeleteJob's
-// transaction).
-func (s *Store) deleteOccurrences(ctx context.Context, tx *sql.Tx, jobID int64) error {
-	if s.occq().DeleteJob == "" {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, s.occq().DeleteJob, jobID); err != nil {
-		return s.classify(err)
-	}
-	return nil
-}
-
 // GiveBack is ReleaseUnrun with the job (or occurrence) not due again for
 // wait (not_before = now + wait): an overlap allow job whose occurrences
 // are at their bound gives its claim back so.

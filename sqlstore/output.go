@@ -148,26 +148,22 @@ func (s *Store) fillRuns(ctx context.Context, runs []sqlease.Run, query string, 
 	return s.classify(err)
 }
 
-// deleteOutputs deletes a job's outputs in tx (DeleteJob's transaction).
-func (s *Store) deleteOutputs(ctx context.Context, tx *sql.Tx, jobID int64) error {
-	if s.oq().DeleteJob == "" {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, s.oq().DeleteJob, jobID); err != nil {
-		return s.classify(err)
-	}
-	return nil
-}
-
 // pruneOutputs deletes the outputs older than retention and reports how
 // many.
 func (s *Store) pruneOutputs(ctx context.Context, retention time.Duration) (int64, error) {
-	if s.oq().Prune == "" {
+	return s.pruneOlder(ctx, s.oq().Prune, "run output", retention)
+}
+
+// pruneOlder runs prune, a dialect's Prune of the rows older than a number
+// of milliseconds (empty: it keeps no such rows), for retention and reports
+// how many rows went; what names them in its error.
+func (s *Store) pruneOlder(ctx context.Context, prune, what string, retention time.Duration) (int64, error) {
+	if prune == "" {
 		return 0, nil
 	}
-	res, err := s.db.ExecContext(ctx, s.oq().Prune, retention.Milliseconds())
+	res, err := s.db.ExecContext(ctx, prune, retention.Milliseconds())
 	if err != nil {
-		return 0, fmt.Errorf("prune run output: %w", s.classify(err))
+		return 0, fmt.Errorf("prune %s: %w", what, s.classify(err))
 	}
 	return res.RowsAffected()
 }

@@ -148,7 +148,7 @@ func (s *Store) Placement(ctx context.Context) (PlacementView, error) {
 // only while its assignment is tok and live; else an error wrapping
 // sqlease.ErrLeaseLost.
 func (s *Store) StartAssigned(ctx context.Context, name string, tok sqlease.Token) error {
-	return s.assignedWrite(ctx, "start singleton "+name, s.sq().StartAssigned, tok, tok.Holder, tok.Epoch, name, tok.Holder, tok.Epoch)
+	return s.singletonWrite(ctx, s.db, "start singleton "+name, s.sq().StartAssigned, tok, tok.Holder, tok.Epoch, name, tok.Holder, tok.Epoch)
 }
 
 // SaveAssigned writes state under tok (holder, generation) in one
@@ -156,12 +156,12 @@ func (s *Store) StartAssigned(ctx context.Context, name string, tok sqlease.Toke
 // assignment, and the node's member lease is live in database time. Else
 // an error wrapping sqlease.ErrLeaseLost, and nothing changes.
 func (s *Store) SaveAssigned(ctx context.Context, name string, tok sqlease.Token, state []byte) error {
-	return s.assignedWrite(ctx, "save singleton "+name, s.sq().SaveAssigned, tok, string(state), name, tok.Holder, tok.Epoch)
+	return s.singletonWrite(ctx, s.db, "save singleton "+name, s.sq().SaveAssigned, tok, string(state), name, tok.Holder, tok.Epoch)
 }
 
 // HeartbeatAssigned stamps the heartbeat under tok, as SaveAssigned.
 func (s *Store) HeartbeatAssigned(ctx context.Context, name string, tok sqlease.Token) error {
-	return s.assignedWrite(ctx, "heartbeat singleton "+name, s.sq().HeartbeatAssigned, tok, name, tok.Holder, tok.Epoch)
+	return s.singletonWrite(ctx, s.db, "heartbeat singleton "+name, s.sq().HeartbeatAssigned, tok, name, tok.Holder, tok.Epoch)
 }
 
 // FailAssigned is FailSingleton under tok, fenced as SaveAssigned.
@@ -170,20 +170,7 @@ func (s *Store) FailAssigned(ctx context.Context, name string, tok sqlease.Token
 	if quick {
 		q = 1
 	}
-	return s.assignedWrite(ctx, "record the end of singleton "+name, s.sq().FailAssigned, tok, errorText(why), q, name, tok.Holder, tok.Epoch)
-}
-
-func (s *Store) assignedWrite(ctx context.Context, what, query string, tok sqlease.Token, args ...any) error {
-	res, err := s.db.ExecContext(ctx, query, args...)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, s.classify(err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("%s: %w", what, s.classify(err))
-	} else if n == 0 {
-		return fmt.Errorf("%s under %s: %w", what, tok, sqlease.ErrLeaseLost)
-	}
-	return nil
+	return s.singletonWrite(ctx, s.db, "record the end of singleton "+name, s.sq().FailAssigned, tok, errorText(why), q, name, tok.Holder, tok.Epoch)
 }
 
 // RenewMember renews the member lease tok for ttl and reports only whether

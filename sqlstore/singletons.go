@@ -197,26 +197,20 @@ func (s *Store) Singleton(ctx context.Context, name string) (SingletonRow, error
 
 // Singletons reads every singleton's record, ordered by name.
 func (s *Store) Singletons(ctx context.Context) ([]SingletonRow, error) {
-	rows, err := s.db.QueryContext(ctx, s.sq().List)
-	var out []SingletonRow
-	if _, err := scanRows(rows, err, func(sc scanner) error {
-		var r SingletonRow
-		if err := scanSingleton(sc, &r, true); err != nil {
-			return err
-		}
-		out = append(out, r)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("list singletons: %w", s.classify(err))
-	}
-	return out, nil
+	return s.listSingletons(ctx, "list singletons", s.sq().List)
 }
 
 // DaemonSingletons reads up to limit daemon singletons (those with a
 // definition) whose names sort after `after`, ordered by name: a page of
 // the listing, whose next page starts after the last name returned.
 func (s *Store) DaemonSingletons(ctx context.Context, after string, limit int) ([]SingletonRow, error) {
-	rows, err := s.db.QueryContext(ctx, s.sq().Page, after, limit)
+	return s.listSingletons(ctx, fmt.Sprintf("list singletons after %q", after), s.sq().Page, after, limit)
+}
+
+// listSingletons reads the singleton records query selects; what names the
+// read in its error.
+func (s *Store) listSingletons(ctx context.Context, what, query string, args ...any) ([]SingletonRow, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	var out []SingletonRow
 	if _, err := scanRows(rows, err, func(sc scanner) error {
 		var r SingletonRow
@@ -226,15 +220,17 @@ func (s *Store) DaemonSingletons(ctx context.Context, after string, limit int) (
 		out = append(out, r)
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("list singletons after %q: %w", after, s.classify(err))
+		return nil, fmt.Errorf("%s: %w", what, s.classify(err))
 	}
 	return out, nil
 }
 
-// singletonWrite runs one of the conditional singleton writes inside the
-// lease-fenced transaction tx; 0 rows means tok no longer runs it.
-func (s *Store) singletonWrite(ctx context.Context, tx *sql.Tx, what, query string, tok sqlease.Token, args ...any) error {
-	res, err := tx.ExecContext(ctx, query, args...)
+// singletonWrite runs one of the conditional singleton writes on q: inside
+// the lease-fenced transaction (a *sql.Tx), or on the pool for placement's
+// writes, whose statements check the member lease themselves. 0 rows means
+// tok no longer runs it.
+func (s *Store) singletonWrite(ctx context.Context, q Querier, what, query string, tok sqlease.Token, args ...any) error {
+	res, err := q.ExecContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, s.classify(err))
 	}

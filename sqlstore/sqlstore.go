@@ -451,6 +451,27 @@ func TunePool(db *sql.DB, n int) *sql.DB {
 	return db
 }
 
+// NewFor returns a Store on db speaking the dialect that dialect makes for
+// prefix: every dialect's New. Its error (an invalid prefix) comes back as
+// it is, before anything else is done.
+func NewFor(db *sql.DB, prefix string, dialect func(prefix string) (Dialect, error)) (*Store, error) {
+	d, err := dialect(prefix)
+	if err != nil {
+		return nil, err
+	}
+	return New(db, d), nil
+}
+
+// OpenFor is OpenMigrated for the dialect that dialect makes for prefix:
+// every dialect's OpenStore. An invalid prefix fails before open is called.
+func OpenFor(ctx context.Context, prefix string, dialect func(prefix string) (Dialect, error), open func() (*sql.DB, error)) (*Store, error) {
+	d, err := dialect(prefix)
+	if err != nil {
+		return nil, err
+	}
+	return OpenMigrated(ctx, open, d)
+}
+
 // OpenMigrated opens a pool with open, builds the store for dialect d on it
 // and applies the migrations, closing the pool if that fails. It is every
 // dialect's OpenStore.

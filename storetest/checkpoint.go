@@ -27,14 +27,7 @@ func testRunCheckpoint(t *testing.T, s *sqlstore.Store) {
 	if s.Dialect().Jobs.Checkpoints.Save == "" {
 		t.Fatalf("dialect %s keeps no run checkpoints (JobQueries.Checkpoints.Save is empty)", s.Dialect().Name)
 	}
-	runsOf := func(job string) []sqlease.Run {
-		t.Helper()
-		runs, err := s.Runs(ctx, job, 10)
-		if err != nil {
-			t.Fatalf("Runs(%s): %v", job, err)
-		}
-		return runs
-	}
+	runsOf := func(job string) []sqlease.Run { t.Helper(); return jobRuns(t, s, job) }
 	latest := func(r sqlease.Run, attempt int) (string, int) {
 		t.Helper()
 		v, from, err := s.LatestCheckpoint(ctx, r.JobID, r.ScheduledFor, attempt)
@@ -212,9 +205,16 @@ var deleteFrom = regexp.MustCompile(`^DELETE FROM\s+(\S+)\s+WHERE`)
 // from the table Checkpoints.DeleteJob deletes from.
 func checkpointRows(t *testing.T, s *sqlstore.Store, jobID int64) int {
 	t.Helper()
-	m := deleteFrom.FindStringSubmatch(s.Dialect().Jobs.Checkpoints.DeleteJob)
+	return jobRows(t, s, deleteFrom, "Checkpoints.DeleteJob", s.Dialect().Jobs.Checkpoints.DeleteJob, jobID)
+}
+
+// jobRows counts the rows of a job (all jobs: -1) in the table that re
+// finds in stmt, the dialect's statement named field.
+func jobRows(t *testing.T, s *sqlstore.Store, re *regexp.Regexp, field, stmt string, jobID int64) int {
+	t.Helper()
+	m := re.FindStringSubmatch(stmt)
 	if m == nil {
-		t.Fatalf("storetest: no table in Checkpoints.DeleteJob %q", s.Dialect().Jobs.Checkpoints.DeleteJob)
+		t.Fatalf("storetest: no table in %s %q", field, stmt)
 	}
 	ph := map[string]string{"postgres": "$1", "sqlserver": "@p1"}[s.Dialect().Name]
 	if ph == "" {
@@ -226,7 +226,7 @@ func checkpointRows(t *testing.T, s *sqlstore.Store, jobID int64) int {
 	}
 	var n int
 	if err := s.DB().QueryRowContext(t.Context(), q, args...).Scan(&n); err != nil {
-		t.Fatalf("count checkpoint rows: %v", err)
+		t.Fatalf("count the rows of %s: %v", m[1], err)
 	}
 	return n
 }

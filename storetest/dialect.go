@@ -7,9 +7,11 @@ import (
 	"encoding/hex"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -107,4 +109,49 @@ func (d Database) Store(tb testing.TB) (*sqlstore.Store, string) {
 		}
 	})
 	return s, prefix
+}
+
+// ConcurrentMigrate checks that a fleet starting at once on a fresh
+// database migrates it without errors: eight stores of dialect under one
+// fresh prefix migrate at once, then one more time (the migrations are
+// idempotent), on the database's pool.
+func (d Database) ConcurrentMigrate(t *testing.T, dialect func(prefix string) (sqlstore.Dialect, error)) {
+	s, _ := d.Store(t)
+	prefix := RandomPrefix(t)
+	t.Cleanup(func() {
+		if err := d.Tables.DropAll(s.DB(), prefix); err != nil {
+			t.Error(err)
+		}
+	})
+	dl, err := dialect(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if err := sqlstore.New(s.DB(), dl).Migrate(t.Context()); err != nil {
+				t.Errorf("concurrent Migrate: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := sqlstore.New(s.DB(), dl).Migrate(t.Context()); err != nil {
+		t.Fatalf("Migrate once more: %v", err)
+	}
+}
+
+// Advisory returns an AdvisoryDialect.New on the database: a store under a
+// fresh prefix (dropped when the test ends) and the session locker that
+// locker makes for the database's URL and that prefix.
+func (d Database) Advisory(locker func(url, prefix string) (sqlease.SessionLocker, error)) func(t *testing.T) (*sqlstore.Store, sqlease.SessionLocker, string) {
+	return func(t *testing.T) (*sqlstore.Store, sqlease.SessionLocker, string) {
+		t.Helper()
+		s, prefix := d.Store(t)
+		l, err := locker(d.URL(t), prefix)
+		if err != nil {
+			t.Fatalf("session locker: %v", err)
+		}
+		return s, l, prefix
+	}
 }

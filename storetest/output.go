@@ -25,9 +25,9 @@ func testRunOutput(t *testing.T, s *sqlstore.Store) {
 	}
 	runOf := func(job string) sqlease.Run {
 		t.Helper()
-		runs, err := s.Runs(ctx, job, 10)
-		if err != nil || len(runs) != 1 {
-			t.Fatalf("Runs(%s) = %d runs, %v; want 1", job, len(runs), err)
+		runs := jobRuns(t, s, job)
+		if len(runs) != 1 {
+			t.Fatalf("Runs(%s) = %d runs; want 1", job, len(runs))
 		}
 		return runs[0]
 	}
@@ -162,21 +162,5 @@ func testRunOutput(t *testing.T, s *sqlstore.Store) {
 // table Output.Insert writes.
 func outputRows(t *testing.T, s *sqlstore.Store, jobID int64) int {
 	t.Helper()
-	m := insertInto.FindStringSubmatch(s.Dialect().Jobs.Output.Insert)
-	if m == nil {
-		t.Fatalf("storetest: no table in Output.Insert %q", s.Dialect().Jobs.Output.Insert)
-	}
-	ph := map[string]string{"postgres": "$1", "sqlserver": "@p1"}[s.Dialect().Name]
-	if ph == "" {
-		ph = "?"
-	}
-	q, args := `SELECT count(*) FROM `+m[1]+` WHERE job_id = `+ph, []any{jobID}
-	if jobID == -1 {
-		q, args = `SELECT count(*) FROM `+m[1], nil
-	}
-	var n int
-	if err := s.DB().QueryRowContext(t.Context(), q, args...).Scan(&n); err != nil {
-		t.Fatalf("count output rows: %v", err)
-	}
-	return n
+	return jobRows(t, s, insertInto, "Output.Insert", s.Dialect().Jobs.Output.Insert, jobID)
 }

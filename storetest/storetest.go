@@ -1,8 +1,8 @@
 // Package storetest is the conformance suite of sqlease.LeaseStore: the
 // executable specification of the lease (SPEC §1–2) that every SQL dialect
 // must pass. A dialect's tests call [Run] with a [Harness] that makes fresh
-// stores, and its benchmarks call [BenchAcquire], [BenchRenew] and
-// [BenchFencedWrite].
+// stores, [Offline] with its [Constructors], and its benchmarks call [Bench]
+// ([BenchAcquire], [BenchRenew] and [BenchFencedWrite]).
 //
 // The suite waits on conditions observed in database time (a lease is
 // expired when Lease().Expired() says so), never on fixed sleeps, so that a
@@ -46,6 +46,10 @@ type Harness struct {
 	// Where it is false (SQLite: an in-process write lock), followers wait
 	// until the holder resumes.
 	AbortsFrozenFence bool
+	// TimeResolution is how finely the database keeps a time: 1µs
+	// (PostgreSQL, MySQL/MariaDB) when zero, 1ms on SQLite, 100ns on SQL
+	// Server.
+	TimeResolution time.Duration
 }
 
 const (
@@ -66,6 +70,9 @@ const (
 func Run(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("storetest: Harness.New is nil")
+	}
+	if h.TimeResolution == 0 {
+		h.TimeResolution = time.Microsecond
 	}
 	tests := []struct {
 		name string
@@ -118,6 +125,7 @@ func Run(t *testing.T, h Harness) {
 		{"SkippedAndCancelled", testSkippedAndCancelled},
 		{"FinishRunSkipping", testFinishRunSkipping},
 		{"NextDue", testNextDue},
+		{"JobLifecycle", func(t *testing.T, s *sqlstore.Store) { testJobLifecycle(t, s, h.TimeResolution) }},
 		{"Linearizable", testLinearizable},
 	}
 	for _, tc := range tests {
@@ -607,19 +615,15 @@ func testFencedStaleEpoch(t *testing.T, s *sqlstore.Store) {
 		t.Fatalf("takeover epoch %d, want %d", b.Epoch, a.Epoch+1)
 	}
 
-	err := s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error { return led.insert(ctx, tx, a.Epoch, "stale") })
+	err := led.write(ctx, s, a.Token(), "stale", nil)
 	if !errors.Is(err, sqlease.ErrFenceFailed) || !errors.Is(err, sqlease.ErrLeaseLost) {
 		t.Errorf("Fenced under the stale token = %v, want ErrFenceFailed (an ErrLeaseLost)", err)
 	}
-	if n := led.count(t, a.Epoch); n != 0 {
-		t.Errorf("stale fenced write left %d rows, want 0", n)
-	}
-	if err := s.Fenced(ctx, b.Token(), func(tx *sql.Tx) error { return led.insert(ctx, tx, b.Epoch, "current") }); err != nil {
+	led.expect(t, a.Epoch, 0, "stale fenced write")
+	if err := led.write(ctx, s, b.Token(), "current", nil); err != nil {
 		t.Fatalf("Fenced under the current token: %v", err)
 	}
-	if n := led.count(t, b.Epoch); n != 1 {
-		t.Errorf("current fenced write left %d rows, want 1", n)
-	}
+	led.expect(t, b.Epoch, 1, "current fenced write")
 	sameRow(t, "row after fenced writes", b, mustLease(t, s, leaseName))
 }
 
@@ -629,10 +633,7 @@ func testFencedFnError(t *testing.T, s *sqlstore.Store) {
 	led := newLedger(t, s)
 	a := mustAcquire(t, s, leaseName, "holder-a", longTTL)
 	errBoom := errors.New("storetest: boom")
-	err := s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error {
-		if err := led.insert(ctx, tx, a.Epoch, "rolled back"); err != nil {
-			return err
-		}
+	err := led.write(ctx, s, a.Token(), "rolled back", func() error {
 		return fmt.Errorf("wrapped: %w", errBoom)
 	})
 	if !errors.Is(err, errBoom) {
@@ -641,17 +642,13 @@ func testFencedFnError(t *testing.T, s *sqlstore.Store) {
 	if errors.Is(err, sqlease.ErrLeaseLost) {
 		t.Errorf("Fenced with failing fn = %v: fn's error must not read as ErrLeaseLost", err)
 	}
-	if n := led.count(t, a.Epoch); n != 0 {
-		t.Errorf("failed fenced write left %d rows, want 0", n)
-	}
+	led.expect(t, a.Epoch, 0, "failed fenced write")
 	// The lease is untouched and usable.
 	sameRow(t, "row after failed fenced write", a, mustLease(t, s, leaseName))
-	if err := s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error { return led.insert(ctx, tx, a.Epoch, "ok") }); err != nil {
+	if err := led.write(ctx, s, a.Token(), "ok", nil); err != nil {
 		t.Fatalf("Fenced after a failed one: %v", err)
 	}
-	if n := led.count(t, a.Epoch); n != 1 {
-		t.Errorf("fenced write left %d rows, want 1", n)
-	}
+	led.expect(t, a.Epoch, 1, "fenced write")
 	// fn's own ErrLeaseLost (a job lock lost inside it) comes back as fn's,
 	// not as a failed fence: the elector drops leadership only on the latter.
 	errLock := fmt.Errorf("storetest: job lock: %w", sqlease.ErrLeaseLost)
@@ -671,10 +668,7 @@ func testFencedFnPanic(t *testing.T, s *sqlstore.Store) {
 	a := mustAcquire(t, s, leaseName, "holder-a", longTTL)
 	recovered := func() (p any) {
 		defer func() { p = recover() }()
-		_ = s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error {
-			if err := led.insert(ctx, tx, a.Epoch, "panicked"); err != nil {
-				return err
-			}
+		_ = led.write(ctx, s, a.Token(), "panicked", func() error {
 			panic("storetest: fn panics")
 		})
 		return nil
@@ -688,9 +682,7 @@ func testFencedFnPanic(t *testing.T, s *sqlstore.Store) {
 	if _, err := s.Renew(rctx, a.Token(), longTTL); err != nil {
 		t.Fatalf("Renew after a panicking fenced write (transaction left open?): %v", err)
 	}
-	if n := led.count(t, a.Epoch); n != 0 {
-		t.Errorf("panicked fenced write left %d rows, want 0", n)
-	}
+	led.expect(t, a.Epoch, 0, "panicked fenced write")
 }
 
 // testFencedExpiresDuringFn: a lease that expires while fn runs rolls the
@@ -699,19 +691,14 @@ func testFencedExpiresDuringFn(t *testing.T, s *sqlstore.Store) {
 	ctx := t.Context()
 	led := newLedger(t, s)
 	a := mustAcquire(t, s, leaseName, "holder-a", shortTTL)
-	err := s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error {
-		if err := led.insert(ctx, tx, a.Epoch, "too late"); err != nil {
-			return err
-		}
+	err := led.write(ctx, s, a.Token(), "too late", func() error {
 		_, err := pollExpired(ctx, s, leaseName)
 		return err
 	})
 	if !errors.Is(err, sqlease.ErrFenceFailed) {
 		t.Fatalf("Fenced whose lease expired during fn = %v, want ErrFenceFailed", err)
 	}
-	if n := led.count(t, a.Epoch); n != 0 {
-		t.Errorf("expired fenced write left %d rows, want 0", n)
-	}
+	led.expect(t, a.Epoch, 0, "expired fenced write")
 }
 
 // acquireResult is the outcome of acquireLoop. afterRelease records whether
@@ -861,9 +848,7 @@ func testFencedHoldsOffAcquireUntilRollback(t *testing.T, s *sqlstore.Store, abo
 	if r.l.AcquiredAt.Before(a.ExpiresAt) {
 		t.Errorf("B acquired at %s, before A's lease expired at %s", r.l.AcquiredAt, a.ExpiresAt)
 	}
-	if n := led.count(t, a.Epoch); n != 0 {
-		t.Errorf("A's fenced write past expiry left %d rows, want 0", n)
-	}
+	led.expect(t, a.Epoch, 0, "A's fenced write past expiry")
 	t.Logf("B acquired after %d attempts (early=%v)", r.attempts, early != nil)
 }
 
@@ -899,15 +884,11 @@ func testFencedHoldsOffAcquireUntilCommit(t *testing.T, s *sqlstore.Store) {
 	if r.l.Epoch != a.Epoch+1 || r.l.AcquiredAt.Before(a.ExpiresAt) {
 		t.Errorf("B acquired %s at %s, want epoch %d at or after %s", r.l.Token(), r.l.AcquiredAt, a.Epoch+1, a.ExpiresAt)
 	}
-	if n := led.count(t, a.Epoch); n != 1 {
-		t.Errorf("A's committed fenced write left %d rows, want 1", n)
-	}
-	if err := s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error { return led.insert(ctx, tx, a.Epoch, "late") }); !errors.Is(err, sqlease.ErrFenceFailed) {
+	led.expect(t, a.Epoch, 1, "A's committed fenced write")
+	if err := led.write(ctx, s, a.Token(), "late", nil); !errors.Is(err, sqlease.ErrFenceFailed) {
 		t.Errorf("A's Fenced after B's acquire = %v, want ErrFenceFailed", err)
 	}
-	if n := led.count(t, a.Epoch); n != 1 {
-		t.Errorf("A's epoch has %d rows after B's acquire, want 1", n)
-	}
+	led.expect(t, a.Epoch, 1, "A's epoch, after B's acquire,")
 }
 
 // testInvalidNames: malformed lease names and holder ids are refused with
@@ -1062,9 +1043,7 @@ func testContextDeadlineWhileBlocked(t *testing.T, s *sqlstore.Store) {
 	if err := waitErr(t, hold.done, "A's Fenced"); err != nil {
 		t.Fatalf("A's Fenced: %v", err)
 	}
-	if n := led.count(t, a.Epoch); n != 1 {
-		t.Errorf("A's fenced write left %d rows, want 1", n)
-	}
+	led.expect(t, a.Epoch, 1, "A's fenced write")
 	sameRow(t, "row after timed-out acquire", a, mustLease(t, s, leaseName))
 }
 
@@ -1075,26 +1054,19 @@ func testContextCancelledInFenced(t *testing.T, s *sqlstore.Store) {
 	a := mustAcquire(t, s, leaseName, "holder-a", longTTL)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	err := s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error {
-		if err := led.insert(ctx, tx, a.Epoch, "cancelled"); err != nil {
-			return err
-		}
+	err := led.write(ctx, s, a.Token(), "cancelled", func() error {
 		cancel()
 		return nil
 	})
 	if err == nil {
 		t.Fatal("Fenced whose context was cancelled during fn returned nil")
 	}
-	if n := led.count(t, a.Epoch); n != 0 {
-		t.Errorf("cancelled fenced write left %d rows, want 0", n)
-	}
+	led.expect(t, a.Epoch, 0, "cancelled fenced write")
 	ctx = t.Context()
-	if err := s.Fenced(ctx, a.Token(), func(tx *sql.Tx) error { return led.insert(ctx, tx, a.Epoch, "ok") }); err != nil {
+	if err := led.write(ctx, s, a.Token(), "ok", nil); err != nil {
 		t.Fatalf("Fenced after a cancelled one: %v", err)
 	}
-	if n := led.count(t, a.Epoch); n != 1 {
-		t.Errorf("fenced write left %d rows, want 1", n)
-	}
+	led.expect(t, a.Epoch, 1, "fenced write")
 }
 
 // testDatabaseTime: the times a store reports come from the database clock:
@@ -1260,6 +1232,29 @@ func newLedger(tb testing.TB, s *sqlstore.Store) *ledger {
 func (l *ledger) insert(ctx context.Context, tx *sql.Tx, epoch int64, note string) error {
 	_, err := tx.ExecContext(ctx, l.sql.insert, epoch, note)
 	return err
+}
+
+// write runs Fenced under tok: a ledger row of tok's epoch, then then
+// (nil: nothing), whose error or panic ends the transaction as Fenced's fn
+// would.
+func (l *ledger) write(ctx context.Context, s *sqlstore.Store, tok sqlease.Token, note string, then func() error) error {
+	return s.Fenced(ctx, tok, func(tx *sql.Tx) error {
+		if err := l.insert(ctx, tx, tok.Epoch, note); err != nil {
+			return err
+		}
+		if then == nil {
+			return nil
+		}
+		return then()
+	})
+}
+
+// expect fails tb unless epoch has want ledger rows after what.
+func (l *ledger) expect(tb testing.TB, epoch int64, want int, what string) {
+	tb.Helper()
+	if n := l.count(tb, epoch); n != want {
+		tb.Errorf("%s left %d rows, want %d", what, n, want)
+	}
 }
 
 func (l *ledger) count(tb testing.TB, epoch int64) int {
