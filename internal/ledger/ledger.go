@@ -24,8 +24,11 @@
 // transaction keeps every other epoch's acquire from committing until it
 // ends), and the database-time check covers what the id order cannot.
 //
-// Unran is the other half of "nothing done twice or not at all": the
-// accepted work that never ran.
+// CheckOccurrences (occurrence.go) is the same for a scheduler's
+// occurrences: one success each, a retry only after a recorded failure, the
+// executors' reports against the runs and an execs table. Unran is the other
+// half of "nothing done twice or not at all": the accepted work that never
+// ran.
 //
 // The ledger lives in the table sqlease_test_ledger, so use one database (or
 // SQLite file) per test. Supported dialects: "sqlite", "postgres", and —
@@ -401,7 +404,7 @@ func Verify(rows []Row, leases []LeaseRow) []Violation {
 // Time scans a timestamp as the drivers return it: time.Time (pgx, mssql,
 // mysql with parseTime) or text (SQLite, mysql without parseTime). T is UTC.
 // It is the one timestamp scanner of the test checkers (this ledger and
-// internal/schedproc's execs table).
+// the execs tables of the occurrence checker).
 type Time struct{ T time.Time }
 
 var textLayouts = []string{
