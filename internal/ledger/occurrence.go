@@ -52,25 +52,12 @@ func ReadExecs(ctx context.Context, db *sql.DB, table string) ([]ExecRow, error)
 	if !identRE.MatchString(table) {
 		return nil, fmt.Errorf("ledger: execs table %q is not a plain identifier", table)
 	}
-	rows, err := db.QueryContext(ctx, `SELECT id, job, scheduled_for, attempt, holder, epoch, pid, db_time FROM `+table+` ORDER BY id`)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: read execs: %w", err)
-	}
-	defer rows.Close()
-	var out []ExecRow
-	for rows.Next() {
-		var r ExecRow
+	return query(ctx, db, "read execs", `SELECT id, job, scheduled_for, attempt, holder, epoch, pid, db_time FROM `+table+` ORDER BY id`, func(rows *sql.Rows, r *ExecRow) error {
 		var ts Time
-		if err := rows.Scan(&r.ID, &r.Job, &r.SF, &r.Attempt, &r.Holder, &r.Epoch, &r.PID, &ts); err != nil {
-			return nil, fmt.Errorf("ledger: read execs: %w", err)
-		}
+		err := rows.Scan(&r.ID, &r.Job, &r.SF, &r.Attempt, &r.Holder, &r.Epoch, &r.PID, &ts)
 		r.DBTime = ts.T
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("ledger: read execs: %w", err)
-	}
-	return out, nil
+		return err
+	})
 }
 
 // Exec is one execution of an attempt as its executor reported it: the
