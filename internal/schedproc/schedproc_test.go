@@ -354,11 +354,8 @@ func testClaimKillInHandler(t *testing.T, b *backend) {
 	time.Sleep(lockTimeout/2 + rand.N(lockTimeout/4))
 	victim := f.Proc(sleeping.Holder)
 	mark := f.Mark()
-	killedAt := time.Now()
-	victim.Kill()
-	if !victim.WaitExit(5 * time.Second) {
-		t.Fatalf("%s survived SIGKILL", victim.Holder)
-	}
+	victim.KillWait(5 * time.Second)
+	killedAt := victim.KilledAt()
 	// The dead worker's last heartbeat (a heartbeat it sent just before dying
 	// could still land later: that only moves locked_at later).
 	j, err := admin.Job(ctx, "slow")
@@ -506,11 +503,8 @@ func testLeaderFailover(t *testing.T, b *backend) {
 	time.Sleep(rand.N(workerLease.RenewInterval))
 	victim := f.Proc(l1.Holder)
 	mark := f.Mark()
-	killedAt := time.Now()
-	victim.Kill()
-	if !victim.WaitExit(5 * time.Second) {
-		t.Fatalf("%s survived SIGKILL", victim.Holder)
-	}
+	victim.KillWait(5 * time.Second)
+	killedAt := victim.KilledAt()
 	gapJob, _, err := admin.Create(ctx, sqlease.Job{Name: "created-in-gap"})
 	if err != nil {
 		t.Fatal(err)
