@@ -2,10 +2,9 @@ package cli_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	neturl "net/url"
 	"os"
 	"path/filepath"
@@ -198,13 +197,7 @@ func TestSchemaSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sdb.Close()
-	// As a DBA would: the whole script at once, then the seed twice (it is
-	// idempotent).
-	for i, script := range []string{schema, seed, seed} {
-		if _, err := sdb.Exec(script); err != nil {
-			t.Fatalf("applying script %d: %v\n%s", i, err, script)
-		}
-	}
+	applySchema(t, sdb, schema, seed)
 	var tables int
 	if err := sdb.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'sqlease_%'`).Scan(&tables); err != nil || tables != 9 {
 		t.Fatalf("want 9 sqlease tables (leases, jobs, runs, run_output, run_checkpoints, occurrences, singletons, lease_history, revoked_sessions) after the script, got %d (%v)", tables, err)
@@ -222,6 +215,17 @@ func TestSchemaSQLite(t *testing.T) {
 	}
 	if _, err := sdb.Exec(other); err != nil {
 		t.Fatalf("applying the acme schema: %v", err)
+	}
+}
+
+// applySchema applies schema and seed as a DBA would: the whole script at
+// once, then the seed twice (it is idempotent).
+func applySchema(t *testing.T, db *sql.DB, schema, seed string) {
+	t.Helper()
+	for i, script := range []string{schema, seed, seed} {
+		if _, err := db.Exec(script); err != nil {
+			t.Fatalf("applying script %d: %v\n%s", i, err, script)
+		}
 	}
 }
 
@@ -273,11 +277,7 @@ func TestSchemaPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pdb.Close()
-	for i, script := range []string{schema, seed, seed} {
-		if _, err := pdb.Exec(script); err != nil {
-			t.Fatalf("applying script %d: %v\n%s", i, err, script)
-		}
-	}
+	applySchema(t, pdb, schema, seed)
 	checkSeeded(t, db)
 	run(t, nil, "", "migrate", "--db", db).ok(t)
 	checkSeeded(t, db)
@@ -585,16 +585,9 @@ func startServe(t *testing.T, addr string, env map[string]string, args ...string
 	}
 }
 
-func get(addr, path string) (string, int) {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + addr + path)
-	if err != nil {
-		return err.Error(), 0
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b), resp.StatusCode
-}
+// get is a GET of path on addr: the body (or the error) and the status
+// (0 on an error); it is routes_test.go's, the internal tests'.
+var get = cli.Get
 
 // readyz parses the key=value line of /readyz.
 func readyz(t *testing.T, addr string) map[string]string {

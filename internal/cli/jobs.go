@@ -92,19 +92,19 @@ func jobsCmd(env Env) *cobra.Command {
 	}
 	add.Flags().StringVarP(&file, "file", "f", "", "the job's JSON (or an array or NDJSON of jobs), or - for standard input")
 
-	var limit int
-	var after string
+	var listPage page
 	var listText bool
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List jobs by name (JSON as GET /v1/jobs; --text for a table)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 || limit > 1000 {
-				return usagef("limit: must be between 1 and 1000, got %d", limit)
+			if err := listPage.check(); err != nil {
+				return err
 			}
+			limit := listPage.limit
 			return withSched(cmd, func(ctx context.Context, s *scheduler.Scheduler) (any, error) {
-				jobs, err := s.Jobs(ctx, after, limit)
+				jobs, err := s.Jobs(ctx, listPage.after, limit)
 				if err != nil {
 					return nil, err
 				}
@@ -122,8 +122,7 @@ func jobsCmd(env Env) *cobra.Command {
 			})
 		},
 	}
-	list.Flags().IntVar(&limit, "limit", 100, "page size (1-1000)")
-	list.Flags().StringVar(&after, "after", "", "list names after this one (the previous page's next)")
+	listPage.flags(list, 100, "list names after this one (the previous page's next)")
 	list.Flags().BoolVar(&listText, "text", false, "print a table (name, state, schedule, next and last run, attempts, lock holder) instead of JSON")
 
 	var getText bool
@@ -207,12 +206,44 @@ func readFileFlag(env Env, file string, max int64) ([]byte, error) {
 	return raw, nil
 }
 
-func withStore(env Env, cmd *cobra.Command, fn func(ctx context.Context, st *sqlstore.Store) (any, error)) error {
+// page is a list command's paging: --limit, a page's size, and --after,
+// the previous page's next.
+type page struct {
+	limit int
+	after string
+}
+
+// flags adds --limit (def by default, 1 to 1000) and --after (afterHelp
+// says what it lists) to c.
+func (p *page) flags(c *cobra.Command, def int, afterHelp string) {
+	p.flagsHelp(c, def, "page size (1-1000)", afterHelp)
+}
+
+func (p *page) flagsHelp(c *cobra.Command, def int, limitHelp, afterHelp string) {
+	c.Flags().IntVar(&p.limit, "limit", def, limitHelp)
+	c.Flags().StringVar(&p.after, "after", "", afterHelp)
+}
+
+// check is the usage error of a --limit outside 1 to 1000.
+func (p *page) check() error {
+	if p.limit < 1 || p.limit > 1000 {
+		return usagef("limit: must be between 1 and 1000, got %d", p.limit)
+	}
+	return nil
+}
+
+// existingStore opens the database an administrative command's
+// configuration names (openExisting: it creates nothing).
+func existingStore(env Env, cmd *cobra.Command) (*sqlstore.Store, error) {
 	cfg, err := load(cmd.Flags(), env.Getenv, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	st, err := openExisting(cmd.Context(), cmd.CommandPath(), cfg.DB, cfg.TablePrefix)
+	return openExisting(cmd.Context(), cmd.CommandPath(), cfg.DB, cfg.TablePrefix)
+}
+
+func withStore(env Env, cmd *cobra.Command, fn func(ctx context.Context, st *sqlstore.Store) (any, error)) error {
+	st, err := existingStore(env, cmd)
 	if err != nil {
 		return err
 	}

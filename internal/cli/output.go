@@ -27,8 +27,7 @@ func outputLimit(n int) int {
 // with each run's kept output. As JSON (GET /v1/jobs/{name}/runs's body) by
 // default, or --text: a line per run and its output indented under it.
 func runsCmd(env Env, withSched func(*cobra.Command, func(context.Context, *scheduler.Scheduler) (any, error)) error) *cobra.Command {
-	var limit int
-	var after string
+	var p page
 	var text bool
 	c := &cobra.Command{
 		Use:   "runs NAME",
@@ -36,9 +35,10 @@ func runsCmd(env Env, withSched func(*cobra.Command, func(context.Context, *sche
 		Args:  oneArg("NAME"),
 	}
 	c.RunE = func(cmd *cobra.Command, args []string) error {
-		if limit < 1 || limit > 1000 {
-			return usagef("limit: must be between 1 and 1000, got %d", limit)
+		if err := p.check(); err != nil {
+			return err
 		}
+		limit, after := p.limit, p.after
 		var at time.Time
 		var attempt int
 		if after != "" {
@@ -83,8 +83,7 @@ func runsCmd(env Env, withSched func(*cobra.Command, func(context.Context, *sche
 			return out, nil
 		})
 	}
-	c.Flags().IntVar(&limit, "limit", 20, "page size (1-1000)")
-	c.Flags().StringVar(&after, "after", "", "list the runs before this one (the previous page's next)")
+	p.flags(c, 20, "list the runs before this one (the previous page's next)")
 	c.Flags().BoolVar(&text, "text", false, "print a line per run and its output indented under it, instead of JSON")
 	addFlags(c.Flags(), false)
 	return c

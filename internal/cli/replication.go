@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/tick"
 	"github.com/sqlease/sqlease/mysql"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/sqlserver"
@@ -96,16 +97,7 @@ func (w *replicationWatch) refresh(ctx context.Context, start bool) {
 
 // run re-reads the state until ctx ends.
 func (w *replicationWatch) run(ctx context.Context) {
-	t := time.NewTicker(replicationEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			w.refresh(ctx, false)
-		}
-	}
+	tick.Every(ctx, replicationEvery, func() { w.refresh(ctx, false) })
 }
 
 // check is nil unless the node requires synchronous replication and its

@@ -1,15 +1,10 @@
 package cli
 
 import (
-	"context"
-	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sqlease/sqlease/internal/syncbuf"
 )
 
 // Each node says how durable its writes are (issue 31 item 3): /readyz ends
@@ -40,22 +35,8 @@ func TestReadyzSaysDurability(t *testing.T) {
 // survive a failover (here: an embedded SQLite file, never replicated)
 // neither leads nor accepts writes, and /readyz says why.
 func TestRequireSynchronousReplication(t *testing.T) {
-	cfg := defaultConfig()
-	cfg.DB = "sqlite:" + filepath.Join(t.TempDir(), "sqlease.db")
-	cfg.HTTP = "127.0.0.1:0"
-	cfg.LeaseDuration, cfg.RenewInterval, cfg.AcquireInterval = 2*time.Second, 300*time.Millisecond, 100*time.Millisecond
-	cfg.RequireSyncReplication = true
-	logs := &syncbuf.Buffer{}
-	node, err := NewNode(context.Background(), cfg, logs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- node.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	_, port, _ := net.SplitHostPort(node.Addr())
-	n := &testNode{Node: node, addr: net.JoinHostPort("127.0.0.1", port), log: logs}
+	n := runNode(t, func(c *Config) { c.RequireSyncReplication = true })
+	node, logs := n.Node, n.log
 
 	time.Sleep(time.Second) // several acquire intervals
 	body, code := get(n.addr, "/readyz")

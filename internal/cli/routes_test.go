@@ -86,6 +86,21 @@ type testNode struct {
 
 func startNode(t *testing.T, mutate func(c *Config)) *testNode {
 	t.Helper()
+	tn := runNode(t, mutate)
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		if _, code := get(tn.addr, "/readyz"); code == 200 {
+			return tn
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node not ready within 15 s; log:\n%s", tn.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// runNode is startNode without the wait for readiness.
+func runNode(t *testing.T, mutate func(c *Config)) *testNode {
+	t.Helper()
 	cfg := defaultConfig()
 	cfg.DB = "sqlite:" + filepath.Join(t.TempDir(), "sqlease.db")
 	cfg.HTTP = "127.0.0.1:0"
@@ -111,16 +126,7 @@ func startNode(t *testing.T, mutate func(c *Config)) *testNode {
 		}
 	})
 	_, port, _ := net.SplitHostPort(n.Addr())
-	tn := &testNode{Node: n, addr: net.JoinHostPort("127.0.0.1", port), log: logs}
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		if _, code := get(tn.addr, "/readyz"); code == 200 {
-			return tn
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node not ready within 15 s; log:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return &testNode{Node: n, addr: net.JoinHostPort("127.0.0.1", port), log: logs}
 }
 
 func get(addr, path string) (string, int) {

@@ -51,19 +51,18 @@ func singletonsCmd(env Env) *cobra.Command {
 		},
 	}
 	add.Flags().StringVarP(&file, "file", "f", "", "the singleton's JSON, or - for standard input")
-	var limit int
-	var after string
+	var p page
 	var text bool
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List singletons with their status, holder and epoch (all of them, read a page at a time; --limit for one page; --text for a table)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 0 || limit > httpapi.MaxListLimit {
-				return usagef("limit: must be between 1 and %d (or 0 for all), got %d", httpapi.MaxListLimit, limit)
+			if p.limit < 0 || p.limit > httpapi.MaxListLimit {
+				return usagef("limit: must be between 1 and %d (or 0 for all), got %d", httpapi.MaxListLimit, p.limit)
 			}
 			return withAdmin(cmd, func(ctx context.Context, a singletonAdmin) (any, error) {
-				out, err := listSingletons(ctx, a, after, limit)
+				out, err := listSingletons(ctx, a, p.after, p.limit)
 				if err != nil || !text {
 					return out, err
 				}
@@ -71,8 +70,7 @@ func singletonsCmd(env Env) *cobra.Command {
 			})
 		},
 	}
-	list.Flags().IntVar(&limit, "limit", 0, "page size (1-1000); 0 lists them all")
-	list.Flags().StringVar(&after, "after", "", "list names after this one (the previous page's next)")
+	p.flagsHelp(list, 0, "page size (1-1000); 0 lists them all", "list names after this one (the previous page's next)")
 	list.Flags().BoolVar(&text, "text", false, "print a table (name, status, holder, epoch, heartbeat, state saved, restarts) instead of JSON")
 	one := func(use, short string, fn func(ctx context.Context, a singletonAdmin, name string) (any, error)) *cobra.Command {
 		c := &cobra.Command{Use: use + " NAME", Short: short, Args: oneArg("NAME")}

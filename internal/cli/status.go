@@ -44,11 +44,7 @@ singletons; --history adds the latest leadership history. The database must
 exist: status never creates one (see --db).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := load(cmd.Flags(), env.Getenv, false)
-			if err != nil {
-				return err
-			}
-			s, err := openExisting(cmd.Context(), cmd.CommandPath(), cfg.DB, cfg.TablePrefix)
+			s, err := existingStore(env, cmd)
 			if err != nil {
 				return err
 			}

@@ -77,6 +77,19 @@ func breakerText(b *httpapi.BreakerJSON) string {
 	return s
 }
 
+// printNotes prints a table's free-text notes (a paused job's reason, a
+// singleton's last error) below it, after a blank line: in a cell, free
+// text would stretch every row's columns.
+func printNotes(w io.Writer, notes []string) {
+	if len(notes) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+}
+
 // printJobs is jobs list --text.
 func printJobs(w io.Writer, l httpapi.JobList) error {
 	t := newTable(w, "NAME", "STATE", "SCHEDULE", "NEXT RUN AT", "LAST RUN AT", "ATTEMPTS", "LOCKED BY", "BREAKER")
@@ -86,16 +99,13 @@ func printJobs(w io.Writer, l httpapi.JobList) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	// The reasons go below the table, after a blank line: a free-text
-	// cell would stretch every row's columns.
-	sep := "\n"
+	var notes []string
 	for _, j := range l.Jobs {
 		if j.PauseReason != "" {
-			fmt.Fprint(w, sep)
-			sep = ""
-			fmt.Fprintf(w, "paused %s: %s\n", j.Name, printable(j.PauseReason))
+			notes = append(notes, fmt.Sprintf("paused %s: %s", j.Name, printable(j.PauseReason)))
 		}
 	}
+	printNotes(w, notes)
 	if len(l.Jobs) == 0 {
 		fmt.Fprintln(w, "no jobs")
 	}
@@ -117,14 +127,13 @@ func printSingletons(w io.Writer, l httpapi.SingletonList) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	sep := "\n"
+	var notes []string
 	for _, s := range l.Singletons {
 		if s.LastError != "" {
-			fmt.Fprint(w, sep)
-			sep = ""
-			fmt.Fprintf(w, "last error of %s at %s: %s\n", s.Name, s.LastErrorAt, printable(s.LastError))
+			notes = append(notes, fmt.Sprintf("last error of %s at %s: %s", s.Name, s.LastErrorAt, printable(s.LastError)))
 		}
 	}
+	printNotes(w, notes)
 	if len(l.Singletons) == 0 {
 		fmt.Fprintln(w, "no singletons")
 	}

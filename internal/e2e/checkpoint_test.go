@@ -49,6 +49,20 @@ type attemptLog struct {
 	saves      []string // "n code"
 }
 
+// waitSaves waits up to timeout for attempt to have saved its three
+// checkpoints in the log at path, and returns its log.
+func waitSaves(t *testing.T, path string, attempt int, timeout time.Duration) *attemptLog {
+	t.Helper()
+	var a *attemptLog
+	if err := poll(timeout, func() (bool, string) {
+		a = readAttempts(t, path)[attempt]
+		return a != nil && len(a.saves) == 3, fmt.Sprintf("attempt %d: %+v", attempt, a)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func readAttempts(t *testing.T, path string) map[int]*attemptLog {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -117,13 +131,7 @@ func TestCheckpointAfterKill(t *testing.T) {
 			}
 
 			// Attempt 1 saves 1, 2, 3.
-			var first *attemptLog
-			if err := poll(20*time.Second, func() (bool, string) {
-				first = readAttempts(t, logPath)[1]
-				return first != nil && len(first.saves) == 3, fmt.Sprintf("attempt 1: %+v", first)
-			}); err != nil {
-				t.Fatal(err)
-			}
+			first := waitSaves(t, logPath, 1, 20*time.Second)
 			if first.checkpoint != "none" || strings.Join(first.saves, ",") != "1 204,2 204,3 204" {
 				t.Fatalf("attempt 1 got checkpoint %s and saved %v; want none, and three 204s", first.checkpoint, first.saves)
 			}
@@ -136,13 +144,7 @@ func TestCheckpointAfterKill(t *testing.T) {
 			// occurrence, from the checkpoint.
 			holder.signal(t, syscall.SIGKILL)
 			holder.wait(t, 5*time.Second)
-			var second *attemptLog
-			if err := poll(30*time.Second, func() (bool, string) {
-				second = readAttempts(t, logPath)[2]
-				return second != nil && len(second.saves) == 3, fmt.Sprintf("attempt 2: %+v", second)
-			}); err != nil {
-				t.Fatal(err)
-			}
+			second := waitSaves(t, logPath, 2, 30*time.Second)
 			t.Logf("attempt 1 on %s (epoch %d) saved %v; killed; attempt 2 on %s (epoch %d) got %s, saved %v",
 				first.holder, first.epoch, first.saves, second.holder, second.epoch, second.checkpoint, second.saves)
 			if second.holder != other.holder || second.checkpoint != `{"n":3}` {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease/httpapi"
 	"github.com/sqlease/sqlease/internal/pgtest"
 )
 
@@ -312,7 +313,7 @@ func testDrain(t *testing.T, b backend) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var runs runList
+	var runs httpapi.RunList
 	newLeader.getJSON(t, "/v1/jobs/slow/runs", &runs)
 	if len(runs.Runs) != 1 || runs.Runs[0].Outcome != "succeeded" || runs.Runs[0].Holder != leader.holder || runs.Runs[0].Epoch != epoch {
 		t.Errorf("runs of slow: %+v", runs)
@@ -330,28 +331,14 @@ func lines(path string) int {
 	return strings.Count(string(b), "\n")
 }
 
-type runList struct {
-	Runs []struct {
-		ScheduledFor   string  `json:"scheduled_for"`
-		Attempt        int     `json:"attempt"`
-		Outcome        string  `json:"outcome"`
-		Holder         string  `json:"holder"`
-		Epoch          int64   `json:"epoch"`
-		StartedAt      string  `json:"started_at"`
-		FinishedAt     *string `json:"finished_at"`
-		Error          string  `json:"error"`
-		IdempotencyKey string  `json:"idempotency_key"`
-	} `json:"runs"`
-}
-
 // waitRun waits until n shows exactly one run of job, finished, and
 // returns it.
-func waitRun(t *testing.T, n *node, job string) runList {
+func waitRun(t *testing.T, n *node, job string) httpapi.RunList {
 	t.Helper()
-	var runs runList
+	var runs httpapi.RunList
 	err := poll(10*time.Second, func() (bool, string) {
 		code, body := n.get("/v1/jobs/" + job + "/runs")
-		runs = runList{}
+		runs = httpapi.RunList{}
 		if code != 200 || json.Unmarshal([]byte(body), &runs) != nil {
 			return false, fmt.Sprintf("%d %s", code, body)
 		}

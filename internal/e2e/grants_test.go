@@ -62,23 +62,11 @@ func TestLeastPrivilegePostgres(t *testing.T) {
 			_, _ = c.Exec(context.Background(), "DROP ROLE IF EXISTS "+r)
 		}
 	})
-	n := runScript(t, script, func(stmt string) error { _, err := conn.Exec(ctx, stmt); return err })
-	if n < 6 {
-		t.Fatalf("ran %d statements of deploy/grants/postgres.sql: the file or its parse is broken", n)
-	}
-	as := func(role string) string {
-		v := *u
-		v.User = url.UserPassword(role, "pw-"+suffix)
-		return v.String()
-	}
-
-	if out, err := exec.Command(binary, "migrate", "--db", as(migrator)).CombinedOutput(); err != nil {
-		t.Fatalf("sqlease migrate as %s: %v\n%s", migrator, err, out)
-	}
-	leastPrivilegeFailover(t, as(app), app)
+	appURL := leastPrivilege(t, "postgres.sql", script, 6, func(stmt string) error { _, err := conn.Exec(ctx, stmt); return err },
+		u, "pw-"+suffix, migrator, app)
 
 	// The serving role cannot change the schema.
-	appConn, err := pgx.Connect(ctx, as(app))
+	appConn, err := pgx.Connect(ctx, appURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +76,27 @@ func TestLeastPrivilegePostgres(t *testing.T) {
 			t.Errorf("%s as %s: %v, want permission denied", ddl, app, err)
 		}
 	}
+}
+
+// leastPrivilege runs script (deploy/grants/file with this test's names)
+// through execute, which must run at least least statements of it; then, on
+// the database u names, with password pw, migrates as the migrator and
+// runs leastPrivilegeFailover as the app. It returns the app's URL.
+func leastPrivilege(t *testing.T, file, script string, least int, execute func(string) error, u *url.URL, pw, migrator, app string) string {
+	t.Helper()
+	if n := runScript(t, script, execute); n < least {
+		t.Fatalf("ran %d statements of deploy/grants/%s: the file or its parse is broken", n, file)
+	}
+	as := func(role string) string {
+		v := *u
+		v.User = url.UserPassword(role, pw)
+		return v.String()
+	}
+	if out, err := exec.Command(binary, "migrate", "--db", as(migrator)).CombinedOutput(); err != nil {
+		t.Fatalf("sqlease migrate as %s: %v\n%s", migrator, err, out)
+	}
+	leastPrivilegeFailover(t, as(app), app)
+	return as(app)
 }
 
 // leastPrivilegeFailover runs two nodes on db (the serving role's URL) with
@@ -181,20 +190,9 @@ func TestLeastPrivilegeMariaDB(t *testing.T) {
 			_, _ = db.ExecContext(context.Background(), "DROP USER IF EXISTS '"+user+"'@'127.0.0.1'")
 		}
 	})
-	n := runScript(t, script, func(stmt string) error { _, err := db.ExecContext(ctx, stmt); return err })
-	if n < 4 {
-		t.Fatalf("ran %d statements of deploy/grants/mysql.sql: the file or its parse is broken", n)
-	}
-	as := func(user string) string {
-		v := *u
-		v.User = url.UserPassword(user, "pw-"+suffix)
-		return v.String()
-	}
-	if out, err := exec.Command(binary, "migrate", "--db", as(migrator)).CombinedOutput(); err != nil {
-		t.Fatalf("sqlease migrate as %s: %v\n%s", migrator, err, out)
-	}
-	leastPrivilegeFailover(t, as(app), app)
-	appDB, err := mysql.Open(as(app))
+	appURL := leastPrivilege(t, "mysql.sql", script, 4, func(stmt string) error { _, err := db.ExecContext(ctx, stmt); return err },
+		u, "pw-"+suffix, migrator, app)
+	appDB, err := mysql.Open(appURL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,15 +102,7 @@ func (f *fleet) all() []*node {
 }
 
 // alive returns the nodes whose process still runs.
-func (f *fleet) alive() []*node {
-	var out []*node
-	for _, n := range f.all() {
-		if !n.exited() {
-			out = append(out, n)
-		}
-	}
-	return out
-}
+func (f *fleet) alive() []*node { return fleettest.Unexited(f.all()) }
 
 // start launches nodes with the given holder ids at once and waits until
 // each answers /readyz with 200.

@@ -21,12 +21,8 @@ func TestSingletonsSpreadOverTheFleet(t *testing.T) {
 		}
 	}
 	spread := func(via *node) map[string]int {
-		var l struct {
-			Singletons []singletonView `json:"singletons"`
-		}
-		via.getJSON(t, "/v1/singletons", &l)
 		out := map[string]int{}
-		for _, s := range l.Singletons {
+		for _, s := range via.singletons(t) {
 			if s.Status == "running" || s.Status == "starting" {
 				out[s.Holder]++
 			}

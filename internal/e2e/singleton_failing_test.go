@@ -64,11 +64,7 @@ func TestSingletonCrashLoopIsFailing(t *testing.T) {
 		t.Fatalf("a healthy singleton at epoch %d: restarts %d, last_error %q", v.Epoch, v.Restarts, v.LastError)
 	}
 	// The listing says the same.
-	var l struct {
-		Singletons []singletonView `json:"singletons"`
-	}
-	nodes[1].getJSON(t, "/v1/singletons", &l)
-	for _, s := range l.Singletons {
+	for _, s := range nodes[1].singletons(t) {
 		if (s.Name == "missing" || s.Name == "boom") && (s.Status != "failing" || s.LastError == "") {
 			t.Fatalf("listed: %+v", s)
 		}

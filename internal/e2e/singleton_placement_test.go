@@ -36,12 +36,8 @@ func TestSingletonsMoveOnceOnKillAndJoin(t *testing.T) {
 				epoch  int64
 			}
 			view := func(via *node) map[string]at {
-				var l struct {
-					Singletons []singletonView `json:"singletons"`
-				}
-				via.getJSON(t, "/v1/singletons", &l)
 				out := map[string]at{}
-				for _, s := range l.Singletons {
+				for _, s := range via.singletons(t) {
 					// A sleep never beats: starting until its grace (2 × 30 s) ends.
 					if s.Status == "running" || s.Status == "starting" {
 						out[s.Name] = at{s.Holder, s.Epoch}

@@ -27,6 +27,15 @@ type singletonView struct {
 	LastErrorAt string `json:"last_error_at"`
 }
 
+// singletons lists every singleton through n (GET /v1/singletons).
+func (n *node) singletons(t *testing.T) []singletonView {
+	var l struct {
+		Singletons []singletonView `json:"singletons"`
+	}
+	n.getJSON(t, "/v1/singletons", &l)
+	return l.Singletons
+}
+
 func (v singletonView) count(t *testing.T) int {
 	var s struct {
 		N int `json:"n"`

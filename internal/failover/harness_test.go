@@ -118,15 +118,7 @@ func (c *cluster) node(id string) *node {
 	return nil
 }
 
-func (c *cluster) running() []*node {
-	var out []*node
-	for _, n := range c.all() {
-		if !n.exited() {
-			out = append(out, n)
-		}
-	}
-	return out
-}
+func (c *cluster) running() []*node { return fleettest.Unexited(c.all()) }
 
 // launch starts one node and waits until it serves HTTP and has seen the
 // lease (as follower or leader).

@@ -14,13 +14,7 @@ import (
 // not pinged before reuse. Measured 3.91 → 2.00 (change feed) → 0.83
 // statements/s (no pings, reads just after the leader's renewal).
 func TestLeaseIdleCost(t *testing.T) {
-	srv, csvPath := idleServer(t)
-	res := measureIdle(t, srv.URL(), csvPath, "lease, defaults", "lease", 2*time.Second, 12*time.Second)
-	t.Logf("3 idle lease nodes: %.2f statements/s\n%s", res.stmts, idleTable([]idleCost{res}))
-	if res.stmts > 1.0 {
-		t.Errorf("3 idle lease nodes cost %.2f statements/s, want ≤ 1.0 (measured 0.83)", res.stmts)
-	}
-	if f := res.followers(); f > 0.5 {
-		t.Errorf("two idle lease followers cost %.2f statements/s, want ≤ 0.5 (measured 0.33): do they poll every acquire interval, or read just before the renewal?", f)
-	}
+	idleBound(t, idleGoal{mode: "lease", window: 12 * time.Second,
+		most: 1.0, expected: "measured 0.83", followers: 0.5, followersExpected: "measured 0.33",
+		suspect: "do they poll every acquire interval, or read just before the renewal?"})
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/sqlease/sqlease/internal/ledger"
 	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
+	"github.com/sqlease/sqlease/internal/tick"
 	"github.com/sqlease/sqlease/mysql"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/sqlite"
@@ -155,17 +155,8 @@ func (b backend) serverFault(t *testing.T, f fault) {
 	t.Logf("terminated %d backends", n)
 }
 
-func trials(t *testing.T) int {
-	n := 1
-	if s := os.Getenv("SQLEASE_FAULT_TRIALS"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 1 {
-			t.Fatalf("SQLEASE_FAULT_TRIALS=%q: want a positive integer", s)
-		}
-		n = v
-	}
-	return n
-}
+// trials is how many trials each mode and fault gets (SQLEASE_FAULT_TRIALS).
+func trials(t *testing.T) int { return fleettest.EnvInt(t, "SQLEASE_FAULT_TRIALS", 1) }
 
 func runSuite(t *testing.T, b backend) {
 	for _, mode := range b.modes {
@@ -209,11 +200,7 @@ func TestPostgres(t *testing.T) {
 		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut, faultStopKill},
 		fresh: func(t *testing.T) (string, *sql.DB) {
 			url := pgtest.CreateDatabase(t, srv.URL())
-			db, err := postgres.Open(url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
+			db := opened(t, postgres.Open, url)
 			// The server runs with synchronous_commit off, which loses
 			// the last few hundred milliseconds of acknowledged commits
 			// in a crash (the immediate restart): accepted jobs must
@@ -238,12 +225,7 @@ func TestMariaDB(t *testing.T) {
 		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut, faultStopKill},
 		fresh: func(t *testing.T) (string, *sql.DB) {
 			u := mysqltest.CreateDatabase(t, srv.URL())
-			db, err := mysql.Open(u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
-			return u, db
+			return u, opened(t, mysql.Open, u)
 		},
 		restart: func(t *testing.T) { srv.Restart(t) },
 	})
@@ -258,14 +240,20 @@ func TestSQLite(t *testing.T) {
 		writeLocked: fleettest.SQLiteWriteLocked,
 		fresh: func(t *testing.T) (string, *sql.DB) {
 			path := filepath.Join(t.TempDir(), "sqlease.db")
-			db, err := sqlite.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
-			return "sqlite:" + path, db
+			return "sqlite:" + path, opened(t, sqlite.Open, path)
 		},
 	})
+}
+
+// opened is the database open(dsn) opens, closed when t ends.
+func opened(t *testing.T, open func(string) (*sql.DB, error), dsn string) *sql.DB {
+	t.Helper()
+	db, err := open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 // --- one trial ---
@@ -322,16 +310,7 @@ func (s *submitter) submit(prefix string) (string, bool) {
 
 func (s *submitter) run(ctx context.Context, wg *sync.WaitGroup) {
 	defer wg.Done()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			s.submit("once")
-		}
-	}
+	tick.Every(ctx, 200*time.Millisecond, func() { s.submit("once") })
 }
 
 func (s *submitter) acceptedJobs() map[string]time.Time {

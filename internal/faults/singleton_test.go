@@ -227,16 +227,7 @@ func savesAfter(file string, s fleettest.Save) []fleettest.Save {
 func TestSQLiteWriteLockedProbe(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "probe.db")
-	db, err := sqlite.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	other, err := sqlite.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	db, other := opened(t, sqlite.Open, path), opened(t, sqlite.Open, path)
 	if locked, err := fleettest.SQLiteWriteLocked(ctx, db); err != nil || locked {
 		t.Fatalf("idle database: locked %v, %v", locked, err)
 	}

@@ -196,9 +196,13 @@ func (d *Daemons) Nodes() []*Node {
 }
 
 // Running returns the nodes whose process has not exited.
-func (d *Daemons) Running() []*Node {
-	var out []*Node
-	for _, n := range d.Nodes() {
+func (d *Daemons) Running() []*Node { return Unexited(d.Nodes()) }
+
+// Unexited returns the nodes among ns whose process has not exited: ns may be
+// a suite's own node type, which wraps a Node.
+func Unexited[N interface{ Exited() bool }](ns []N) []N {
+	var out []N
+	for _, n := range ns {
 		if !n.Exited() {
 			out = append(out, n)
 		}

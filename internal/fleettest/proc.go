@@ -168,6 +168,16 @@ func (p *Proc) signal(sig syscall.Signal) {
 // Kill sends SIGKILL.
 func (p *Proc) Kill() { p.signal(syscall.SIGKILL) }
 
+// KillWait sends SIGKILL and waits up to timeout for the process to exit;
+// it fails the test if the process survives.
+func (p *Proc) KillWait(timeout time.Duration) {
+	p.t.Helper()
+	p.Kill()
+	if !p.WaitExit(timeout) {
+		p.t.Fatalf("%s: %s (pid %d) survived SIGKILL for %v", p.name, p.Holder, p.PID(), timeout)
+	}
+}
+
 // Term sends SIGTERM (graceful shutdown: release the lease and exit 0).
 func (p *Proc) Term() { p.signal(syscall.SIGTERM) }
 

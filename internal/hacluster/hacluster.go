@@ -629,6 +629,23 @@ func (c *Cluster) Primary() (*Member, MemberStatus, error) {
 	return nil, MemberStatus{}, nil
 }
 
+// KillPrimary kills old (kill -9 of its Patroni and PostgreSQL) and waits
+// up to a minute for another member's promotion; it fails the test if
+// either fails. It returns the new primary and when the kill began.
+func (c *Cluster) KillPrimary(t testing.TB, old *Member) (next *Member, killed time.Time) {
+	t.Helper()
+	killed = time.Now()
+	if err := old.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed %s (Patroni and PostgreSQL)", old.Name)
+	next, err := c.WaitPrimary(time.Minute, old)
+	if err != nil {
+		t.Fatalf("no promotion: %v\n%s", err, c.Logs(30))
+	}
+	return next, killed
+}
+
 // WaitPrimary waits until a running member other than not is the leader
 // and accepts writes on its port, and returns it.
 func (c *Cluster) WaitPrimary(timeout time.Duration, not *Member) (*Member, error) {
@@ -654,15 +671,8 @@ func (c *Cluster) WaitPrimary(timeout time.Duration, not *Member) (*Member, erro
 }
 
 func (m *Member) writable() error {
-	db, err := sql.Open("pgx", m.URL("postgres"))
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
 	var ro string
-	if err := db.QueryRowContext(ctx, `SHOW transaction_read_only`).Scan(&ro); err != nil {
+	if err := m.query(`SHOW transaction_read_only`, nil, &ro); err != nil {
 		return err
 	}
 	if ro != "off" {

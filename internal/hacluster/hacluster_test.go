@@ -34,14 +34,7 @@ func TestCluster(t *testing.T) {
 	if err := c.SetSynchronous(false, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	t0 := time.Now()
-	if err := old.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	next, err := c.WaitPrimary(time.Minute, old)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, c.Logs(30))
-	}
+	next, t0 := c.KillPrimary(t, old)
 	t.Logf("%s promoted %v after %s was killed", next.Name, time.Since(t0).Round(time.Millisecond), old.Name)
 	t1 := time.Now()
 	if err := old.Restart(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -34,14 +33,7 @@ func TestHAFigures(t *testing.T) {
 		t.Skip("SQLEASE_HA_FIGURES is not 1: the Patroni figures are measured only on request")
 	}
 	skip(t)
-	failovers := 3
-	if s := os.Getenv("SQLEASE_HA_FAILOVERS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("SQLEASE_HA_FAILOVERS=%q: want a positive integer", s)
-		}
-		failovers = n
-	}
+	failovers := fleettest.EnvInt(t, "SQLEASE_HA_FAILOVERS", 3)
 	c := hacluster.Start(t, hacluster.Config{})
 	if err := c.CreateDatabase("figures"); err != nil {
 		t.Fatal(err)
@@ -195,14 +187,7 @@ func failoverFigures(t *testing.T, c *hacluster.Cluster, synchronous bool, times
 		for _, dl := range rc.Deliveries() {
 			before = max(before, dl.Epoch)
 		}
-		killAt := time.Now()
-		if err := primary.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		next, err := c.WaitPrimary(time.Minute, primary)
-		if err != nil {
-			t.Fatalf("no promotion: %v\n%s", err, c.Logs(30))
-		}
+		next, killAt := c.KillPrimary(t, primary)
 		promoted := time.Since(killAt)
 		// An old term may still send until its local deadline: acting
 		// again is the first action of a newer epoch.

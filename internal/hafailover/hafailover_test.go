@@ -16,6 +16,7 @@ import (
 	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/hacluster"
 	"github.com/sqlease/sqlease/internal/ledger"
+	"github.com/sqlease/sqlease/internal/tick"
 	"github.com/sqlease/sqlease/postgres"
 )
 
@@ -151,22 +152,31 @@ func (f *fleet) launch() {
 	f.mu.Unlock()
 }
 
+// readReplication is what a node's pool on dsn reads of the replication
+// (postgres.ReadReplication); as says who reads it, for a failure.
+func readReplication(t *testing.T, ctx context.Context, dsn, as string) sqlease.Durability {
+	t.Helper()
+	db, err := postgres.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	dur, err := postgres.ReadReplication(ctx, db)
+	if err != nil {
+		t.Fatalf("ReadReplication%s: %v", as, err)
+	}
+	return dur
+}
+
 // churn sends SIGTERM to the leader every period (unless paused) and
 // replaces it with a fresh node.
 func (f *fleet) churn(ctx context.Context, period time.Duration) {
-	tick := time.NewTicker(period)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	tick.Every(ctx, period, func() {
 		f.mu.Lock()
 		paused := f.paused
 		f.mu.Unlock()
 		if paused {
-			continue
+			return
 		}
 		var leader *fleettest.Node
 		for _, n := range f.nodes() {
@@ -176,7 +186,7 @@ func (f *fleet) churn(ctx context.Context, period time.Duration) {
 			}
 		}
 		if leader == nil {
-			continue
+			return
 		}
 		f.mu.Lock()
 		f.ready = slices.DeleteFunc(f.ready, func(n *fleettest.Node) bool { return n == leader })
@@ -187,23 +197,18 @@ func (f *fleet) churn(ctx context.Context, period time.Duration) {
 			f.errorf("%s did not exit within 15s of SIGTERM", leader.Holder)
 		}
 		f.launch()
-	}
+	})
 }
 
 // submit creates one-off jobs on random nodes every period and remembers
 // those accepted.
 func (f *fleet) submit(ctx context.Context, period time.Duration) {
-	tick := time.NewTicker(period)
-	defer tick.Stop()
-	for i := 1; ; i++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	i := 0
+	tick.Every(ctx, period, func() {
+		i++
 		nodes := f.nodes()
 		if len(nodes) == 0 {
-			continue
+			return
 		}
 		n := nodes[rand.IntN(len(nodes))]
 		name := fmt.Sprintf("once-%d", i)
@@ -218,7 +223,7 @@ func (f *fleet) submit(ctx context.Context, period time.Duration) {
 			f.accepted[name] = time.Now()
 			f.mu.Unlock()
 		}
-	}
+	})
 }
 
 // watch samples every node's /readyz.
@@ -318,15 +323,7 @@ func scenario(t *testing.T, c *hacluster.Cluster, synchronous bool, dbname strin
 	time.Sleep(5 * time.Second)
 
 	// What a node's pool reads of the replication before the failover.
-	db, err := postgres.Open(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dur, err := postgres.ReadReplication(ctx, db)
-	db.Close()
-	if err != nil {
-		t.Fatalf("ReadReplication: %v", err)
-	}
+	dur := readReplication(t, ctx, dsn, "")
 	t.Logf("before the failover: %s (%s)", dur, dur.Detail)
 	want := sqlease.DurabilityAsynchronous
 	if synchronous {
@@ -337,15 +334,7 @@ func scenario(t *testing.T, c *hacluster.Cluster, synchronous bool, dbname strin
 	}
 	// A role without pg_read_all_stats sees the walsenders but not their
 	// sync_state: the same verdict.
-	plain, err := postgres.Open(strings.Replace(dsn, "postgres://postgres@", "postgres://sqlease_plain@", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pdur, err := postgres.ReadReplication(ctx, plain)
-	plain.Close()
-	if err != nil {
-		t.Fatalf("ReadReplication as an unprivileged role: %v", err)
-	}
+	pdur := readReplication(t, ctx, strings.Replace(dsn, "postgres://postgres@", "postgres://sqlease_plain@", 1), " as an unprivileged role")
 	t.Logf("as an unprivileged role: %s (%s)", pdur, pdur.Detail)
 	if pdur.Mode != want {
 		t.Errorf("DURABILITY: %s (%s) as an unprivileged role; want %s", pdur, pdur.Detail, want)
@@ -363,15 +352,7 @@ func scenario(t *testing.T, c *hacluster.Cluster, synchronous bool, dbname strin
 	}
 
 	f.setPaused(true)
-	killAt := time.Now()
-	if err := primary.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("killed %s (Patroni and PostgreSQL)", primary.Name)
-	next, err := c.WaitPrimary(time.Minute, primary)
-	if err != nil {
-		t.Fatalf("no promotion: %v\n%s", err, c.Logs(30))
-	}
+	next, killAt := c.KillPrimary(t, primary)
 	promoted := time.Now()
 	tl, _ := next.Timeline()
 	t.Logf("%s promoted %v after the kill (timeline %d)", next.Name, promoted.Sub(killAt).Round(time.Millisecond), tl)

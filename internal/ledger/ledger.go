@@ -24,8 +24,11 @@
 // transaction keeps every other epoch's acquire from committing until it
 // ends), and the database-time check covers what the id order cannot.
 //
-// Unran is the other half of "nothing done twice or not at all": the
-// accepted work that never ran.
+// CheckOccurrences (occurrence.go) is the same for a scheduler's
+// occurrences: one success each, a retry only after a recorded failure, the
+// executors' reports against the runs and an execs table. Unran is the other
+// half of "nothing done twice or not at all": the accepted work that never
+// ran.
 //
 // The ledger lives in the table sqlease_test_ledger, so use one database (or
 // SQLite file) per test. Supported dialects: "sqlite", "postgres", and —
@@ -150,23 +153,32 @@ func Rows(ctx context.Context, db *sql.DB, dialect string) ([]Row, error) {
 	if _, err := lookup(dialect); err != nil {
 		return nil, err
 	}
-	rows, err := db.QueryContext(ctx, `SELECT id, holder, epoch, db_time, note FROM `+Table+` ORDER BY id`)
+	return query(ctx, db, "read", `SELECT id, holder, epoch, db_time, note FROM `+Table+` ORDER BY id`, func(rows *sql.Rows, r *Row) error {
+		var ts Time
+		err := rows.Scan(&r.ID, &r.Holder, &r.Epoch, &ts, &r.Note)
+		r.DBTime = ts.T
+		return err
+	})
+}
+
+// query reads every row of q, each by scan; what names the read in its
+// errors.
+func query[T any](ctx context.Context, db *sql.DB, what, q string, scan func(*sql.Rows, *T) error) ([]T, error) {
+	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: read: %w", err)
+		return nil, fmt.Errorf("ledger: %s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []Row
+	var out []T
 	for rows.Next() {
-		var r Row
-		var ts Time
-		if err := rows.Scan(&r.ID, &r.Holder, &r.Epoch, &ts, &r.Note); err != nil {
-			return nil, fmt.Errorf("ledger: read: %w", err)
+		var v T
+		if err := scan(rows, &v); err != nil {
+			return nil, fmt.Errorf("ledger: %s: %w", what, err)
 		}
-		r.DBTime = ts.T
-		out = append(out, r)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("ledger: read: %w", err)
+		return nil, fmt.Errorf("ledger: %s: %w", what, err)
 	}
 	return out, nil
 }
@@ -186,23 +198,9 @@ func Leases(ctx context.Context, db *sql.DB, leasesTable string) ([]LeaseRow, er
 	if !identRE.MatchString(leasesTable) {
 		return nil, fmt.Errorf("ledger: leases table %q is not a plain identifier", leasesTable)
 	}
-	rows, err := db.QueryContext(ctx, `SELECT lease_name, holder_id, lease_epoch FROM `+leasesTable+` ORDER BY lease_name`)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: read leases: %w", err)
-	}
-	defer rows.Close()
-	var out []LeaseRow
-	for rows.Next() {
-		var l LeaseRow
-		if err := rows.Scan(&l.Name, &l.Holder, &l.Epoch); err != nil {
-			return nil, fmt.Errorf("ledger: read leases: %w", err)
-		}
-		out = append(out, l)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("ledger: read leases: %w", err)
-	}
-	return out, nil
+	return query(ctx, db, "read leases", `SELECT lease_name, holder_id, lease_epoch FROM `+leasesTable+` ORDER BY lease_name`, func(rows *sql.Rows, l *LeaseRow) error {
+		return rows.Scan(&l.Name, &l.Holder, &l.Epoch)
+	})
 }
 
 // Check reads the ledger and, if leasesTable is not empty, the leases table,
@@ -401,7 +399,7 @@ func Verify(rows []Row, leases []LeaseRow) []Violation {
 // Time scans a timestamp as the drivers return it: time.Time (pgx, mssql,
 // mysql with parseTime) or text (SQLite, mysql without parseTime). T is UTC.
 // It is the one timestamp scanner of the test checkers (this ledger and
-// internal/schedproc's execs table).
+// the execs tables of the occurrence checker).
 type Time struct{ T time.Time }
 
 var textLayouts = []string{

@@ -239,11 +239,8 @@ func testFailoverAfterKill(t *testing.T, b *backend) {
 		// Kill at a random point of the renewal cycle.
 		time.Sleep(rand.N(workerLease.RenewInterval))
 		mark := f.Mark()
-		killedAt := time.Now()
-		victim.Kill()
-		if !victim.WaitExit(5 * time.Second) {
-			t.Fatalf("%s survived SIGKILL", victim.Holder)
-		}
+		victim.KillWait(5 * time.Second)
+		killedAt := victim.KilledAt()
 		// The dead leader's final lease row (a renewal it sent just before
 		// dying could still land: that only makes the check below weaker).
 		deadLease, err := b.Store.Lease(context.Background(), leaseName)

@@ -18,6 +18,7 @@ import (
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/ledger"
+	"github.com/sqlease/sqlease/internal/tick"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -229,16 +230,7 @@ func (w *worker) act(tok sqlease.Token, gateT time.Time, actor string) {
 
 // everyAct calls fn every ActInterval until ctx ends.
 func (w *worker) everyAct(ctx context.Context, fn func()) {
-	t := time.NewTicker(w.cfg.ActInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		fn()
-	}
+	tick.Every(ctx, w.cfg.ActInterval, fn)
 }
 
 // probe knocks on the gate every ActInterval, leader or not.

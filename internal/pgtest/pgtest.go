@@ -38,7 +38,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -288,20 +287,12 @@ func (s *Server) start() error {
 	}
 	logStart := fileSize(s.logPath)
 
-	r, w, err := os.Pipe()
-	if err != nil {
-		return err
-	}
 	cmd := s.command("/bin/sh", "-c", watchdog, "pgtest-watchdog",
 		s.binDir, s.dataDir, strconv.Itoa(s.port), s.logPath, s.dir)
-	cmd.Stdin = r
-	// Own process group: a Ctrl-C in the terminal reaches the test process,
-	// and the watchdog then shuts postgres down.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
-	r.Close()
+	// A Ctrl-C in the terminal reaches the test process, and the watchdog
+	// then shuts postgres down.
+	w, err := testserver.StartLifeline(cmd)
 	if err != nil {
-		w.Close()
 		return fmt.Errorf("starting postgres: %v", err)
 	}
 	p := &process{ctl: w, done: make(chan struct{})}

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease/internal/fleettest"
+	"github.com/sqlease/sqlease/internal/ledger"
 )
 
 // Event kinds printed by a worker.
@@ -119,15 +120,8 @@ func (e Event) String() string {
 	return s
 }
 
-// Occurrence is one (job, scheduled_for); SF is RFC 3339 UTC with the
-// database's precision.
-type Occurrence struct {
-	Job string
-	SF  string
-}
+// Occurrence is one (job, scheduled_for): internal/ledger's.
+type Occurrence = ledger.Occurrence
 
-func (o Occurrence) String() string { return o.Job + "@" + o.SF }
-
-// FormatSF is how scheduled_for times are keyed: RFC 3339 with nanoseconds,
-// UTC (the time part of Run.IdempotencyKey).
-func FormatSF(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+// FormatSF is how scheduled_for times are keyed (ledger.FormatSF).
+func FormatSF(t time.Time) string { return ledger.FormatSF(t) }

@@ -354,11 +354,8 @@ func testClaimKillInHandler(t *testing.T, b *backend) {
 	time.Sleep(lockTimeout/2 + rand.N(lockTimeout/4))
 	victim := f.Proc(sleeping.Holder)
 	mark := f.Mark()
-	killedAt := time.Now()
-	victim.Kill()
-	if !victim.WaitExit(5 * time.Second) {
-		t.Fatalf("%s survived SIGKILL", victim.Holder)
-	}
+	victim.KillWait(5 * time.Second)
+	killedAt := victim.KilledAt()
 	// The dead worker's last heartbeat (a heartbeat it sent just before dying
 	// could still land later: that only moves locked_at later).
 	j, err := admin.Job(ctx, "slow")
@@ -454,16 +451,16 @@ func checkLeaderEpochs(t *testing.T, a *Analysis, events []Event) {
 	byHolder, _ := leaderTerms(t, events)
 	for _, x := range a.Execs {
 		if !slices.Contains(byHolder[x.Holder], x.Epoch) {
-			t.Errorf("execution under epoch %d by %s, which started leading only epochs %v: %v", x.Epoch, x.Holder, byHolder[x.Holder], x.Event)
+			t.Errorf("execution under epoch %d by %s, which started leading only epochs %v: %v", x.Epoch, x.Holder, byHolder[x.Holder], x)
 		}
 	}
 	execs := slices.Clone(a.Execs)
-	sort.SliceStable(execs, func(i, j int) bool { return execs[i].GateT.Before(execs[j].GateT) })
+	sort.SliceStable(execs, func(i, j int) bool { return execs[i].Gate.Before(execs[j].Gate) })
 	var top Exec
 	for _, x := range execs {
 		if x.Epoch < top.Epoch {
 			t.Errorf("STALE: execution under epoch %d at %s after epoch %d executed at %s: %v",
-				x.Epoch, x.GateT.Format("15:04:05.000000"), top.Epoch, top.GateT.Format("15:04:05.000000"), x.Event)
+				x.Epoch, x.Gate.Format("15:04:05.000000"), top.Epoch, top.Gate.Format("15:04:05.000000"), x)
 		}
 		if x.Epoch > top.Epoch {
 			top = x
@@ -506,11 +503,8 @@ func testLeaderFailover(t *testing.T, b *backend) {
 	time.Sleep(rand.N(workerLease.RenewInterval))
 	victim := f.Proc(l1.Holder)
 	mark := f.Mark()
-	killedAt := time.Now()
-	victim.Kill()
-	if !victim.WaitExit(5 * time.Second) {
-		t.Fatalf("%s survived SIGKILL", victim.Holder)
-	}
+	victim.KillWait(5 * time.Second)
+	killedAt := victim.KilledAt()
 	gapJob, _, err := admin.Create(ctx, sqlease.Job{Name: "created-in-gap"})
 	if err != nil {
 		t.Fatal(err)

@@ -124,25 +124,36 @@ sh -c "$2" kill "$1"
 rm -rf "$1"
 `
 
-// Watchdog starts a shell that, should the test process die without calling
-// the returned stop (a go test -timeout panic, SIGKILL, Ctrl-C), runs kill
-// (a shell script; $1 is dir) and removes dir. A server that drops root for
-// its own OS user loses its parent-death signal: this is what stops it.
-func Watchdog(dir, kill string) (stop func(), err error) {
+// StartLifeline starts cmd with its stdin a pipe only the test process
+// holds, and returns the pipe's writing end: what cmd reads there is the
+// test's word, and end of file the test process's death. cmd gets a process
+// group of its own: a Ctrl-C in the terminal reaches the test process, not
+// cmd, which hears of it by its lifeline.
+func StartLifeline(cmd *exec.Cmd) (*os.File, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("/bin/sh", "-c", watchdogScript, "sqlease-test-watchdog", dir, kill)
 	cmd.Stdin = r
-	// Own process group: a Ctrl-C in the terminal reaches the test process,
-	// not the watchdog.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
 	r.Close()
 	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("starting the watchdog: %v", err)
+		return nil, err
+	}
+	return w, nil
+}
+
+// Watchdog starts a shell that, should the test process die without calling
+// the returned stop (a go test -timeout panic, SIGKILL, Ctrl-C), runs kill
+// (a shell script; $1 is dir) and removes dir. A server that drops root for
+// its own OS user loses its parent-death signal: this is what stops it.
+func Watchdog(dir, kill string) (stop func(), err error) {
+	cmd := exec.Command("/bin/sh", "-c", watchdogScript, "sqlease-test-watchdog", dir, kill)
+	w, err := StartLifeline(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("starting the watchdog: %w", err)
 	}
 	go func() { _ = cmd.Wait() }()
 	var once sync.Once
