@@ -171,7 +171,15 @@ func (e *Elector) leadUnlocked(ctx context.Context, lock sqlease.SessionLock, p 
 		select {
 		case <-p.done:
 			if p.err != nil {
-				return // the term goes on without the lock
+				// The term goes on without the lock. Say so (a lock wait
+				// stopped by the term's own end is no news): until the
+				// term ends, a failover from it waits for its lease to
+				// expire instead of for its session to end.
+				if !errors.Is(p.err, context.Canceled) {
+					e.log.Warn("leader_lock_wait_failed", slog.Int64("lease_epoch", lease.Epoch), slog.String("error", p.err.Error()),
+						slog.String("reason", "the term goes on without the lock: a failover from it waits for its lease to expire"))
+				}
+				return
 			}
 			won.Store(true)
 			e.log.Info("leader_lock_won", slog.Int64("lease_epoch", lease.Epoch))
