@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlstore"
 )
@@ -18,7 +19,7 @@ import (
 // back the jobs before it), idempotent per job (a retried batch creates only
 // what is missing), and larger than one statement's chunk.
 func TestCreateMany(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		s := newSched(t, scheduler.Config{Store: newStore(t), Holder: "w"})
 		count := func() int {

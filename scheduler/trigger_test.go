@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/scheduler"
-	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // TestTriggerKeepsEveryPhase: a trigger runs an every job now, once, and
@@ -17,7 +17,7 @@ import (
 // triggered run is the one the trigger moved aside, not the trigger's time
 // plus the interval.
 func TestTriggerKeepsEveryPhase(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		rec := &recorder{}
 		s := newSched(t, scheduler.Config{Store: newStore(t), Holder: "w", Handler: rec.handle})
@@ -27,7 +27,7 @@ func TestTriggerKeepsEveryPhase(t *testing.T) {
 		}
 		runClaim(t, s)
 		first, _ := rec.first(t, "tick")
-		waitFor(t, 10*time.Second, "the first run to finish", func() bool {
+		dbtest.WaitFor(t, 10*time.Second, "the first run to finish", func() bool {
 			j, _ := s.Job(ctx, "tick")
 			return j.LockedBy == "" && j.NextRunAt.After(first.ScheduledFor)
 		})
@@ -40,7 +40,7 @@ func TestTriggerKeepsEveryPhase(t *testing.T) {
 		if !j.RegularNextAt.Equal(regular) {
 			t.Fatalf("regular occurrence kept = %v, want %v", j.RegularNextAt, regular)
 		}
-		waitFor(t, 10*time.Second, "three runs", func() bool { return rec.count() >= 3 })
+		dbtest.WaitFor(t, 10*time.Second, "three runs", func() bool { return rec.count() >= 3 })
 		runs := rec.snapshot()
 		if trig := runs[1].ScheduledFor; !trig.After(first.ScheduledFor) || !trig.Before(regular) {
 			t.Fatalf("triggered run scheduled for %v, want between %v and %v", trig, first.ScheduledFor, regular)
@@ -57,7 +57,7 @@ func TestTriggerKeepsEveryPhase(t *testing.T) {
 // naming the state and the pause's reason, and changes nothing.
 func TestPausedJobRefusesTrigger(t *testing.T) {
 	ctx := context.Background()
-	s := newSched(t, scheduler.Config{Store: sqliteStore(t), Holder: "w"})
+	s := newSched(t, scheduler.Config{Store: dbtest.SQLite(t), Holder: "w"})
 	if _, _, err := s.Create(ctx, sqlease.Job{Name: "nightly", Schedule: sqlease.Schedule{Cron: "0 3 * * *"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestPausedJobRefusesTrigger(t *testing.T) {
 // an invalid prefix or an overlong reason is refused and writes nothing.
 func TestPausePrefix(t *testing.T) {
 	ctx := context.Background()
-	s := newSched(t, scheduler.Config{Store: sqliteStore(t), Holder: "w"})
+	s := newSched(t, scheduler.Config{Store: dbtest.SQLite(t), Holder: "w"})
 	for _, n := range []string{"etl.load", "etl.clean", "report"} {
 		if _, _, err := s.Create(ctx, sqlease.Job{Name: n, Schedule: sqlease.Schedule{Every: time.Hour}}); err != nil {
 			t.Fatal(err)
