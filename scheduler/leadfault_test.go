@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/scheduler"
-	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -358,11 +356,7 @@ func TestInterruptedOccurrenceRetriedPastLaterOnes(t *testing.T) {
 // left for the next owner with its attempt count.
 func TestDeferredRetryDoesNotHoldUpDrain(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "jobs.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.DB().Close()
+	st := dbtest.SQLite(t)
 	admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
 	j, _, err := admin.Create(ctx, sqlease.Job{Name: "interrupted", Schedule: sqlease.Schedule{Every: time.Hour}})
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -19,7 +18,6 @@ import (
 	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/scheduler"
-	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -359,10 +357,7 @@ func TestHeartbeatFailureCancelsHandler(t *testing.T) {
 
 func TestHeartbeatTransientFailuresCancelAfterN(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "hb.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := dbtest.SQLite(t)
 	started := make(chan struct{}, 1)
 	cancelledAt := make(chan time.Time, 1)
 	handler := func(ctx context.Context, r sqlease.Run) error {
@@ -615,11 +610,7 @@ var _ = sql.ErrNoRows
 
 func TestRunRetentionPrunesOldRuns(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "prune.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.DB().Close()
+	st := dbtest.SQLite(t)
 	rec := &recorder{}
 	s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle, RunRetention: 500 * time.Millisecond})
 	if _, _, err := s.Create(ctx, sqlease.Job{Name: "old"}); err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,7 +18,6 @@ import (
 	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/singleton"
-	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -179,11 +177,7 @@ func TestDecodeBestEffort(t *testing.T) {
 // observer hears of the undecodable one.
 func TestLoadOlderNewerAndCorruptState(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "s.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.DB().Close()
+	st := dbtest.SQLite(t)
 	for name, state := range map[string]string{"older": `{"cursor":4}`, "newer": `{"cursor":5,"shard":"eu","zone":"z"}`, "corrupt": `{"cursor":`} {
 		if _, err := st.DB().Exec(`INSERT INTO sqlease_singletons (name, state, created_at) VALUES (?, ?, '2026-01-01 00:00:00')`, name, state); err != nil {
 			t.Fatal(err)
@@ -290,11 +284,7 @@ func TestFairShare(t *testing.T) {
 // The dead man's switch: a body that stops heart-beating is stale after
 // the start grace and 2 × interval; beating again clears it.
 func TestStaleHeartbeat(t *testing.T) {
-	st, err := sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "s.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.DB().Close()
+	st := dbtest.SQLite(t)
 	var beating atomic.Bool
 	interval := 100 * time.Millisecond
 	before := time.Now() // no later than the run's start
@@ -334,11 +324,7 @@ func TestStaleHeartbeat(t *testing.T) {
 // follows its table): a removed one stops at once and its lease is free for
 // another node.
 func TestRegisterAndUnregisterWhileRunning(t *testing.T) {
-	st, err := sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "s.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.DB().Close()
+	st := dbtest.SQLite(t)
 	var stopped atomic.Int32
 	cfg := singleton.Config[v1]{Name: "late", OnStopped: func(sqlease.Token) { stopped.Add(1) },
 		Body: func(ctx context.Context, in *singleton.Instance[v1]) error { <-ctx.Done(); return nil }}
