@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,24 +34,30 @@ func dispatch(t *testing.T, st *sqlstore.Store, s *scheduler.Scheduler, lead boo
 	leadTerm(t, s, &settledGate{st: st, tok: l.Token()}, l.Token())
 }
 
-// overlapLedger reads job's ledger oldest first and fails on an occurrence
-// recorded twice.
-func overlapLedger(t *testing.T, st *sqlstore.Store, job string) []sqlease.Run {
+// ledgerOf reads job's ledger (its latest 10,000 runs), oldest first.
+func ledgerOf(t *testing.T, st *sqlstore.Store, job string) []sqlease.Run {
 	t.Helper()
 	runs, err := st.Runs(context.Background(), job, 10_000)
 	if err != nil {
 		t.Fatal(err)
 	}
+	slices.Reverse(runs) // Runs is newest first
+	return runs
+}
+
+// overlapLedger reads job's ledger oldest first and fails on an occurrence
+// recorded twice.
+func overlapLedger(t *testing.T, st *sqlstore.Store, job string) []sqlease.Run {
+	t.Helper()
+	runs := ledgerOf(t, st, job)
 	seen := map[time.Time]bool{}
-	out := make([]sqlease.Run, len(runs))
-	for i, r := range runs {
+	for _, r := range runs {
 		if seen[r.ScheduledFor.UTC()] {
 			t.Fatalf("occurrence %v recorded twice", r.ScheduledFor)
 		}
 		seen[r.ScheduledFor.UTC()] = true
-		out[len(runs)-1-i] = r
 	}
-	return out
+	return runs
 }
 
 // concurrency counts handlers running at once and fails on two.
@@ -281,14 +288,9 @@ func (f *inFlight) max() int {
 // twice; it returns the occurrences that succeeded, oldest first.
 func allowLedger(t *testing.T, st *sqlstore.Store, job string) []time.Time {
 	t.Helper()
-	runs, err := st.Runs(context.Background(), job, 10_000)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ok := map[time.Time]bool{}
 	var out []time.Time
-	for i := len(runs) - 1; i >= 0; i-- {
-		r := runs[i]
+	for _, r := range ledgerOf(t, st, job) {
 		if r.Outcome != sqlease.OutcomeSucceeded {
 			continue
 		}
