@@ -115,11 +115,7 @@ func TestLeaderStartConflict(t *testing.T) {
 	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
-		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
-		j, _, err := admin.Create(ctx, sqlease.Job{Name: "conflicted", LockTimeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := created(t, st, sqlease.Job{Name: "conflicted", LockTimeout: time.Minute})
 		// Attempt 1 of the due occurrence exists, but the job says none
 		// started: claim it, start attempt 1, and give the claim back with
 		// the attempt count reset — the ledger keeps the run.

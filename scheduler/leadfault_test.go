@@ -357,11 +357,7 @@ func TestInterruptedOccurrenceRetriedPastLaterOnes(t *testing.T) {
 func TestDeferredRetryDoesNotHoldUpDrain(t *testing.T) {
 	ctx := context.Background()
 	st := dbtest.SQLite(t)
-	admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
-	j, _, err := admin.Create(ctx, sqlease.Job{Name: "interrupted", Schedule: sqlease.Schedule{Every: time.Hour}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := created(t, st, sqlease.Job{Name: "interrupted", Schedule: sqlease.Schedule{Every: time.Hour}})
 	_, rec := interruptThenDrain(t, st, "lead", "interrupted", j.ID)
 	got, err := st.Job(ctx, "interrupted")
 	if err != nil {
@@ -438,11 +434,7 @@ func TestLeaderRetakesItsOwnUnheardClaim(t *testing.T) {
 	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
-		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
-		j, _, err := admin.Create(ctx, sqlease.Job{Name: "unheard", LockTimeout: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := created(t, st, sqlease.Job{Name: "unheard", LockTimeout: time.Hour})
 		lease, err := st.Acquire(ctx, "lead", "leader", time.Minute)
 		if err != nil {
 			t.Fatal(err)

@@ -33,6 +33,17 @@ func newSched(t *testing.T, cfg scheduler.Config) *scheduler.Scheduler {
 	return s
 }
 
+// created creates job through a scheduler of its own on st, as an
+// operator would, and returns it as stored; an error fails the test.
+func created(t *testing.T, st *sqlstore.Store, job sqlease.Job) sqlease.Job {
+	t.Helper()
+	j, _, err := newSched(t, scheduler.Config{Store: st, Holder: "admin"}).Create(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
 // runClaim runs claim-mode dispatch until the test ends.
 func runClaim(t *testing.T, s *scheduler.Scheduler) context.CancelFunc {
 	ctx, cancel := context.WithCancel(context.Background())
