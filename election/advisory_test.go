@@ -9,6 +9,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/dbtest"
 )
 
 // fakeLocks is an in-memory session lock service: one lock, handed to the
@@ -107,7 +108,7 @@ func (f *fakeLocks) kill() {
 func advisory(t *testing.T, f *fakeLocks, holder string) (*election.Elector, chan context.Context) {
 	t.Helper()
 	leadCtx := make(chan context.Context, 4)
-	cfg := fast(newStore(t), holder)
+	cfg := fast(dbtest.SQLite(t), holder)
 	cfg.SessionLocker = f.locker
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 5*time.Second, 50*time.Millisecond, 500*time.Millisecond
 	cfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) { leadCtx <- ctx; <-ctx.Done() }
@@ -121,7 +122,7 @@ func advisory(t *testing.T, f *fakeLocks, holder string) (*election.Elector, cha
 func TestAdvisoryWatchdogClosesAndReopensGate(t *testing.T) {
 	f := newFakeLocks()
 	e, leadCtx := advisory(t, f, "a")
-	waitFor(t, 5*time.Second, "leadership", e.IsLeader)
+	dbtest.WaitFor(t, 5*time.Second, "leadership", e.IsLeader)
 	tok, _ := e.Require(context.Background())
 	ctx := <-leadCtx
 
@@ -130,7 +131,7 @@ func TestAdvisoryWatchdogClosesAndReopensGate(t *testing.T) {
 	f.stall = stall
 	f.mu.Unlock()
 	stalledAt := time.Now()
-	waitFor(t, 2*time.Second, "the watchdog to close the gate", func() bool { return !e.IsLeader() })
+	dbtest.WaitFor(t, 2*time.Second, "the watchdog to close the gate", func() bool { return !e.IsLeader() })
 	if d := time.Since(stalledAt); d > 500*time.Millisecond {
 		t.Fatalf("gate closed %s after heartbeats stalled, want about 2 intervals (100ms)", d)
 	}
@@ -141,7 +142,7 @@ func TestAdvisoryWatchdogClosesAndReopensGate(t *testing.T) {
 	f.stall = nil
 	f.mu.Unlock()
 	close(stall)
-	waitFor(t, 2*time.Second, "the gate to re-open", e.IsLeader)
+	dbtest.WaitFor(t, 2*time.Second, "the gate to re-open", e.IsLeader)
 	if now, _ := e.Require(context.Background()); now != tok {
 		t.Fatalf("re-opened under %v, want the same term %v", now, tok)
 	}
@@ -156,15 +157,15 @@ func TestAdvisoryWatchdogClosesAndReopensGate(t *testing.T) {
 func TestAdvisorySessionLostHandsOver(t *testing.T) {
 	f := newFakeLocks()
 	a, aCtx := advisory(t, f, "a")
-	waitFor(t, 5*time.Second, "a to lead", a.IsLeader)
+	dbtest.WaitFor(t, 5*time.Second, "a to lead", a.IsLeader)
 	b, _ := advisory(t, f, "b")
 	tokA, _ := a.Require(context.Background())
 	ctx := <-aCtx
 	killed := time.Now()
 	f.kill()
-	waitFor(t, 2*time.Second, "a's term to end", func() bool { return ctx.Err() != nil })
+	dbtest.WaitFor(t, 2*time.Second, "a's term to end", func() bool { return ctx.Err() != nil })
 	var next sqlease.Token
-	waitFor(t, 2*time.Second, "a new leader", func() bool {
+	dbtest.WaitFor(t, 2*time.Second, "a new leader", func() bool {
 		for _, e := range []*election.Elector{a, b} {
 			if tok, err := e.Require(context.Background()); err == nil && tok.Epoch > tokA.Epoch {
 				next = tok

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,24 +14,13 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
-	"github.com/sqlease/sqlease/sqlite"
-	"github.com/sqlease/sqlease/sqlstore"
+	"github.com/sqlease/sqlease/internal/dbtest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		// database/sql keeps a connection opener per pool until Close.
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"))
-}
-
-func newStore(t *testing.T) *sqlstore.Store {
-	t.Helper()
-	s, err := sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "lease.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.DB().Close() })
-	return s
 }
 
 // fast returns a config with short timings for tests.
@@ -44,18 +32,6 @@ func fast(s sqlease.LeaseStore, holder string) election.Config {
 		RenewInterval:   100 * time.Millisecond,
 		AcquireInterval: 50 * time.Millisecond,
 		SafetyMargin:    100 * time.Millisecond,
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -78,7 +54,7 @@ func start(t *testing.T, cfg election.Config) (*election.Elector, context.Cancel
 }
 
 func TestConfigValidate(t *testing.T) {
-	s := newStore(t)
+	s := dbtest.SQLite(t)
 	if err := (election.Config{Store: s}).Validate(); err != nil {
 		t.Fatalf("defaults must be valid: %v", err)
 	}
@@ -125,16 +101,16 @@ func TestDefaultHolderID(t *testing.T) {
 }
 
 func TestOneLeaderThenGracefulHandoff(t *testing.T) {
-	s := newStore(t)
+	s := dbtest.SQLite(t)
 	var started, stopped atomic.Int32
 	cfgA := fast(s, "a")
 	cfgA.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) { started.Add(1); <-ctx.Done() }
 	cfgA.OnStoppedLeading = func(sqlease.Token) { stopped.Add(1) }
 	a, stopA, doneA := start(t, cfgA)
-	waitFor(t, 5*time.Second, "a to lead", a.IsLeader)
+	dbtest.WaitFor(t, 5*time.Second, "a to lead", a.IsLeader)
 
 	b, _, _ := start(t, fast(s, "b"))
-	waitFor(t, 5*time.Second, "b to observe a", func() bool { return b.Status().Leader.Holder == "a" })
+	dbtest.WaitFor(t, 5*time.Second, "b to observe a", func() bool { return b.Status().Leader.Holder == "a" })
 	if b.IsLeader() {
 		t.Fatal("two leaders")
 	}
@@ -157,7 +133,7 @@ func TestOneLeaderThenGracefulHandoff(t *testing.T) {
 	if a.IsLeader() {
 		t.Fatal("a still leads after Run returned")
 	}
-	waitFor(t, 5*time.Second, "b to lead", b.IsLeader)
+	dbtest.WaitFor(t, 5*time.Second, "b to lead", b.IsLeader)
 	t.Logf("handoff took %s", time.Since(stopAt))
 	tokB, _ := b.Require(context.Background())
 	if tokB.Epoch != 2 || tokB.Holder != "b" {
@@ -169,7 +145,7 @@ func TestOneLeaderThenGracefulHandoff(t *testing.T) {
 }
 
 func TestFenceFailureDropsLeadershipAtOnce(t *testing.T) {
-	s := newStore(t)
+	s := dbtest.SQLite(t)
 	leadCtx := make(chan context.Context, 1)
 	stopped := make(chan sqlease.Token, 1)
 	cfg := fast(s, "a")
@@ -177,7 +153,7 @@ func TestFenceFailureDropsLeadershipAtOnce(t *testing.T) {
 	cfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) { leadCtx <- ctx; <-ctx.Done() }
 	cfg.OnStoppedLeading = func(tok sqlease.Token) { stopped <- tok }
 	e, _, _ := start(t, cfg)
-	waitFor(t, 5*time.Second, "leadership", e.IsLeader)
+	dbtest.WaitFor(t, 5*time.Second, "leadership", e.IsLeader)
 	tok, _ := e.Require(context.Background())
 
 	// Another instance takes the row over behind the leader's back.
@@ -217,13 +193,13 @@ type offsetClock struct{ off atomic.Int64 }
 func (c *offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
 
 func TestLocalDeadlineClosesGateWithoutDatabase(t *testing.T) {
-	s := newStore(t)
+	s := dbtest.SQLite(t)
 	clk := &offsetClock{}
 	cfg := fast(s, "a")
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 10*time.Second, 3*time.Second, time.Second
 	cfg.Clock = clk
 	e, _, _ := start(t, cfg)
-	waitFor(t, 5*time.Second, "leadership", e.IsLeader)
+	dbtest.WaitFor(t, 5*time.Second, "leadership", e.IsLeader)
 	tok, _ := e.Require(context.Background())
 	if err := e.Healthy(); err != nil {
 		t.Fatal(err)
@@ -243,17 +219,17 @@ func TestLocalDeadlineClosesGateWithoutDatabase(t *testing.T) {
 }
 
 func TestRenewFailureDropsLeadership(t *testing.T) {
-	s := newStore(t)
+	s := dbtest.SQLite(t)
 	var mu sync.Mutex
 	var stoppedAt time.Time
 	cfg := fast(s, "a")
 	cfg.OnStoppedLeading = func(sqlease.Token) { mu.Lock(); stoppedAt = time.Now(); mu.Unlock() }
 	e, _, _ := start(t, cfg)
-	waitFor(t, 5*time.Second, "leadership", e.IsLeader)
+	dbtest.WaitFor(t, 5*time.Second, "leadership", e.IsLeader)
 	closedAt := time.Now()
 	s.DB().Close() // every later statement fails
-	waitFor(t, 5*time.Second, "leadership dropped", func() bool { return !e.IsLeader() })
-	waitFor(t, 5*time.Second, "OnStoppedLeading", func() bool { mu.Lock(); defer mu.Unlock(); return !stoppedAt.IsZero() })
+	dbtest.WaitFor(t, 5*time.Second, "leadership dropped", func() bool { return !e.IsLeader() })
+	dbtest.WaitFor(t, 5*time.Second, "OnStoppedLeading", func() bool { mu.Lock(); defer mu.Unlock(); return !stoppedAt.IsZero() })
 	if st := e.Status(); st.LastError == nil {
 		t.Fatal("Status.LastError should report the database error")
 	}
@@ -261,9 +237,9 @@ func TestRenewFailureDropsLeadership(t *testing.T) {
 }
 
 func TestRunTwice(t *testing.T) {
-	s := newStore(t)
+	s := dbtest.SQLite(t)
 	e, _, _ := start(t, fast(s, "a"))
-	waitFor(t, 5*time.Second, "leadership", e.IsLeader)
+	dbtest.WaitFor(t, 5*time.Second, "leadership", e.IsLeader)
 	if err := e.Run(context.Background()); err == nil {
 		t.Fatal("second Run must fail")
 	}

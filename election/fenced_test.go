@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/dbtest"
 )
 
 // TestFnErrorKeepsLeadership: an error of the fenced function itself — here
@@ -17,13 +18,13 @@ import (
 // context alive and the epoch unchanged. Only a failed fence
 // (ErrFenceFailed) drops leadership.
 func TestFnErrorKeepsLeadership(t *testing.T) {
-	s := newStore(t)
+	s := dbtest.SQLite(t)
 	leadCtx := make(chan context.Context, 1)
 	cfg := fast(s, "a")
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 10*time.Second, 3*time.Second, time.Second
 	cfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) { leadCtx <- ctx; <-ctx.Done() }
 	e, _, _ := start(t, cfg)
-	waitFor(t, 5*time.Second, "leadership", e.IsLeader)
+	dbtest.WaitFor(t, 5*time.Second, "leadership", e.IsLeader)
 	tok, _ := e.Require(context.Background())
 	ctx := <-leadCtx
 

@@ -16,11 +16,13 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/internal/fleettest"
 	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/resilient"
 	"github.com/sqlease/sqlease/sqlstore"
+	"github.com/sqlease/sqlease/storetest"
 )
 
 // proxied returns a store whose connections go through an in-process
@@ -72,24 +74,11 @@ func cut(t *testing.T, p *toxiproxy.Proxy, d time.Duration) {
 func leader(t *testing.T, store sqlease.LeaseStore) (*election.Elector, *atomic.Int32) {
 	t.Helper()
 	var terms atomic.Int32
-	e, err := election.New(election.Config{Store: store, HolderID: "a",
+	e, _ := storetest.RunElector(t, election.Config{Store: store, HolderID: "a",
 		LeaseDuration: 3 * time.Second, RenewInterval: 200 * time.Millisecond, AcquireInterval: 50 * time.Millisecond,
 		SafetyMargin:     500 * time.Millisecond,
 		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) { terms.Add(1) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = e.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(10 * time.Second)
-	for !e.IsLeader() {
-		if time.Now().After(deadline) {
-			t.Fatal("no leadership")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	dbtest.WaitFor(t, 10*time.Second, "leadership", e.IsLeader)
 	return e, &terms
 }
 

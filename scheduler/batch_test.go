@@ -13,6 +13,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/internal/syncbuf"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlstore"
@@ -24,7 +25,7 @@ import (
 // of a run in flight is the ledger's, and a run that was batch-started and
 // then orphaned is reclaimed as a reclaim (its run abandoned, attempt 2).
 func TestBatchStartFinishFenced(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		if !st.Batched() {
@@ -89,7 +90,7 @@ func TestBatchStartFinishFenced(t *testing.T) {
 		// starts through StartRun (abandoning the orphan) as attempt 2.
 		rec := &recorder{}
 		runClaim(t, newSched(t, scheduler.Config{Store: newStore(t), Holder: "live", Handler: rec.handle}))
-		waitFor(t, 20*time.Second, "the orphaned run to be reclaimed", func() bool {
+		dbtest.WaitFor(t, 20*time.Second, "the orphaned run to be reclaimed", func() bool {
 			runs, _ := st.Runs(ctx, reqs[0].Job, 10)
 			return len(runs) == 2 && runs[0].Outcome == sqlease.OutcomeSucceeded
 		})
@@ -111,14 +112,10 @@ func TestBatchStartFinishFenced(t *testing.T) {
 // started. The leader must hold the job (for the stale-lock path) or run a
 // later attempt — never run the recorded attempt twice, never loop on it.
 func TestLeaderStartConflict(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
-		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
-		j, _, err := admin.Create(ctx, sqlease.Job{Name: "conflicted", LockTimeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := created(t, st, sqlease.Job{Name: "conflicted", LockTimeout: time.Minute})
 		// Attempt 1 of the due occurrence exists, but the job says none
 		// started: claim it, start attempt 1, and give the claim back with
 		// the attempt count reset — the ledger keeps the run.
@@ -141,8 +138,8 @@ func TestLeaderStartConflict(t *testing.T) {
 		rec := &recorder{}
 		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
 		e := lead(t, st, &s, "leader")
-		waitFor(t, 10*time.Second, "leadership", e.IsLeader)
-		waitFor(t, 10*time.Second, "the leader to run attempt 2 or to hold the job", func() bool {
+		dbtest.WaitFor(t, 10*time.Second, "leadership", e.IsLeader)
+		dbtest.WaitFor(t, 10*time.Second, "the leader to run attempt 2 or to hold the job", func() bool {
 			got, _ := st.Job(ctx, j.Name)
 			return rec.count() > 0 || got.LockedBy == "leader"
 		})
@@ -166,7 +163,7 @@ func TestLeaderStartConflict(t *testing.T) {
 // TestWarmChangesNothing checks that a follower's warm-up (Store.Warm)
 // leaves jobs, runs and leases exactly as they were.
 func TestWarmChangesNothing(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
@@ -202,7 +199,7 @@ func TestWarmChangesNothing(t *testing.T) {
 // refused with ErrConflict and changes nothing; once the run has finished,
 // the trigger works and the job runs again.
 func TestTriggerWhileRunningConflicts(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		release := make(chan struct{})
@@ -220,7 +217,7 @@ func TestTriggerWhileRunningConflicts(t *testing.T) {
 			t.Fatal(err)
 		}
 		runClaim(t, s)
-		waitFor(t, 10*time.Second, "the run to start", func() bool { return rec.count() == 1 })
+		dbtest.WaitFor(t, 10*time.Second, "the run to start", func() bool { return rec.count() == 1 })
 		before, _ := st.Job(ctx, "busy")
 		if _, err := s.Trigger(ctx, "busy"); !errors.Is(err, sqlease.ErrConflict) {
 			t.Fatalf("trigger while running: want ErrConflict, got %v", err)
@@ -229,14 +226,14 @@ func TestTriggerWhileRunningConflicts(t *testing.T) {
 			t.Fatalf("a refused trigger changed the job: %+v -> %+v", before, after)
 		}
 		close(release)
-		waitFor(t, 10*time.Second, "the run to finish", func() bool {
+		dbtest.WaitFor(t, 10*time.Second, "the run to finish", func() bool {
 			j, _ := st.Job(ctx, "busy")
 			return j.LockedBy == "" && j.NextRunAt.IsZero()
 		})
 		if _, err := s.Trigger(ctx, "busy"); err != nil {
 			t.Fatalf("trigger after the run: %v", err)
 		}
-		waitFor(t, 10*time.Second, "the triggered run", func() bool { return rec.count() == 2 })
+		dbtest.WaitFor(t, 10*time.Second, "the triggered run", func() bool { return rec.count() == 2 })
 		if _, err := s.Trigger(ctx, "missing"); !errors.Is(err, sqlease.ErrNoJob) {
 			t.Fatalf("trigger of a missing job: want ErrNoJob, got %v", err)
 		}
@@ -247,7 +244,7 @@ func TestTriggerWhileRunningConflicts(t *testing.T) {
 // recurring job's occurrence is for the missed-runs policy to decide (here
 // run_once must move past the missed occurrences), so it is left unstarted.
 func TestClaimStartsOnlyOneOffs(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		if st.Dialect().Jobs.ClaimStart == "" {
@@ -314,7 +311,7 @@ func (o *writtenObserver) snapshot() []string {
 // outcome is in the ledger, so metrics never count an outcome a crash
 // could still lose.
 func TestObserverAfterWrite(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		for _, mode := range []string{"claim", "leader"} {
 			t.Run(mode, func(t *testing.T) {
@@ -337,7 +334,7 @@ func TestObserverAfterWrite(t *testing.T) {
 				} else {
 					lead(t, st, &s, "leader")
 				}
-				waitFor(t, 10*time.Second, "both runs observed", func() bool { return len(obs.snapshot()) == 2 })
+				dbtest.WaitFor(t, 10*time.Second, "both runs observed", func() bool { return len(obs.snapshot()) == 2 })
 				for _, line := range obs.snapshot() {
 					if line != mode+"-ok: told succeeded, ledger succeeded" && line != mode+"-fails: told failed, ledger failed" {
 						t.Errorf("observed before the write: %s", line)
@@ -351,7 +348,7 @@ func TestObserverAfterWrite(t *testing.T) {
 // TestLeaderLoadsNextWindowAtOnce: a backlog larger than MaxScheduled runs
 // window after window without waiting for the next refresh between them.
 func TestLeaderLoadsNextWindowAtOnce(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		rec := &recorder{}
@@ -363,8 +360,8 @@ func TestLeaderLoadsNextWindowAtOnce(t *testing.T) {
 			}
 		}
 		e := lead(t, st, &s, "leader")
-		waitFor(t, 10*time.Second, "leadership", e.IsLeader)
-		waitFor(t, 10*time.Second, fmt.Sprintf("all %d runs (windows of 5, refresh every minute)", n), func() bool { return rec.count() == n })
+		dbtest.WaitFor(t, 10*time.Second, "leadership", e.IsLeader)
+		dbtest.WaitFor(t, 10*time.Second, fmt.Sprintf("all %d runs (windows of 5, refresh every minute)", n), func() bool { return rec.count() == n })
 	})
 }
 
@@ -377,7 +374,7 @@ func TestLeaderLoadsNextWindowAtOnce(t *testing.T) {
 // the leader's count of such claims grew for as long as it led, costing
 // every turn of its loop more.
 func TestLeaderClaimsNoFinishedJob(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		var logs syncbuf.Buffer
@@ -406,7 +403,7 @@ func TestLeaderClaimsNoFinishedJob(t *testing.T) {
 		done := make(chan struct{})
 		go func() { defer close(done); _ = e.Run(runCtx) }()
 		defer func() { cancel(); <-done }()
-		waitFor(t, 60*time.Second, fmt.Sprintf("all %d runs (windows of 50)", n), func() bool { return rec.count() == n })
+		dbtest.WaitFor(t, 60*time.Second, fmt.Sprintf("all %d runs (windows of 50)", n), func() bool { return rec.count() == n })
 		cancel()
 		<-done
 		var missed []int
@@ -432,7 +429,7 @@ func TestLeaderClaimsNoFinishedJob(t *testing.T) {
 // until the backlog drains: a claim goes back to the start at least every
 // PollInterval. Without that it would run last.
 func TestClaimCursorBound(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		if !st.ClaimsFromCursor() {
@@ -465,12 +462,12 @@ func TestClaimCursorBound(t *testing.T) {
 		}
 		runClaim(t, newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: handle, BatchSize: 4, MaxConcurrent: 8,
 			PollInterval: 200 * time.Millisecond}))
-		waitFor(t, 30*time.Second, "the backlog to be under way", func() bool { mu.Lock(); defer mu.Unlock(); return ran >= 40 })
+		dbtest.WaitFor(t, 30*time.Second, "the backlog to be under way", func() bool { mu.Lock(); defer mu.Unlock(); return ran >= 40 })
 		created = time.Now()
 		if _, _, err := admin.Create(ctx, sqlease.Job{Name: "old", Schedule: sqlease.Schedule{At: base.Add(-time.Hour)}}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 60*time.Second, "the old job to run", func() bool { mu.Lock(); defer mu.Unlock(); return oldAt >= 0 })
+		dbtest.WaitFor(t, 60*time.Second, "the old job to run", func() bool { mu.Lock(); defer mu.Unlock(); return oldAt >= 0 })
 		mu.Lock()
 		defer mu.Unlock()
 		t.Logf("the old job ran %s after its creation, after %d of %d backlog runs", oldRan.Sub(created).Round(time.Millisecond), oldAt, backlog)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlstore"
 )
@@ -24,17 +25,9 @@ func (o *breakerObserver) BreakerSkipped(string)                            { o.
 // and returns the outcomes oldest first.
 func breakerLedger(t *testing.T, st *sqlstore.Store, job string, handled map[time.Time]bool) []sqlease.Outcome {
 	t.Helper()
-	runs, err := st.Runs(context.Background(), job, 10_000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[time.Time]bool{}
+	runs := overlapLedger(t, st, job)
 	out := make([]sqlease.Outcome, len(runs))
 	for i, r := range runs {
-		if seen[r.ScheduledFor] {
-			t.Fatalf("occurrence %v recorded twice", r.ScheduledFor)
-		}
-		seen[r.ScheduledFor] = true
 		if r.Outcome == sqlease.OutcomeSkipped {
 			if r.Error != sqlease.BreakerOpenError || r.FinishedAt.IsZero() {
 				t.Fatalf("skipped run %+v", r)
@@ -43,9 +36,34 @@ func breakerLedger(t *testing.T, st *sqlstore.Store, job string, handled map[tim
 				t.Fatalf("occurrence %v was skipped and run", r.ScheduledFor)
 			}
 		}
-		out[len(runs)-1-i] = r.Outcome
+		out[i] = r.Outcome
 	}
 	return out
+}
+
+// downstream is a handler that records each occurrence it is given (UTC)
+// on handled and fails while failing is set (as it is at first).
+func downstream(handled chan<- time.Time) (handler scheduler.Handler, failing *atomic.Bool) {
+	failing = &atomic.Bool{}
+	failing.Store(true)
+	return func(ctx context.Context, r sqlease.Run) error {
+		handled <- r.ScheduledFor.UTC()
+		if failing.Load() {
+			return errors.New("downstream is down")
+		}
+		return nil
+	}, failing
+}
+
+// jobOf returns a func reading job name through s, failing t on an error.
+func jobOf(t *testing.T, s *scheduler.Scheduler, name string) func() sqlease.Job {
+	return func() sqlease.Job {
+		j, err := s.Job(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
 }
 
 // TestBreaker: after breaker.failures failed occurrences in a row the
@@ -57,16 +75,8 @@ func breakerLedger(t *testing.T, st *sqlstore.Store, job string, handled map[tim
 func TestBreaker(t *testing.T) {
 	run := func(t *testing.T, st *sqlstore.Store, lead bool) {
 		ctx := context.Background()
-		var failing atomic.Bool
-		failing.Store(true)
 		handled := make(chan time.Time, 10_000)
-		handler := func(ctx context.Context, r sqlease.Run) error {
-			handled <- r.ScheduledFor.UTC()
-			if failing.Load() {
-				return errors.New("downstream is down")
-			}
-			return nil
-		}
+		handler, failing := downstream(handled)
 		obs := &breakerObserver{}
 		s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: handler, Observer: obs})
 		if _, _, err := s.Create(ctx, sqlease.Job{Name: "flaky", Schedule: sqlease.Schedule{Every: 100 * time.Millisecond},
@@ -74,20 +84,14 @@ func TestBreaker(t *testing.T) {
 			t.Fatal(err)
 		}
 		dispatch(t, st, s, lead)
-		job := func() sqlease.Job {
-			j, err := s.Job(ctx, "flaky")
-			if err != nil {
-				t.Fatal(err)
-			}
-			return j
-		}
-		waitFor(t, 10*time.Second, "the breaker to open", func() bool { return !job().BreakerOpenedAt.IsZero() })
+		job := jobOf(t, s, "flaky")
+		dbtest.WaitFor(t, 10*time.Second, "the breaker to open", func() bool { return !job().BreakerOpenedAt.IsZero() })
 		opened := job()
 		if opened.BreakerFailures != 2 || !opened.BreakerChangedAt.Equal(opened.BreakerOpenedAt) {
 			t.Fatalf("opened: failures %d, opened %v changed %v", opened.BreakerFailures, opened.BreakerOpenedAt, opened.BreakerChangedAt)
 		}
 		// The probe after the cool-down fails too: open again, later.
-		waitFor(t, 10*time.Second, "the probe to reopen it", func() bool { return job().BreakerOpenedAt.After(opened.BreakerOpenedAt) })
+		dbtest.WaitFor(t, 10*time.Second, "the probe to reopen it", func() bool { return job().BreakerOpenedAt.After(opened.BreakerOpenedAt) })
 		reopened := job()
 		if d := reopened.BreakerOpenedAt.Sub(opened.BreakerOpenedAt); d < time.Second {
 			t.Fatalf("reopened %s after opening, before the cool-down of 1s had passed", d)
@@ -96,11 +100,11 @@ func TestBreaker(t *testing.T) {
 			t.Fatalf("after the failed probe: %d consecutive failures, want 3", reopened.BreakerFailures)
 		}
 		failing.Store(false)
-		waitFor(t, 10*time.Second, "the probe to close it", func() bool {
+		dbtest.WaitFor(t, 10*time.Second, "the probe to close it", func() bool {
 			j := job()
 			return j.BreakerOpenedAt.IsZero() && j.BreakerChangedAt.After(reopened.BreakerOpenedAt)
 		})
-		waitFor(t, 10*time.Second, "two more runs", func() bool {
+		dbtest.WaitFor(t, 10*time.Second, "two more runs", func() bool {
 			out := breakerLedger(t, st, "flaky", nil)
 			return len(out) > 2 && out[len(out)-1] == sqlease.OutcomeSucceeded && out[len(out)-2] == sqlease.OutcomeSucceeded
 		})
@@ -139,8 +143,8 @@ func TestBreaker(t *testing.T) {
 			t.Fatalf("observer counted %d skipped, the ledger %d", n, skipped)
 		}
 	}
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) { run(t, newStore(t), false) })
-	t.Run("leader", func(t *testing.T) { run(t, sqliteStore(t), true) })
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) { run(t, newStore(t), false) })
+	t.Run("leader", func(t *testing.T) { run(t, dbtest.SQLite(t), true) })
 }
 
 // TestBreakerValidation: a breaker needs failures and a repeating
@@ -185,16 +189,9 @@ func TestBreakerValidation(t *testing.T) {
 func TestTriggerProbesOpenBreaker(t *testing.T) {
 	run := func(t *testing.T, st *sqlstore.Store, lead bool) {
 		ctx := context.Background()
-		var failing atomic.Bool
-		failing.Store(true)
 		handled := make(chan time.Time, 100)
-		s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: func(ctx context.Context, r sqlease.Run) error {
-			handled <- r.ScheduledFor.UTC()
-			if failing.Load() {
-				return errors.New("downstream is down")
-			}
-			return nil
-		}})
+		handler, failing := downstream(handled)
+		s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: handler})
 		// Its first occurrence is due now; the next an hour later, and the
 		// cool-down is an hour: nothing but a trigger can run it again soon.
 		if _, _, err := s.Create(ctx, sqlease.Job{Name: "hourly", Schedule: sqlease.Schedule{Every: time.Hour},
@@ -202,20 +199,14 @@ func TestTriggerProbesOpenBreaker(t *testing.T) {
 			t.Fatal(err)
 		}
 		dispatch(t, st, s, lead)
-		job := func() sqlease.Job {
-			j, err := s.Job(ctx, "hourly")
-			if err != nil {
-				t.Fatal(err)
-			}
-			return j
-		}
-		waitFor(t, 10*time.Second, "the breaker to open", func() bool { return !job().BreakerOpenedAt.IsZero() })
+		job := jobOf(t, s, "hourly")
+		dbtest.WaitFor(t, 10*time.Second, "the breaker to open", func() bool { return !job().BreakerOpenedAt.IsZero() })
 		regular := job().NextRunAt
 		failing.Store(false)
 		if _, err := s.Trigger(ctx, "hourly"); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the triggered probe to close the breaker", func() bool {
+		dbtest.WaitFor(t, 10*time.Second, "the triggered probe to close the breaker", func() bool {
 			j := job()
 			return j.BreakerOpenedAt.IsZero() && j.LockedBy == "" && j.Attempt == 0
 		})
@@ -230,6 +221,6 @@ func TestTriggerProbesOpenBreaker(t *testing.T) {
 			t.Fatalf("handler ran %d times, want 2", n)
 		}
 	}
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) { run(t, newStore(t), false) })
-	t.Run("leader", func(t *testing.T) { run(t, sqliteStore(t), true) })
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) { run(t, newStore(t), false) })
+	t.Run("leader", func(t *testing.T) { run(t, dbtest.SQLite(t), true) })
 }

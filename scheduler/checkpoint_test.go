@@ -9,8 +9,8 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/scheduler"
-	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // progress is what the handlers below checkpoint.
@@ -23,7 +23,7 @@ type progress struct {
 // saves none and fails; attempt 3 still gets attempt 1's, and succeeds. A
 // first attempt gets none. The runs listing shows each attempt's own.
 func TestCheckpointResumes(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		for _, mode := range []string{"claim", "leader"} {
 			t.Run(mode, func(t *testing.T) {
 				ctx := context.Background()
@@ -48,12 +48,12 @@ func TestCheckpointResumes(t *testing.T) {
 					runClaim(t, s)
 				} else {
 					e := lead(t, st, &s, "leader")
-					waitFor(t, 10*time.Second, "leadership", e.IsLeader)
+					dbtest.WaitFor(t, 10*time.Second, "leadership", e.IsLeader)
 				}
 				if _, _, err := s.Create(ctx, sqlease.Job{Name: job, Retry: sqlease.Retry{MaxAttempts: 3, Backoff: 10 * time.Millisecond}}); err != nil {
 					t.Fatal(err)
 				}
-				waitFor(t, 20*time.Second, "3 attempts", func() bool { return rec.count() >= 3 })
+				dbtest.WaitFor(t, 20*time.Second, "3 attempts", func() bool { return rec.count() >= 3 })
 				got := rec.snapshot()
 				if got[0].Checkpoint != nil {
 					t.Errorf("attempt 1 got checkpoint %s, want none", got[0].Checkpoint)
@@ -64,7 +64,7 @@ func TestCheckpointResumes(t *testing.T) {
 						t.Errorf("attempt %d got checkpoint %s, want attempt 1's last, {\"done\":5}", r.Attempt, r.Checkpoint)
 					}
 				}
-				waitFor(t, 10*time.Second, "the ledger", func() bool {
+				dbtest.WaitFor(t, 10*time.Second, "the ledger", func() bool {
 					runs, _ := s.Runs(ctx, job, 10)
 					return len(runs) == 3 && runs[0].Outcome == sqlease.OutcomeSucceeded
 				})
@@ -90,7 +90,7 @@ func TestCheckpointRefusedWhenNotCurrent(t *testing.T) {
 	}
 
 	t.Run("claim", func(t *testing.T) {
-		st := sqliteStore(t)
+		st := dbtest.SQLite(t)
 		refused := make(chan error, 1)
 		taken := make(chan struct{})
 		handler := func(ctx context.Context, r sqlease.Run) error {
@@ -128,7 +128,7 @@ func TestCheckpointRefusedWhenNotCurrent(t *testing.T) {
 	})
 
 	t.Run("leader", func(t *testing.T) {
-		st := sqliteStore(t)
+		st := dbtest.SQLite(t)
 		saved := make(chan struct{})
 		refused := make(chan error, 1)
 		handler := func(ctx context.Context, r sqlease.Run) error {

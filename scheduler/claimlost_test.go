@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlstore"
 )
@@ -42,7 +43,7 @@ func workUnderLease(t *testing.T, s *scheduler.Scheduler, st *sqlstore.Store, ho
 // job runs then — not after its lock_timeout (an hour here), which is what
 // a fault run on MariaDB found: an accepted job that never ran.
 func TestClaimWhoseAnswerWasLostIsGivenBack(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		rec := &recorder{}
@@ -55,11 +56,11 @@ func TestClaimWhoseAnswerWasLostIsGivenBack(t *testing.T) {
 		t.Cleanup(undo) // after the worker stops (cleanups run last first)
 		workUnderLease(t, s, st, "w")
 
-		waitFor(t, 10*time.Second, "the job whose claim's answer was lost to run", func() bool { return rec.count() == 1 })
+		dbtest.WaitFor(t, 10*time.Second, "the job whose claim's answer was lost to run", func() bool { return rec.count() == 1 })
 		if lost.Load() == 0 {
 			t.Fatal("no claim's answer was lost: the test tested nothing")
 		}
-		waitFor(t, 5*time.Second, "its finish", func() bool {
+		dbtest.WaitFor(t, 5*time.Second, "its finish", func() bool {
 			j, err := st.Job(ctx, "once")
 			return err == nil && j.LockedBy == "" && j.NextRunAt.IsZero()
 		})
@@ -91,7 +92,7 @@ func TestClaimWhoseAnswerWasLostIsGivenBack(t *testing.T) {
 // every poll.
 func TestClaimOfACorruptRowIsNotGivenBack(t *testing.T) {
 	ctx := context.Background()
-	st := sqliteStore(t)
+	st := dbtest.SQLite(t)
 	s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: (&recorder{}).handle})
 	if _, _, err := s.Create(ctx, sqlease.Job{Name: "bad", LockTimeout: time.Hour}); err != nil {
 		t.Fatal(err)
@@ -106,7 +107,7 @@ func TestClaimOfACorruptRowIsNotGivenBack(t *testing.T) {
 		}
 		return e
 	}
-	waitFor(t, 5*time.Second, "the bad row's claim", func() bool { return lockEpoch() > 0 })
+	dbtest.WaitFor(t, 5*time.Second, "the bad row's claim", func() bool { return lockEpoch() > 0 })
 	time.Sleep(300 * time.Millisecond) // 15 polls
 	if e := lockEpoch(); e != 1 {
 		t.Errorf("the bad row was claimed %d times in 300 ms: given back after each failed claim", e)

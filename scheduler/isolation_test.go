@@ -2,15 +2,19 @@ package scheduler_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
@@ -20,7 +24,7 @@ import (
 // runs costs the leader nothing — its term and the other running jobs go
 // on — and the deleted job's run row is closed, not left running.
 func TestDeletingARunningJobCostsNoLeadership(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		release := make(chan struct{})
@@ -39,7 +43,7 @@ func TestDeletingARunningJobCostsNoLeadership(t *testing.T) {
 		}}
 		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle, RefreshInterval: 50 * time.Millisecond})
 		e := lead(t, st, &s, "leader")
-		waitFor(t, 10*time.Second, "leadership", e.IsLeader)
+		dbtest.WaitFor(t, 10*time.Second, "leadership", e.IsLeader)
 		tok, _ := e.Require(ctx)
 		if _, _, err := s.Create(ctx, sqlease.Job{Name: "doomed"}); err != nil {
 			t.Fatal(err)
@@ -47,7 +51,7 @@ func TestDeletingARunningJobCostsNoLeadership(t *testing.T) {
 		if _, _, err := s.Create(ctx, sqlease.Job{Name: "steady", Schedule: sqlease.Schedule{Every: 100 * time.Millisecond}}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "doomed to run", func() bool {
+		dbtest.WaitFor(t, 10*time.Second, "doomed to run", func() bool {
 			for _, r := range rec.snapshot() {
 				if r.Job == "doomed" {
 					return true
@@ -70,7 +74,7 @@ func TestDeletingARunningJobCostsNoLeadership(t *testing.T) {
 		}
 		close(release) // its handler returns; the finish finds no job
 		before := others.Load()
-		waitFor(t, 10*time.Second, "the other job to keep running", func() bool { return others.Load() > before+3 })
+		dbtest.WaitFor(t, 10*time.Second, "the other job to keep running", func() bool { return others.Load() > before+3 })
 		if cur, err := e.Require(ctx); err != nil || cur != tok {
 			t.Fatalf("deleting a running job ended the term: %v %v (was %v)", cur, err, tok)
 		}
@@ -83,7 +87,7 @@ func TestDeletingARunningJobCostsNoLeadership(t *testing.T) {
 // Error text with NUL bytes and invalid UTF-8 is stored cleaned, in every
 // dialect; in a batch (PostgreSQL) the other runs' outcomes are written too.
 func TestRunErrorTextIsCleaned(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		bad := "stderr:\x00 bad \xff\xfe bytes " + strings.Repeat("x", 10000)
@@ -101,8 +105,8 @@ func TestRunErrorTextIsCleaned(t *testing.T) {
 		}
 		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
 		e := lead(t, st, &s, "leader")
-		waitFor(t, 10*time.Second, "leadership", e.IsLeader)
-		waitFor(t, 10*time.Second, "every outcome written", func() bool {
+		dbtest.WaitFor(t, 10*time.Second, "leadership", e.IsLeader)
+		dbtest.WaitFor(t, 10*time.Second, "every outcome written", func() bool {
 			for i := range 8 {
 				runs, _ := st.Runs(ctx, fmt.Sprintf("bad-%d", i), 1)
 				if len(runs) != 1 || runs[0].Outcome == sqlease.OutcomeRunning {
@@ -195,4 +199,183 @@ func TestHangingHeartbeatsCancelBeforeTheLockGoesStale(t *testing.T) {
 	if got.ensured == nil {
 		t.Fatal("Ensure passed after the run's local deadline")
 	}
+}
+
+// corruptAmongDue creates the due one-off jobs good-0..good-(n-1) and one,
+// "bad", whose schedule no reader can decode (a row edited by hand), all
+// with a lock_timeout of an hour, so that nothing runs by waiting for it.
+func corruptAmongDue(t *testing.T, s *scheduler.Scheduler, st *sqlstore.Store, n int) {
+	t.Helper()
+	ctx := context.Background()
+	jobs := []sqlease.Job{{Name: "bad", LockTimeout: time.Hour}}
+	for i := range n {
+		jobs = append(jobs, sqlease.Job{Name: fmt.Sprintf("good-%d", i), LockTimeout: time.Hour})
+	}
+	for _, j := range jobs {
+		if _, _, err := s.Create(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.DB().ExecContext(ctx, `UPDATE sqlease_jobs SET schedule = 'not json' WHERE name = 'bad'`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// corruptCount is an Observer that counts the rows set aside.
+type corruptCount struct{ n atomic.Int32 }
+
+func (*corruptCount) RunFinished(string, sqlease.Outcome, time.Duration) {}
+func (c *corruptCount) JobRowCorrupt(job string) {
+	if job == "bad" {
+		c.n.Add(1)
+	}
+}
+
+// A row that cannot be decoded is claimed with the others of its batch: it
+// must not hold them up. Each good job runs once, at once, in claim mode
+// (under a worker lease, as the daemon runs it) and in leader mode; the
+// bad row is left locked, to be tried again after its lock_timeout.
+func TestCorruptRowDoesNotHoldUpItsBatch(t *testing.T) {
+	const good = 5
+	check := func(t *testing.T, st *sqlstore.Store, rec *recorder, obs *corruptCount) {
+		dbtest.WaitFor(t, 10*time.Second, "every good job to run", func() bool { return rec.count() >= good })
+		time.Sleep(100 * time.Millisecond) // a second run of one would come now
+		seen := map[string]int{}
+		for _, r := range rec.snapshot() {
+			seen[r.Job]++
+		}
+		for i := range good {
+			if n := seen[fmt.Sprintf("good-%d", i)]; n != 1 {
+				t.Errorf("good-%d ran %d times, want 1", i, n)
+			}
+		}
+		if seen["bad"] != 0 {
+			t.Errorf("the row that cannot be decoded ran")
+		}
+		// Set aside: unlocked, not due for a while, and not claimed
+		// again meanwhile (once: lock epoch 1).
+		ctx := context.Background()
+		var locked, aside bool
+		var epoch int64
+		if err := st.DB().QueryRowContext(ctx, `SELECT locked_by IS NOT NULL, not_before IS NOT NULL, lock_epoch FROM sqlease_jobs WHERE name = 'bad'`).Scan(&locked, &aside, &epoch); err != nil {
+			t.Fatal(err)
+		}
+		if locked || !aside || epoch != 1 {
+			t.Errorf("the bad row: locked %v, not_before set %v, lock epoch %d; want it set aside once: unlocked, not_before set, epoch 1", locked, aside, epoch)
+		}
+		if n := obs.n.Load(); n != 1 {
+			t.Errorf("the observer heard of the bad row %d times, want 1", n)
+		}
+		// A run its claim started is closed, and says why.
+		runs, err := st.Runs(ctx, "bad", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range runs {
+			if r.Outcome != sqlease.OutcomeAbandoned || !strings.Contains(r.Error, "cannot be decoded") {
+				t.Errorf("run %d of the bad row: %s %q, want abandoned, saying why", r.Attempt, r.Outcome, r.Error)
+			}
+		}
+	}
+	leads := func(t *testing.T, st *sqlstore.Store) {
+		rec, obs := &recorder{}, &corruptCount{}
+		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle, Observer: obs})
+		corruptAmongDue(t, s, st, good)
+		e := lead(t, st, &s, "leader")
+		dbtest.WaitFor(t, 10*time.Second, "leadership", e.IsLeader)
+		check(t, st, rec, obs)
+	}
+	t.Run("claim", func(t *testing.T) {
+		dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
+			st := newStore(t)
+			rec, obs := &recorder{}, &corruptCount{}
+			s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle, Observer: obs})
+			corruptAmongDue(t, s, st, good)
+			workUnderLease(t, s, st, "w")
+			check(t, st, rec, obs)
+		})
+	})
+	t.Run("leader", func(t *testing.T) {
+		dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) { leads(t, newStore(t)) })
+	})
+	// A store without batch statements (SQL Server's way): the leader
+	// claims one job per fenced transaction.
+	t.Run("leader/unbatched", func(t *testing.T) {
+		d, err := sqlite.Dialect("sqlease")
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := &d.Jobs
+		q.ClaimJobs, q.ClaimLockJobs, q.ClaimStartJobs, q.ClaimStart, q.ClaimStartAfter = "", "", "", "", ""
+		q.StartRuns, q.FinishRuns, q.StartRunIf = "", "", ""
+		path := filepath.Join(t.TempDir(), "u.db")
+		st, err := sqlstore.OpenMigrated(context.Background(), func() (*sql.DB, error) { return sqlite.Open(path) }, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.DB().Close() })
+		if st.Batched() {
+			t.Fatal("the store still batches: the test would not take the one-job path")
+		}
+		leads(t, st)
+	})
+}
+
+// TestBadErrorTextRunsNothingTwice is fault issue 10's report in claim mode:
+// one run's error text that a database refuses as it is (a NUL byte, bytes
+// that are not UTF-8, a huge stderr) failed the grouped finish of every run
+// that ended with it on PostgreSQL, and those that had succeeded ran again
+// once their locks went stale. Here all runs end together, so they share
+// one group; each is recorded once, and nothing runs twice.
+func TestBadErrorTextRunsNothingTwice(t *testing.T) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
+		ctx := context.Background()
+		const n = 5
+		const lockTimeout = time.Second
+		bad := "exit status 1: stderr: \x00\xff\xfe" + strings.Repeat("ошибка ", 2000)
+		var started sync.WaitGroup
+		started.Add(n)
+		all := make(chan struct{})
+		go func() { started.Wait(); close(all) }()
+		rec := &recorder{fn: func(ctx context.Context, r sqlease.Run) error {
+			if r.Attempt == 1 {
+				started.Done()
+				<-all // finish together: one group
+			}
+			if r.Job == "job-2" {
+				return errors.New(bad)
+			}
+			return nil
+		}}
+		s := newSched(t, scheduler.Config{Store: newStore(t), Holder: "w", Handler: rec.handle})
+		for i := range n {
+			if _, _, err := s.Create(ctx, sqlease.Job{Name: fmt.Sprintf("job-%d", i), Retry: sqlease.Retry{MaxAttempts: 1}, LockTimeout: lockTimeout}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runClaim(t, s)
+		for i := range n {
+			name := fmt.Sprintf("job-%d", i)
+			dbtest.WaitFor(t, 15*time.Second, "the outcome of "+name, func() bool {
+				runs, _ := s.Runs(ctx, name, 10)
+				return len(runs) == 1 && runs[0].Outcome != sqlease.OutcomeRunning
+			})
+			runs, _ := s.Runs(ctx, name, 10)
+			want := sqlease.OutcomeSucceeded
+			if name == "job-2" {
+				want = sqlease.OutcomeFailed
+				if e := runs[0].Error; e != sqlstore.CleanText(bad) || strings.ContainsRune(e, 0) || !utf8.ValidString(e) || len(e) > sqlstore.MaxTextBytes {
+					t.Errorf("stored error text (%d bytes) is not the storable form of the handler's", len(e))
+				}
+			}
+			if runs[0].Outcome != want || runs[0].Attempt != 1 {
+				t.Errorf("%s: %+v, want attempt 1 %s", name, runs[0], want)
+			}
+		}
+		// Past the lock timeout, nothing ran again.
+		time.Sleep(lockTimeout + 500*time.Millisecond)
+		if got := rec.count(); got != n {
+			t.Fatalf("%d runs of %d one-off jobs: an unrecorded finish ran its occurrence again", got, n)
+		}
+	})
 }

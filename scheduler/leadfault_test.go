@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -13,8 +12,8 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/scheduler"
-	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -88,7 +87,7 @@ func interruptThenDrain(t *testing.T, st *sqlstore.Store, lease, job string, id 
 	}
 	due := leaderStarts(t, st, old.Token(), id)
 	var l sqlease.Lease
-	waitFor(t, 5*time.Second, "the old lease to expire", func() bool {
+	dbtest.WaitFor(t, 5*time.Second, "the old lease to expire", func() bool {
 		l, err = st.Acquire(ctx, lease, "new", time.Minute)
 		return err == nil
 	})
@@ -96,7 +95,7 @@ func interruptThenDrain(t *testing.T, st *sqlstore.Store, lease, job string, id 
 	s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
 	stop := leadTerm(t, s, &settledGate{st: st, tok: l.Token(), settled: time.Now().Add(time.Minute)}, l.Token())
 	defer stop()
-	waitFor(t, 5*time.Second, "the leader to claim it", func() bool {
+	dbtest.WaitFor(t, 5*time.Second, "the leader to claim it", func() bool {
 		got, _ := st.Job(ctx, job)
 		return got.LockedBy == "new"
 	})
@@ -116,7 +115,7 @@ func interruptThenDrain(t *testing.T, st *sqlstore.Store, lease, job string, id 
 // term's holder can no longer be sending it (SPEC G3): not before the gate's
 // PriorTermsEnd. A new occurrence is not delayed.
 func TestLeaderDefersRetryOfInterruptedRun(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
@@ -132,7 +131,7 @@ func TestLeaderDefersRetryOfInterruptedRun(t *testing.T) {
 		}
 		leaderStarts(t, st, tokA.Token(), j.ID)
 		var tokB sqlease.Lease
-		waitFor(t, 5*time.Second, "the old lease to expire", func() bool {
+		dbtest.WaitFor(t, 5*time.Second, "the old lease to expire", func() bool {
 			tokB, err = st.Acquire(ctx, "lead", "new", time.Minute)
 			return err == nil
 		})
@@ -153,7 +152,7 @@ func TestLeaderDefersRetryOfInterruptedRun(t *testing.T) {
 		gate := &settledGate{st: st, tok: tokB.Token(), settled: time.Now().Add(wait)}
 		leadTerm(t, s, gate, tokB.Token())
 
-		waitFor(t, 10*time.Second, "both jobs to run", func() bool { return rec.count() == 2 })
+		dbtest.WaitFor(t, 10*time.Second, "both jobs to run", func() bool { return rec.count() == 2 })
 		mu.Lock()
 		defer mu.Unlock()
 		if started["fresh"].After(gate.settled) {
@@ -175,28 +174,15 @@ func TestLeaderDefersRetryOfInterruptedRun(t *testing.T) {
 // Lead's errors, until the test ends.
 func leadOnce(t *testing.T, st *sqlstore.Store, s *scheduler.Scheduler, holder string, errs chan<- error) *election.Elector {
 	t.Helper()
-	var e *election.Elector
-	e, err := election.New(election.Config{
-		Store: st, HolderID: holder, LeaseName: "lead",
-		LeaseDuration: 2 * time.Second, RenewInterval: 300 * time.Millisecond, AcquireInterval: 50 * time.Millisecond,
-		ResignHoldoff: 3 * time.Second,
-		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) {
-			if err := s.Lead(ctx, e, tok); err != nil {
-				select {
-				case errs <- err:
-				default:
-				}
+	cfg := election.Config{Store: st, HolderID: holder, LeaseName: "lead", ResignHoldoff: 3 * time.Second}
+	return runElector(t, cfg, func(ctx context.Context, e *election.Elector, tok sqlease.Token) {
+		if err := s.Lead(ctx, e, tok); err != nil {
+			select {
+			case errs <- err:
+			default:
 			}
-		},
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = e.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return e
 }
 
 func renameJobs(t *testing.T, st *sqlstore.Store, from, to string) {
@@ -211,7 +197,7 @@ func renameJobs(t *testing.T, st *sqlstore.Store, from, to string) {
 // then resigns the lease so that another instance leads — which dispatches
 // once the database lets it.
 func TestLeadResignsWhenRebuildKeepsFailing(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
@@ -224,8 +210,8 @@ func TestLeadResignsWhenRebuildKeepsFailing(t *testing.T) {
 		errsA := make(chan error, 1)
 		sa := newSched(t, scheduler.Config{Store: st, DispatchFailureLimit: limit, RefreshInterval: 50 * time.Millisecond})
 		a := leadOnce(t, st, sa, "a", errsA)
-		waitFor(t, 10*time.Second, "a to lead", a.IsLeader)
-		waitFor(t, 5*time.Second, "a's dispatcher to report failing", func() bool {
+		dbtest.WaitFor(t, 10*time.Second, "a to lead", a.IsLeader)
+		dbtest.WaitFor(t, 5*time.Second, "a's dispatcher to report failing", func() bool {
 			d := sa.Dispatch()
 			return d.Phase == scheduler.PhaseFailing && d.Err != nil
 		})
@@ -236,7 +222,7 @@ func TestLeadResignsWhenRebuildKeepsFailing(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("Lead kept failing without returning")
 		}
-		waitFor(t, 5*time.Second, "a to resign and release the lease", func() bool {
+		dbtest.WaitFor(t, 5*time.Second, "a to resign and release the lease", func() bool {
 			l, err := st.Lease(ctx, "lead")
 			return err == nil && l.Expired() && !a.IsLeader()
 		})
@@ -245,14 +231,14 @@ func TestLeadResignsWhenRebuildKeepsFailing(t *testing.T) {
 		rec := &recorder{}
 		sb := newSched(t, scheduler.Config{Store: st, Handler: rec.handle, DispatchFailureLimit: time.Minute, RefreshInterval: 50 * time.Millisecond})
 		b := leadOnce(t, st, sb, "b", make(chan error, 1))
-		waitFor(t, 5*time.Second, "b to lead during a's holdoff", b.IsLeader)
+		dbtest.WaitFor(t, 5*time.Second, "b to lead during a's holdoff", b.IsLeader)
 		renameJobs(t, st, "sqlease_jobs_away", "sqlease_jobs")
 		// "later" fell due at its creation: b may have claimed it already
 		// (a conflict: it runs), or the trigger makes it due now.
 		if _, err := admin.Trigger(ctx, "later"); err != nil && !errors.Is(err, sqlease.ErrConflict) {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "b to run the job", func() bool { return rec.count() >= 1 })
+		dbtest.WaitFor(t, 10*time.Second, "b to run the job", func() bool { return rec.count() >= 1 })
 		if a.IsLeader() {
 			t.Fatal("a leads again beside b")
 		}
@@ -262,7 +248,7 @@ func TestLeadResignsWhenRebuildKeepsFailing(t *testing.T) {
 // A refresh that keeps failing stops dispatch and, past the limit, ends the
 // term; one that recovers within it keeps the term.
 func TestLeadResignsWhenRefreshKeepsFailing(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		st := newStore(t)
 		// The short outage below lasts a few refreshes on a quiet
 		// machine, more than a second on a busy one: the limit is well
@@ -271,14 +257,14 @@ func TestLeadResignsWhenRefreshKeepsFailing(t *testing.T) {
 		errs := make(chan error, 1)
 		s := newSched(t, scheduler.Config{Store: st, DispatchFailureLimit: limit, RefreshInterval: 50 * time.Millisecond})
 		e := leadOnce(t, st, s, "a", errs)
-		waitFor(t, 10*time.Second, "dispatch", func() bool { return s.Dispatch().Phase == scheduler.PhaseRunning })
+		dbtest.WaitFor(t, 10*time.Second, "dispatch", func() bool { return s.Dispatch().Phase == scheduler.PhaseRunning })
 		tok, _ := e.Require(context.Background())
 
 		// A short outage: the term survives it.
 		renameJobs(t, st, "sqlease_jobs", "sqlease_jobs_away")
-		waitFor(t, 5*time.Second, "failing", func() bool { return s.Dispatch().Phase == scheduler.PhaseFailing })
+		dbtest.WaitFor(t, 5*time.Second, "failing", func() bool { return s.Dispatch().Phase == scheduler.PhaseFailing })
 		renameJobs(t, st, "sqlease_jobs_away", "sqlease_jobs")
-		waitFor(t, 5*time.Second, "recovery", func() bool { return s.Dispatch().Phase == scheduler.PhaseRunning })
+		dbtest.WaitFor(t, 5*time.Second, "recovery", func() bool { return s.Dispatch().Phase == scheduler.PhaseRunning })
 		if cur, err := e.Require(context.Background()); err != nil || cur != tok {
 			t.Fatalf("a short refresh outage ended the term: %v %v", cur, err)
 		}
@@ -291,7 +277,7 @@ func TestLeadResignsWhenRefreshKeepsFailing(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("Lead kept its term through a refresh outage longer than the limit")
 		}
-		waitFor(t, 5*time.Second, "the term to end", func() bool {
+		dbtest.WaitFor(t, 5*time.Second, "the term to end", func() bool {
 			cur, err := e.Require(context.Background())
 			return err != nil || cur != tok
 		})
@@ -303,7 +289,7 @@ func TestLeadResignsWhenRefreshKeepsFailing(t *testing.T) {
 // collapses occurrences that never started, not one that was accepted and
 // started (SPEC G3). Leader mode and claim mode.
 func TestInterruptedOccurrenceRetriedPastLaterOnes(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		for _, mode := range []string{"leader", "claim"} {
 			t.Run(mode, func(t *testing.T) {
 				ctx := context.Background()
@@ -348,7 +334,7 @@ func TestInterruptedOccurrenceRetriedPastLaterOnes(t *testing.T) {
 				s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle})
 				if mode == "leader" {
 					var l sqlease.Lease
-					waitFor(t, 5*time.Second, "the old lease to expire", func() bool {
+					dbtest.WaitFor(t, 5*time.Second, "the old lease to expire", func() bool {
 						l, err = st.Acquire(ctx, "lead", "new", time.Minute)
 						return err == nil
 					})
@@ -389,16 +375,8 @@ func TestInterruptedOccurrenceRetriedPastLaterOnes(t *testing.T) {
 // left for the next owner with its attempt count.
 func TestDeferredRetryDoesNotHoldUpDrain(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "jobs.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.DB().Close()
-	admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
-	j, _, err := admin.Create(ctx, sqlease.Job{Name: "interrupted", Schedule: sqlease.Schedule{Every: time.Hour}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := dbtest.SQLite(t)
+	j := created(t, st, sqlease.Job{Name: "interrupted", Schedule: sqlease.Schedule{Every: time.Hour}})
 	_, rec := interruptThenDrain(t, st, "lead", "interrupted", j.ID)
 	got, err := st.Job(ctx, "interrupted")
 	if err != nil {
@@ -413,13 +391,13 @@ func TestDeferredRetryDoesNotHoldUpDrain(t *testing.T) {
 // by someone else) says so through Dispatch — readiness answers 503
 // dispatch_stuck — and is running again once the statement returns.
 func TestStuckDispatchLoopIsVisible(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		s := newSched(t, scheduler.Config{Store: st, RefreshInterval: 50 * time.Millisecond, DispatchFailureLimit: time.Minute})
 		e := leadOnce(t, st, s, "a", make(chan error, 1))
-		waitFor(t, 10*time.Second, "leadership", e.IsLeader)
-		waitFor(t, 5*time.Second, "dispatch", func() bool { return s.Dispatch().Phase == scheduler.PhaseRunning })
+		dbtest.WaitFor(t, 10*time.Second, "leadership", e.IsLeader)
+		dbtest.WaitFor(t, 5*time.Second, "dispatch", func() bool { return s.Dispatch().Phase == scheduler.PhaseRunning })
 		tx, err := st.DB().BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -439,7 +417,7 @@ func TestStuckDispatchLoopIsVisible(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.ExecContext(ctx, "UNLOCK TABLES")
-			waitFor(t, 10*time.Second, "dispatch stuck", func() bool { return s.Dispatch().Phase == scheduler.PhaseStuck })
+			dbtest.WaitFor(t, 10*time.Second, "dispatch stuck", func() bool { return s.Dispatch().Phase == scheduler.PhaseStuck })
 			if _, err := conn.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
 				t.Fatal(err)
 			}
@@ -458,11 +436,11 @@ func TestStuckDispatchLoopIsVisible(t *testing.T) {
 					time.Sleep(50 * time.Millisecond)
 				}
 			} else {
-				waitFor(t, 10*time.Second, "dispatch stuck", func() bool { return s.Dispatch().Phase == scheduler.PhaseStuck })
+				dbtest.WaitFor(t, 10*time.Second, "dispatch stuck", func() bool { return s.Dispatch().Phase == scheduler.PhaseStuck })
 			}
 			_ = tx.Rollback()
 		}
-		waitFor(t, 10*time.Second, "dispatch running again", func() bool { return s.Dispatch().Phase == scheduler.PhaseRunning })
+		dbtest.WaitFor(t, 10*time.Second, "dispatch running again", func() bool { return s.Dispatch().Phase == scheduler.PhaseRunning })
 	})
 }
 
@@ -472,14 +450,10 @@ func TestStuckDispatchLoopIsVisible(t *testing.T) {
 // running it, so it takes it again at once (the started attempt marked
 // abandoned, the next one run), not after the job's lock_timeout.
 func TestLeaderRetakesItsOwnUnheardClaim(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
-		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
-		j, _, err := admin.Create(ctx, sqlease.Job{Name: "unheard", LockTimeout: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := created(t, st, sqlease.Job{Name: "unheard", LockTimeout: time.Hour})
 		lease, err := st.Acquire(ctx, "lead", "leader", time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -493,7 +467,7 @@ func TestLeaderRetakesItsOwnUnheardClaim(t *testing.T) {
 		gate := &settledGate{st: st, tok: tok, settled: time.Now()}
 		leadTerm(t, s, gate, tok)
 
-		waitFor(t, 10*time.Second, "the job to run (its lock_timeout is an hour)", func() bool { return rec.count() == 1 })
+		dbtest.WaitFor(t, 10*time.Second, "the job to run (its lock_timeout is an hour)", func() bool { return rec.count() == 1 })
 		time.Sleep(300 * time.Millisecond) // a second run would come now
 		runs := rec.snapshot()
 		if len(runs) != 1 || runs[0].Attempt != 2 {
@@ -523,7 +497,7 @@ func TestLeaderRetakesItsOwnUnheardClaim(t *testing.T) {
 // next leader whose earlier terms may still act waits for them, as for a
 // takeover: the interrupted attempt's sender may be alive.
 func TestGivenBackInterruptedOccurrenceRetried(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		for _, next := range []string{"claim", "leader"} {
 			t.Run(next, func(t *testing.T) { givenBack(t, newStore, next) })
 		}
@@ -610,7 +584,7 @@ func (g *lateGate) Resign(tok sqlease.Token, reason string) {
 // lease round without anyone dispatching.
 func TestLeaderWaitsForAGateClosedAtTheTermsStart(t *testing.T) {
 	ctx := context.Background()
-	st := sqliteStore(t)
+	st := dbtest.SQLite(t)
 	rec := &recorder{}
 	s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle})
 	if _, _, err := s.Create(ctx, sqlease.Job{Name: "due"}); err != nil {
@@ -624,7 +598,7 @@ func TestLeaderWaitsForAGateClosedAtTheTermsStart(t *testing.T) {
 	began := time.Now()
 	gate := &lateGate{settledGate: settledGate{st: st, tok: l.Token()}, opensAt: began.Add(closedFor)}
 	leadTerm(t, s, gate, l.Token())
-	waitFor(t, 10*time.Second, "the due job to run once the gate opens", func() bool { return rec.count() == 1 })
+	dbtest.WaitFor(t, 10*time.Second, "the due job to run once the gate opens", func() bool { return rec.count() == 1 })
 	if at := rec.at[0]; at.Before(gate.opensAt) {
 		t.Errorf("ran %s after the term began, before its gate opened (%s)", at.Sub(began), closedFor)
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/scheduler"
-	"github.com/sqlease/sqlease/sqlstore"
 )
 
 func TestTailOutput(t *testing.T) {
@@ -42,7 +42,7 @@ func TestTailOutput(t *testing.T) {
 // handler that sets none — every library job written before output
 // existed — stores none; OutputLimit < 0 keeps nothing.
 func TestRunOutput(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		handle := func(ctx context.Context, r sqlease.Run) error {
 			switch {
@@ -87,7 +87,7 @@ func TestRunOutput(t *testing.T) {
 			return runs[0], runs[0].Outcome != sqlease.OutcomeRunning
 		}
 		for name, out := range want {
-			waitFor(t, 20*time.Second, name+" to finish", func() bool { _, ok := finished(name); return ok })
+			dbtest.WaitFor(t, 20*time.Second, name+" to finish", func() bool { _, ok := finished(name); return ok })
 			if r, _ := finished(name); r.Output != out {
 				t.Errorf("%s: output %q, want %q (outcome %s)", name, r.Output, out, r.Outcome)
 			}
@@ -99,7 +99,7 @@ func TestRunOutput(t *testing.T) {
 			t.Fatal(err)
 		}
 		runClaim(t, off)
-		waitFor(t, 20*time.Second, "says-off to finish", func() bool { _, ok := finished("says-off"); return ok })
+		dbtest.WaitFor(t, 20*time.Second, "says-off to finish", func() bool { _, ok := finished("says-off"); return ok })
 		if r, _ := finished("says-off"); r.Output != "" {
 			t.Errorf("OutputLimit -1 kept %q", r.Output)
 		}
@@ -111,7 +111,7 @@ func TestRunOutput(t *testing.T) {
 // and output through the lease fence, which refuses them: the ledger keeps
 // the run running, with no output, for the next leader to retry.
 func TestDeposedLeaderKeepsNoOutput(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
@@ -129,7 +129,7 @@ func TestDeposedLeaderKeepsNoOutput(t *testing.T) {
 		handle := func(ctx context.Context, r sqlease.Run) error {
 			scheduler.SetOutput(ctx, "from the deposed leader")
 			// Another holder takes the lease over while the run executes.
-			waitFor(t, 10*time.Second, "the lease to be taken over", func() bool {
+			dbtest.WaitFor(t, 10*time.Second, "the lease to be taken over", func() bool {
 				_, err := st.Acquire(context.Background(), "lead", "new", time.Minute)
 				return err == nil
 			})

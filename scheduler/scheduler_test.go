@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -16,84 +15,11 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
-	"github.com/sqlease/sqlease/internal/mysqltest"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/internal/pgtest"
-	"github.com/sqlease/sqlease/mysql"
-	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/scheduler"
-	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
-
-// dialects runs fn against SQLite always, PostgreSQL when
-// SQLEASE_TEST_POSTGRES_URL is set and MariaDB/MySQL when
-// SQLEASE_TEST_MYSQL_URL is set (scripts/test.sh sets both).
-func dialects(t *testing.T, fn func(t *testing.T, newStore func(t *testing.T) *sqlstore.Store)) {
-	t.Run("sqlite", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "jobs.db")
-		fn(t, func(t *testing.T) *sqlstore.Store {
-			s, err := sqlite.OpenStore(context.Background(), path, "sqlease")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.DB().Close() })
-			return s
-		})
-	})
-	t.Run("postgres", func(t *testing.T) {
-		url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-		if url == "" {
-			t.Skip("SQLEASE_TEST_POSTGRES_URL not set; bash scripts/test.sh sets it")
-		}
-		dbURL := pgtest.CreateDatabase(t, url)
-		fn(t, func(t *testing.T) *sqlstore.Store {
-			s, err := postgres.OpenStore(context.Background(), dbURL, "sqlease")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.DB().Close() })
-			return s
-		})
-	})
-	t.Run("mysql", func(t *testing.T) {
-		url := os.Getenv(mysqltest.URLEnv)
-		if url == "" {
-			t.Skip(mysqltest.URLEnv + " not set; bash scripts/test.sh sets it")
-		}
-		dbURL := mysqltest.CreateDatabase(t, url)
-		fn(t, func(t *testing.T) *sqlstore.Store {
-			s, err := mysql.OpenStore(context.Background(), dbURL, "sqlease")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.DB().Close() })
-			return s
-		})
-	})
-}
-
-// sqliteStore is a store on a SQLite file of its own, closed when the test
-// ends.
-func sqliteStore(t *testing.T) *sqlstore.Store {
-	t.Helper()
-	st, err := sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "s.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.DB().Close() })
-	return st
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 func newSched(t *testing.T, cfg scheduler.Config) *scheduler.Scheduler {
 	t.Helper()
@@ -105,6 +31,17 @@ func newSched(t *testing.T, cfg scheduler.Config) *scheduler.Scheduler {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// created creates job through a scheduler of its own on st, as an
+// operator would, and returns it as stored; an error fails the test.
+func created(t *testing.T, st *sqlstore.Store, job sqlease.Job) sqlease.Job {
+	t.Helper()
+	j, _, err := newSched(t, scheduler.Config{Store: st, Holder: "admin"}).Create(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }
 
 // runClaim runs claim-mode dispatch until the test ends.
@@ -148,7 +85,7 @@ func (rec *recorder) first(t *testing.T, job string) (sqlease.Run, time.Time) {
 	t.Helper()
 	var r sqlease.Run
 	var at time.Time
-	waitFor(t, 10*time.Second, "a run of "+job, func() bool {
+	dbtest.WaitFor(t, 10*time.Second, "a run of "+job, func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		for i := range rec.runs {
@@ -169,7 +106,7 @@ func (rec *recorder) snapshot() []sqlease.Run {
 }
 
 func TestCreateValidationAndIdempotency(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		s := newSched(t, scheduler.Config{Store: newStore(t), Holder: "w"})
 		job := sqlease.Job{Name: "report", Key: "k1", Schedule: sqlease.Schedule{Every: time.Minute}}
@@ -229,7 +166,7 @@ func TestCreateValidationAndIdempotency(t *testing.T) {
 }
 
 func TestClaimEveryNoDrift(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		rec := &recorder{fn: func(ctx context.Context, r sqlease.Run) error {
 			time.Sleep(30 * time.Millisecond) // a slow start must not shift later occurrences
@@ -240,7 +177,7 @@ func TestClaimEveryNoDrift(t *testing.T) {
 			t.Fatal(err)
 		}
 		runClaim(t, s)
-		waitFor(t, 20*time.Second, "12 runs", func() bool { return rec.count() >= 12 })
+		dbtest.WaitFor(t, 20*time.Second, "12 runs", func() bool { return rec.count() >= 12 })
 		runs := rec.snapshot()
 		for i := 1; i < len(runs); i++ {
 			if d := runs[i].ScheduledFor.Sub(runs[0].ScheduledFor); d != time.Duration(i)*100*time.Millisecond {
@@ -254,7 +191,7 @@ func TestClaimEveryNoDrift(t *testing.T) {
 }
 
 func TestClaimRaceExactlyOnce(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		var mu sync.Mutex
 		seen := map[string]int{}
@@ -274,7 +211,7 @@ func TestClaimRaceExactlyOnce(t *testing.T) {
 		for w := range workers {
 			runClaim(t, newSched(t, scheduler.Config{Store: newStore(t), Holder: fmt.Sprintf("w%d", w), Handler: handle, BatchSize: 7}))
 		}
-		waitFor(t, 30*time.Second, "every job to run", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == jobs })
+		dbtest.WaitFor(t, 30*time.Second, "every job to run", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == jobs })
 		// Give a double start a chance to show up before counting.
 		time.Sleep(200 * time.Millisecond)
 		mu.Lock()
@@ -289,7 +226,7 @@ func TestClaimRaceExactlyOnce(t *testing.T) {
 		for i := range jobs {
 			var runs []sqlease.Run
 			var err error
-			waitFor(t, 10*time.Second, fmt.Sprintf("job %d's outcome", i), func() bool {
+			dbtest.WaitFor(t, 10*time.Second, fmt.Sprintf("job %d's outcome", i), func() bool {
 				runs, err = admin.Runs(ctx, fmt.Sprintf("once-%03d", i), 10)
 				return err != nil || len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeRunning
 			})
@@ -301,7 +238,7 @@ func TestClaimRaceExactlyOnce(t *testing.T) {
 }
 
 func TestRetryWithBackoffThenSuccess(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		var calls atomic.Int32
 		rec := &recorder{fn: func(ctx context.Context, r sqlease.Run) error {
@@ -315,8 +252,8 @@ func TestRetryWithBackoffThenSuccess(t *testing.T) {
 			t.Fatal(err)
 		}
 		runClaim(t, s)
-		waitFor(t, 20*time.Second, "3 attempts", func() bool { return rec.count() >= 3 })
-		waitFor(t, 10*time.Second, "the ledger", func() bool {
+		dbtest.WaitFor(t, 20*time.Second, "3 attempts", func() bool { return rec.count() >= 3 })
+		dbtest.WaitFor(t, 10*time.Second, "the ledger", func() bool {
 			runs, _ := s.Runs(ctx, "flaky", 10)
 			return len(runs) == 3 && runs[0].Outcome == sqlease.OutcomeSucceeded
 		})
@@ -346,7 +283,7 @@ func TestRetryWithBackoffThenSuccess(t *testing.T) {
 }
 
 func TestStaleLockReclaimed(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
@@ -364,12 +301,12 @@ func TestStaleLockReclaimed(t *testing.T) {
 		}
 		rec := &recorder{}
 		runClaim(t, newSched(t, scheduler.Config{Store: newStore(t), Holder: "live", Handler: rec.handle}))
-		waitFor(t, 20*time.Second, "the stale lock to be reclaimed", func() bool { return rec.count() == 1 })
+		dbtest.WaitFor(t, 20*time.Second, "the stale lock to be reclaimed", func() bool { return rec.count() == 1 })
 		r := rec.snapshot()[0]
 		if r.Attempt != 2 || !r.ScheduledFor.Equal(c.NextRunAt) || r.Holder != "live" || r.Epoch != c.Lock.Epoch+1 {
 			t.Fatalf("reclaimed run %+v, want attempt 2 of the same occurrence under the next lock epoch", r)
 		}
-		waitFor(t, 10*time.Second, "the ledger", func() bool {
+		dbtest.WaitFor(t, 10*time.Second, "the ledger", func() bool {
 			runs, _ := admin.Runs(ctx, "orphan", 10)
 			return len(runs) == 2 && runs[0].Outcome == sqlease.OutcomeSucceeded
 		})
@@ -386,7 +323,7 @@ func TestStaleLockReclaimed(t *testing.T) {
 }
 
 func TestHeartbeatFailureCancelsHandler(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		started := make(chan sqlease.Run, 1)
@@ -431,10 +368,7 @@ func TestHeartbeatFailureCancelsHandler(t *testing.T) {
 
 func TestHeartbeatTransientFailuresCancelAfterN(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "hb.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := dbtest.SQLite(t)
 	started := make(chan struct{}, 1)
 	cancelledAt := make(chan time.Time, 1)
 	handler := func(ctx context.Context, r sqlease.Run) error {
@@ -464,7 +398,7 @@ func TestHeartbeatTransientFailuresCancelAfterN(t *testing.T) {
 }
 
 func TestPauseResumeTrigger(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		rec := &recorder{}
 		s := newSched(t, scheduler.Config{Store: newStore(t), Holder: "w", Handler: rec.handle})
@@ -487,7 +421,7 @@ func TestPauseResumeTrigger(t *testing.T) {
 		if _, err := s.Trigger(ctx, "later"); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the triggered run", func() bool { return rec.count() == 1 })
+		dbtest.WaitFor(t, 10*time.Second, "the triggered run", func() bool { return rec.count() == 1 })
 		if _, err := s.Pause(ctx, "missing"); !errors.Is(err, sqlease.ErrNoJob) {
 			t.Fatalf("pause of a missing job: %v", err)
 		}
@@ -497,16 +431,22 @@ func TestPauseResumeTrigger(t *testing.T) {
 // lead runs an elector whose leadership drives s.Lead, until the test ends.
 func lead(t *testing.T, st *sqlstore.Store, s **scheduler.Scheduler, holder string) *election.Elector {
 	t.Helper()
-	var e *election.Elector
-	e, err := election.New(election.Config{
-		Store: st, HolderID: holder,
-		LeaseDuration: 2 * time.Second, RenewInterval: 300 * time.Millisecond, AcquireInterval: 50 * time.Millisecond,
-		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) {
-			if err := (*s).Lead(ctx, e, tok); err != nil && ctx.Err() == nil {
-				t.Errorf("Lead: %v", err)
-			}
-		},
+	return runElector(t, election.Config{Store: st, HolderID: holder}, func(ctx context.Context, e *election.Elector, tok sqlease.Token) {
+		if err := (*s).Lead(ctx, e, tok); err != nil && ctx.Err() == nil {
+			t.Errorf("Lead: %v", err)
+		}
 	})
+}
+
+// runElector runs an elector of cfg, with a lease of 2 s renewed every
+// 300 ms, until the test ends; onLead is its OnStartedLeading, given the
+// elector too.
+func runElector(t *testing.T, cfg election.Config, onLead func(ctx context.Context, e *election.Elector, tok sqlease.Token)) *election.Elector {
+	t.Helper()
+	var e *election.Elector
+	cfg.LeaseDuration, cfg.RenewInterval, cfg.AcquireInterval = 2*time.Second, 300*time.Millisecond, 50*time.Millisecond
+	cfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) { onLead(ctx, e, tok) }
+	e, err := election.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,19 +458,19 @@ func lead(t *testing.T, st *sqlstore.Store, s **scheduler.Scheduler, holder stri
 }
 
 func TestLeaderPicksUpJobCreatedOnFollower(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		rec := &recorder{}
 		st := newStore(t)
 		s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle, RefreshInterval: 100 * time.Millisecond})
 		e := lead(t, st, &s, "leader")
-		waitFor(t, 10*time.Second, "leadership", e.IsLeader)
+		dbtest.WaitFor(t, 10*time.Second, "leadership", e.IsLeader)
 		follower := newSched(t, scheduler.Config{Store: newStore(t)})
 		created := time.Now()
 		if _, _, err := follower.Create(ctx, sqlease.Job{Name: "from-follower"}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the leader to run it", func() bool { return rec.count() == 1 })
+		dbtest.WaitFor(t, 10*time.Second, "the leader to run it", func() bool { return rec.count() == 1 })
 		t.Logf("picked up %s after creation (refresh interval 100ms)", time.Since(created))
 		r := rec.snapshot()[0]
 		tok, _ := e.Require(ctx)
@@ -562,11 +502,7 @@ func TestRefreshSurvivesCommitOrderGap(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			st, err := postgres.OpenStore(ctx, pgtest.CreateDatabase(t, url), "sqlease")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.DB().Close()
+			st := openPG(t, pgtest.CreateDatabase(t, url))
 			rec := &recorder{}
 			s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle, RefreshInterval: 50 * time.Millisecond, RefreshOverlap: tc.overlap})
 			admin := newSched(t, scheduler.Config{Store: st})
@@ -577,7 +513,7 @@ func TestRefreshSurvivesCommitOrderGap(t *testing.T) {
 				}
 			}
 			e := lead(t, st, &s, "leader")
-			waitFor(t, 10*time.Second, "leadership", e.IsLeader)
+			dbtest.WaitFor(t, 10*time.Second, "leadership", e.IsLeader)
 			time.Sleep(150 * time.Millisecond) // the leader's schedule is built
 
 			// T1: resume "early" in a transaction left open.
@@ -593,7 +529,7 @@ func TestRefreshSurvivesCommitOrderGap(t *testing.T) {
 			if _, err := admin.Resume(ctx, "late"); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, "the later row to be read", func() bool { return rec.count() == 1 })
+			dbtest.WaitFor(t, 10*time.Second, "the later row to be read", func() bool { return rec.count() == 1 })
 			time.Sleep(150 * time.Millisecond) // more refreshes past T2
 			if err := tx.Commit(); err != nil {
 				t.Fatal(err)
@@ -618,7 +554,7 @@ func TestRefreshSurvivesCommitOrderGap(t *testing.T) {
 }
 
 func TestMissedRunsAfterOutage(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		admin := newSched(t, scheduler.Config{Store: st})
@@ -685,19 +621,15 @@ var _ = sql.ErrNoRows
 
 func TestRunRetentionPrunesOldRuns(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "prune.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.DB().Close()
+	st := dbtest.SQLite(t)
 	rec := &recorder{}
 	s := newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle, RunRetention: 500 * time.Millisecond})
 	if _, _, err := s.Create(ctx, sqlease.Job{Name: "old"}); err != nil {
 		t.Fatal(err)
 	}
 	runClaim(t, s)
-	waitFor(t, 10*time.Second, "the run", func() bool { return rec.count() == 1 })
-	waitFor(t, 10*time.Second, "the finished run to be pruned", func() bool {
+	dbtest.WaitFor(t, 10*time.Second, "the run", func() bool { return rec.count() == 1 })
+	dbtest.WaitFor(t, 10*time.Second, "the finished run to be pruned", func() bool {
 		runs, err := s.Runs(ctx, "old", 10)
 		return err == nil && len(runs) == 0
 	})
@@ -708,7 +640,7 @@ func TestRunRetentionPrunesOldRuns(t *testing.T) {
 // is the finisher's, after the run's goroutine has ended), and nothing
 // starts meanwhile.
 func TestDrainStopsNewRunsAndWaitsForInflight(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func(*testing.T) *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
 		release := make(chan struct{})
@@ -723,7 +655,7 @@ func TestDrainStopsNewRunsAndWaitsForInflight(t *testing.T) {
 			t.Fatal(err)
 		}
 		runClaim(t, s)
-		waitFor(t, 10*time.Second, "the slow run", func() bool { return rec.count() == 1 })
+		dbtest.WaitFor(t, 10*time.Second, "the slow run", func() bool { return rec.count() == 1 })
 		drained := make(chan error, 1)
 		go func() { drained <- s.Drain(ctx) }()
 		time.Sleep(50 * time.Millisecond)

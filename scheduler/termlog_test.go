@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/internal/syncbuf"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlstore"
@@ -19,38 +20,14 @@ import (
 // after ShutdownTimeout. A run slow to return after its cancellation (here
 // longer than ShutdownTimeout) used to be reported as a shutdown.
 func TestWorkerTermEndIsNotAShutdown(t *testing.T) {
-	ctx := context.Background()
-	st := sqliteStore(t)
-	var logs syncbuf.Buffer
-	started := make(chan struct{}, 1)
-	s := newSched(t, scheduler.Config{Store: st, Holder: "w", ShutdownTimeout: 10 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		Handler: func(ctx context.Context, r sqlease.Run) error {
-			started <- struct{}{}
-			<-ctx.Done()
-			time.Sleep(100 * time.Millisecond) // slow to stop
-			return ctx.Err()
-		}})
-	if _, _, err := s.Create(ctx, sqlease.Job{Name: "long"}); err != nil {
-		t.Fatal(err)
-	}
-	l, err := st.Acquire(ctx, sqlstore.WorkerLeasePrefix+"w", "w", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, endTerm := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Work(wctx, l.Token(), trustGate{l.Token()}) }()
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the job did not start")
-	}
-	endTerm()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	out := logs.String()
+	st := dbtest.SQLite(t)
+	out := cancelledRunLog(t, st, 100*time.Millisecond, func(ctx context.Context, s *scheduler.Scheduler) error {
+		l, err := st.Acquire(ctx, sqlstore.WorkerLeasePrefix+"w", "w", time.Minute)
+		if err != nil {
+			return err
+		}
+		return s.Work(ctx, l.Token(), trustGate{l.Token()})
+	})
 	if strings.Contains(out, "shutdown_cancelling_runs") {
 		t.Errorf("a term's end was logged as a shutdown:\n%s", out)
 	}
@@ -62,8 +39,19 @@ func TestWorkerTermEndIsNotAShutdown(t *testing.T) {
 // Under Run, the end of its context is a shutdown: runs get
 // ShutdownTimeout, then shutdown_cancelling_runs cancels them.
 func TestShutdownCancellingRuns(t *testing.T) {
+	out := cancelledRunLog(t, dbtest.SQLite(t), 0, func(ctx context.Context, s *scheduler.Scheduler) error { return s.Run(ctx) })
+	if !strings.Contains(out, "msg=shutdown_cancelling_runs") || strings.Contains(out, "worker_term_ended") {
+		t.Errorf("want shutdown_cancelling_runs only:\n%s", out)
+	}
+}
+
+// cancelledRunLog creates the job "long" on st, whose run waits for its
+// context to end and then takes slow more to return, dispatches it with
+// run (worker "w", ShutdownTimeout 10 ms) until the run started, ends
+// run's context and returns what the scheduler logged.
+func cancelledRunLog(t *testing.T, st *sqlstore.Store, slow time.Duration, run func(ctx context.Context, s *scheduler.Scheduler) error) string {
+	t.Helper()
 	ctx := context.Background()
-	st := sqliteStore(t)
 	var logs syncbuf.Buffer
 	started := make(chan struct{}, 1)
 	s := newSched(t, scheduler.Config{Store: st, Holder: "w", ShutdownTimeout: 10 * time.Millisecond,
@@ -71,6 +59,7 @@ func TestShutdownCancellingRuns(t *testing.T) {
 		Handler: func(ctx context.Context, r sqlease.Run) error {
 			started <- struct{}{}
 			<-ctx.Done()
+			time.Sleep(slow) // slow to stop
 			return ctx.Err()
 		}})
 	if _, _, err := s.Create(ctx, sqlease.Job{Name: "long"}); err != nil {
@@ -78,9 +67,11 @@ func TestShutdownCancellingRuns(t *testing.T) {
 	}
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx) }()
+	go func() { done <- run(rctx, s) }()
 	select {
 	case <-started:
+	case err := <-done:
+		t.Fatalf("dispatch returned before the job started: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the job did not start")
 	}
@@ -88,7 +79,5 @@ func TestShutdownCancellingRuns(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if out := logs.String(); !strings.Contains(out, "msg=shutdown_cancelling_runs") || strings.Contains(out, "worker_term_ended") {
-		t.Errorf("want shutdown_cancelling_runs only:\n%s", out)
-	}
+	return logs.String()
 }

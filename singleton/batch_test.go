@@ -2,13 +2,12 @@ package singleton
 
 import (
 	"context"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sqlease/sqlease"
-	"github.com/sqlease/sqlease/sqlite"
+	"github.com/sqlease/sqlease/internal/dbtest"
 )
 
 // TestBatchStartRefusesOnlyTheMovedOne: a node's first starts of the
@@ -19,11 +18,7 @@ import (
 // later under the new generation only.
 func TestBatchStartRefusesOnlyTheMovedOne(t *testing.T) {
 	ctx := t.Context()
-	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "s.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.DB().Close()
+	st := dbtest.SQLite(t)
 	names := []string{"x0", "x1", "x2", "x3"}
 	for _, name := range names {
 		if err := st.EnsureSingleton(ctx, name); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/dbtest"
 
 	"github.com/sqlease/sqlease/singleton"
 	"github.com/sqlease/sqlease/sqlstore"
@@ -50,11 +51,7 @@ func benchStore(b *testing.B, dialect string) *sqlstore.Store {
 	var st *sqlstore.Store
 	switch dialect {
 	case "sqlite":
-		var err error
-		st, err = sqliteStore(b)
-		if err != nil {
-			b.Fatal(err)
-		}
+		st = dbtest.SQLite(b)
 	default:
 		st = postgresStore(b)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/singleton"
 	"github.com/sqlease/sqlease/sqlstore"
 )
@@ -20,8 +21,8 @@ import (
 // run that lasts clears it (in database time), and the first start of a
 // healthy singleton is no restart. A graceful stop is no failure.
 func TestCrashLoopIsFailingWithItsError(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func() *sqlstore.Store) {
-		st := newStore()
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
+		st := newStore(t)
 		var starts atomic.Int32
 		var healthy atomic.Bool
 		n := newNode(t, st, "a", func(n *singleton.Node) {
@@ -57,7 +58,7 @@ func TestCrashLoopIsFailingWithItsError(t *testing.T) {
 			return row, singleton.FleetStatus(row, l, time.Minute)
 		}
 		var row sqlstore.SingletonRow
-		waitFor(t, 20*time.Second, "crashy to be failing", func() bool {
+		dbtest.WaitFor(t, 20*time.Second, "crashy to be failing", func() bool {
 			var s string
 			row, s = status("crashy")
 			return s == singleton.StatusFailing
@@ -78,7 +79,7 @@ func TestCrashLoopIsFailingWithItsError(t *testing.T) {
 		// It recovers: a run that lasts FailedStartWithin (database time)
 		// is no longer failing. Checked on the row, its clock moved on.
 		healthy.Store(true)
-		waitFor(t, 40*time.Second, "a run after the failures", func() bool {
+		dbtest.WaitFor(t, 40*time.Second, "a run after the failures", func() bool {
 			row, _ = status("crashy")
 			return row.StartedAt.After(row.LastErrorAt)
 		})

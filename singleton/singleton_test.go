@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,56 +14,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/singleton"
-	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// dialects runs fn on SQLite, and on PostgreSQL when
-// SQLEASE_TEST_POSTGRES_URL is set (scripts/test.sh sets it).
-func dialects(t *testing.T, fn func(t *testing.T, newStore func() *sqlstore.Store)) {
-	t.Run("sqlite", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "s.db")
-		fn(t, func() *sqlstore.Store {
-			s, err := sqlite.OpenStore(context.Background(), path, "sqlease")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.DB().Close() })
-			return s
-		})
-	})
-	t.Run("postgres", func(t *testing.T) {
-		url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-		if url == "" {
-			t.Skip("SQLEASE_TEST_POSTGRES_URL not set; bash scripts/test.sh sets it")
-		}
-		db := pgtest.CreateDatabase(t, url)
-		fn(t, func() *sqlstore.Store {
-			s, err := postgres.OpenStore(context.Background(), db, "sqlease")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.DB().Close() })
-			return s
-		})
-	})
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // node is a singleton.Node running until stopped.
 type node struct {
@@ -101,7 +58,7 @@ type counter struct {
 // last saved value, saved values never go backwards, and a deposed run's
 // Save is refused and changes nothing.
 func TestStateSurvivesFailoverAndDeposedSaveIsRefused(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func() *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		var mu sync.Mutex
 		var saved []int // every value saved, in order
@@ -133,19 +90,19 @@ func TestStateSurvivesFailoverAndDeposedSaveIsRefused(t *testing.T) {
 				}
 			}
 		}
-		a := newNode(t, newStore(), "a", register("a"))
-		waitFor(t, 5*time.Second, "a to run it", func() bool { return len(a.Stale()) == 0 && a.Status()[0].Running })
-		b := newNode(t, newStore(), "b", register("b"))
-		waitFor(t, 5*time.Second, "a few saves", func() bool { mu.Lock(); defer mu.Unlock(); return len(saved) > 20 })
+		a := newNode(t, newStore(t), "a", register("a"))
+		dbtest.WaitFor(t, 5*time.Second, "a to run it", func() bool { return len(a.Stale()) == 0 && a.Status()[0].Running })
+		b := newNode(t, newStore(t), "b", register("b"))
+		dbtest.WaitFor(t, 5*time.Second, "a few saves", func() bool { mu.Lock(); defer mu.Unlock(); return len(saved) > 20 })
 		if b.Status()[0].Running {
 			t.Fatal("both nodes run the singleton")
 		}
 		a.stop() // graceful: releases the lease
-		waitFor(t, 5*time.Second, "b to run it", func() bool { return b.Status()[0].Running })
+		dbtest.WaitFor(t, 5*time.Second, "b to run it", func() bool { return b.Status()[0].Running })
 		mu.Lock()
 		atHandoff := len(saved)
 		mu.Unlock()
-		waitFor(t, 5*time.Second, "b's saves", func() bool { mu.Lock(); defer mu.Unlock(); return len(saved) > atHandoff+20 })
+		dbtest.WaitFor(t, 5*time.Second, "b's saves", func() bool { mu.Lock(); defer mu.Unlock(); return len(saved) > atHandoff+20 })
 
 		mu.Lock()
 		for i := 1; i < len(saved); i++ {
@@ -163,7 +120,7 @@ func TestStateSurvivesFailoverAndDeposedSaveIsRefused(t *testing.T) {
 			t.Fatalf("a deposed Save: %v, want ErrLeaseLost", err)
 		}
 		b.stop()
-		row, err := newStore().Singleton(ctx, "counter")
+		row, err := newStore(t).Singleton(ctx, "counter")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,11 +177,7 @@ func TestDecodeBestEffort(t *testing.T) {
 // observer hears of the undecodable one.
 func TestLoadOlderNewerAndCorruptState(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "s.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.DB().Close()
+	st := dbtest.SQLite(t)
 	for name, state := range map[string]string{"older": `{"cursor":4}`, "newer": `{"cursor":5,"shard":"eu","zone":"z"}`, "corrupt": `{"cursor":`} {
 		if _, err := st.DB().Exec(`INSERT INTO sqlease_singletons (name, state, created_at) VALUES (?, ?, '2026-01-01 00:00:00')`, name, state); err != nil {
 			t.Fatal(err)
@@ -256,7 +209,7 @@ func TestLoadOlderNewerAndCorruptState(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = n.Run(rctx) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, 5*time.Second, "all three to start", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 3 })
+	dbtest.WaitFor(t, 5*time.Second, "all three to start", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 3 })
 	mu.Lock()
 	defer mu.Unlock()
 	want := map[string]v2{"older": {4, "default"}, "newer": {5, "eu"}, "corrupt": {1, "default"}}
@@ -280,7 +233,7 @@ func (o *decodeObserver) Running(string, bool)     {}
 // 6 singletons on 3 nodes settle at 2/2/2, move to 3/3 when a node stops,
 // and even out again when a node joins.
 func TestFairShare(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func() *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		register := func(n *singleton.Node) {
 			for i := range 6 {
 				if err := singleton.Register(n, singleton.Config[v1]{Name: fmt.Sprintf("s%d", i),
@@ -315,15 +268,15 @@ func TestFairShare(t *testing.T) {
 				return true
 			}
 		}
-		a := newNode(t, newStore(), "a", register)
-		b := newNode(t, newStore(), "b", register)
-		c := newNode(t, newStore(), "c", register)
-		waitFor(t, 20*time.Second, "2/2/2", settled(2, a, b, c))
+		a := newNode(t, newStore(t), "a", register)
+		b := newNode(t, newStore(t), "b", register)
+		c := newNode(t, newStore(t), "c", register)
+		dbtest.WaitFor(t, 20*time.Second, "2/2/2", settled(2, a, b, c))
 		t.Logf("settled at %v", spread(a, b, c))
 		c.stop()
-		waitFor(t, 20*time.Second, "3/3 after c stopped", settled(3, a, b))
-		d := newNode(t, newStore(), "d", register)
-		waitFor(t, 20*time.Second, "2/2/2 after d joined", settled(2, a, b, d))
+		dbtest.WaitFor(t, 20*time.Second, "3/3 after c stopped", settled(3, a, b))
+		d := newNode(t, newStore(t), "d", register)
+		dbtest.WaitFor(t, 20*time.Second, "2/2/2 after d joined", settled(2, a, b, d))
 		t.Logf("after a node left and another joined: %v", spread(a, b, d))
 	})
 }
@@ -331,11 +284,7 @@ func TestFairShare(t *testing.T) {
 // The dead man's switch: a body that stops heart-beating is stale after
 // the start grace and 2 × interval; beating again clears it.
 func TestStaleHeartbeat(t *testing.T) {
-	st, err := sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "s.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.DB().Close()
+	st := dbtest.SQLite(t)
 	var beating atomic.Bool
 	interval := 100 * time.Millisecond
 	before := time.Now() // no later than the run's start
@@ -355,8 +304,8 @@ func TestStaleHeartbeat(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	waitFor(t, 5*time.Second, "it to run", func() bool { return n.Status()[0].Running })
-	waitFor(t, 5*time.Second, "stale", func() bool { return len(n.Stale()) == 1 })
+	dbtest.WaitFor(t, 5*time.Second, "it to run", func() bool { return n.Status()[0].Running })
+	dbtest.WaitFor(t, 5*time.Second, "stale", func() bool { return len(n.Stale()) == 1 })
 	if d := time.Since(before); d < 2*interval {
 		t.Fatalf("stale %s after the start, within the start grace of %s", d, 2*interval)
 	}
@@ -364,7 +313,7 @@ func TestStaleHeartbeat(t *testing.T) {
 		t.Fatalf("stale with heartbeat age %s", s.HeartbeatAge)
 	}
 	beating.Store(true)
-	waitFor(t, 5*time.Second, "fresh again", func() bool { return len(n.Stale()) == 0 })
+	dbtest.WaitFor(t, 5*time.Second, "fresh again", func() bool { return len(n.Stale()) == 0 })
 	row, err := st.Singleton(context.Background(), "worker")
 	if err != nil || row.HeartbeatAt.IsZero() {
 		t.Fatalf("heartbeat not stored: %+v %v", row, err)
@@ -375,11 +324,7 @@ func TestStaleHeartbeat(t *testing.T) {
 // follows its table): a removed one stops at once and its lease is free for
 // another node.
 func TestRegisterAndUnregisterWhileRunning(t *testing.T) {
-	st, err := sqlite.OpenStore(context.Background(), filepath.Join(t.TempDir(), "s.db"), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.DB().Close()
+	st := dbtest.SQLite(t)
 	var stopped atomic.Int32
 	cfg := singleton.Config[v1]{Name: "late", OnStopped: func(sqlease.Token) { stopped.Add(1) },
 		Body: func(ctx context.Context, in *singleton.Instance[v1]) error { <-ctx.Done(); return nil }}
@@ -390,7 +335,7 @@ func TestRegisterAndUnregisterWhileRunning(t *testing.T) {
 	if err := singleton.Register(a.Node, cfg); !errors.Is(err, sqlease.ErrConflict) {
 		t.Fatalf("registering twice: %v", err)
 	}
-	waitFor(t, 5*time.Second, "a to run it", func() bool { return len(a.Status()) == 1 && a.Status()[0].Running })
+	dbtest.WaitFor(t, 5*time.Second, "a to run it", func() bool { return len(a.Status()) == 1 && a.Status()[0].Running })
 	b := newNode(t, st, "b", func(n *singleton.Node) {
 		if err := singleton.Register(n, cfg); err != nil {
 			t.Fatal(err)
@@ -402,15 +347,7 @@ func TestRegisterAndUnregisterWhileRunning(t *testing.T) {
 	if stopped.Load() != 1 || len(a.Status()) != 0 {
 		t.Fatalf("after Unregister: stopped %d, status %+v", stopped.Load(), a.Status())
 	}
-	waitFor(t, 5*time.Second, "b to take it over", func() bool { return b.Status()[0].Running })
-}
-
-func sqliteStore(tb testing.TB) (*sqlstore.Store, error) {
-	s, err := sqlite.OpenStore(context.Background(), filepath.Join(tb.TempDir(), "s.db"), "sqlease")
-	if err == nil {
-		tb.Cleanup(func() { s.DB().Close() })
-	}
-	return s, err
+	dbtest.WaitFor(t, 5*time.Second, "b to take it over", func() bool { return b.Status()[0].Running })
 }
 
 func postgresStore(tb testing.TB) *sqlstore.Store {
@@ -432,9 +369,9 @@ func postgresStore(tb testing.TB) *sqlstore.Store {
 // and from then on an old node cannot acquire that lease: the two never run
 // it both.
 func TestOldProtocolLeaseAndPlacementExcludeEachOther(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func() *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
-		st := newStore()
+		st := newStore(t)
 		old, err := st.Acquire(ctx, singleton.LeasePrefix+"legacy", "old-node", time.Hour)
 		if err != nil {
 			t.Fatal(err)
@@ -462,7 +399,7 @@ func TestOldProtocolLeaseAndPlacementExcludeEachOther(t *testing.T) {
 			}
 			return false
 		}
-		waitFor(t, 5*time.Second, "fresh to run", func() bool { return running("fresh") })
+		dbtest.WaitFor(t, 5*time.Second, "fresh to run", func() bool { return running("fresh") })
 		time.Sleep(600 * time.Millisecond) // a few placement rounds
 		if started.Load() != 0 {
 			t.Fatal("the new node started a singleton whose old lease an old node holds live")
@@ -470,7 +407,7 @@ func TestOldProtocolLeaseAndPlacementExcludeEachOther(t *testing.T) {
 		if err := st.Release(ctx, old.Token()); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, "legacy to run once the old node released it", func() bool { return running("legacy") })
+		dbtest.WaitFor(t, 5*time.Second, "legacy to run once the old node released it", func() bool { return running("legacy") })
 		if _, err := st.Acquire(ctx, singleton.LeasePrefix+"legacy", "old-node", time.Second); !errors.Is(err, sqlease.ErrLeaseHeld) {
 			t.Fatalf("an old node acquiring the lease of a singleton placed by node: %v, want ErrLeaseHeld", err)
 		}
@@ -485,9 +422,9 @@ func TestOldProtocolLeaseAndPlacementExcludeEachOther(t *testing.T) {
 // after a handover its Fenced returns ErrLeaseLost and the table is
 // unchanged.
 func TestFencedWritesOfTheBody(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func() *sqlstore.Store) {
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
-		st := newStore()
+		st := newStore(t)
 		if _, err := st.DB().ExecContext(ctx, `CREATE TABLE effects (holder VARCHAR(64) NOT NULL, epoch BIGINT NOT NULL)`); err != nil {
 			t.Fatal(err)
 		}
@@ -507,12 +444,12 @@ func TestFencedWritesOfTheBody(t *testing.T) {
 				}
 			}
 		}
+		q := `INSERT INTO effects (holder, epoch) VALUES (?, ?)`
+		if st.Dialect().Name == "postgres" {
+			q = `INSERT INTO effects (holder, epoch) VALUES ($1, $2)`
+		}
 		insert := func(in *singleton.Instance[v1]) error {
 			return in.Fenced(ctx, func(tx *sql.Tx) error {
-				q := `INSERT INTO effects (holder, epoch) VALUES ($1, $2)`
-				if st.Dialect().Name == "sqlite" {
-					q = `INSERT INTO effects (holder, epoch) VALUES (?, ?)`
-				}
 				_, err := tx.ExecContext(ctx, q, in.Token().Holder, in.Token().Epoch)
 				return err
 			})
@@ -524,25 +461,21 @@ func TestFencedWritesOfTheBody(t *testing.T) {
 			}
 			return k
 		}
-		a := newNode(t, newStore(), "a", register("a"))
-		waitFor(t, 5*time.Second, "a to run it", func() bool { mu.Lock(); defer mu.Unlock(); return runs["a"] != nil })
+		a := newNode(t, newStore(t), "a", register("a"))
+		dbtest.WaitFor(t, 5*time.Second, "a to run it", func() bool { mu.Lock(); defer mu.Unlock(); return runs["a"] != nil })
 		mu.Lock()
 		ra := runs["a"]
 		mu.Unlock()
 		if err := insert(ra); err != nil {
 			t.Fatalf("a fenced write of the running body: %v", err)
 		}
-		b := newNode(t, newStore(), "b", register("b"))
+		b := newNode(t, newStore(t), "b", register("b"))
 		a.stop()
-		waitFor(t, 5*time.Second, "b to run it", func() bool { mu.Lock(); defer mu.Unlock(); return runs["b"] != nil })
+		dbtest.WaitFor(t, 5*time.Second, "b to run it", func() bool { mu.Lock(); defer mu.Unlock(); return runs["b"] != nil })
 		if err := insert(ra); !errors.Is(err, sqlease.ErrLeaseLost) {
 			t.Fatalf("a deposed run's fenced write: %v, want ErrLeaseLost", err)
 		}
 		// The database's fence alone (a's own gate, closed, is not asked).
-		q := `INSERT INTO effects (holder, epoch) VALUES ($1, $2)`
-		if st.Dialect().Name == "sqlite" {
-			q = `INSERT INTO effects (holder, epoch) VALUES (?, ?)`
-		}
 		if err := st.FencedAssigned(ctx, "effects", ra.Token(), func(tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, q, "a", ra.Token().Epoch)
 			return err

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/singleton"
-	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // checkpoint is the state of the singletons below: a count, and the mark a
@@ -64,7 +64,7 @@ func windDown(holder string, lastErr chan<- error, started chan<- checkpoint) fu
 func TestGracefulStopKeepsTheLastSave(t *testing.T) {
 	for _, how := range []string{"shutdown", "unregister", "rebalance"} {
 		t.Run(how, func(t *testing.T) {
-			dialects(t, func(t *testing.T, newStore func() *sqlstore.Store) {
+			dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 				lastErr := make(chan error, 10)
 				startedA, startedB := make(chan checkpoint, 10), make(chan checkpoint, 10)
 				names := []string{"s0"}
@@ -81,8 +81,8 @@ func TestGracefulStopKeepsTheLastSave(t *testing.T) {
 						}
 					}
 				}
-				a := newNode(t, newStore(), "a", register("a", startedA))
-				waitFor(t, 10*time.Second, "a to run them all", func() bool {
+				a := newNode(t, newStore(t), "a", register("a", startedA))
+				dbtest.WaitFor(t, 10*time.Second, "a to run them all", func() bool {
 					k := 0
 					for _, s := range a.Status() {
 						if s.Running {
@@ -94,7 +94,7 @@ func TestGracefulStopKeepsTheLastSave(t *testing.T) {
 				time.Sleep(100 * time.Millisecond) // a few saves
 				// b competes too (and, with two singletons, makes a hold
 				// more than its share).
-				newNode(t, newStore(), "b", register("b", startedB))
+				newNode(t, newStore(t), "b", register("b", startedB))
 				switch how {
 				case "shutdown":
 					a.stop()
@@ -139,8 +139,8 @@ func (c *skewClock) jump(d time.Duration) { c.skew.Add(int64(d)) }
 // refused and changes nothing — while the same stop accepted the save
 // before.
 func TestFrozenStoppingNodesLateSaveIsRefused(t *testing.T) {
-	dialects(t, func(t *testing.T, newStore func() *sqlstore.Store) {
-		st := newStore()
+	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
+		st := newStore(t)
 		clock := &skewClock{}
 		const lease = time.Second
 		n, err := singleton.NewNode(singleton.NodeConfig{Store: st, HolderID: "a", Clock: clock,
