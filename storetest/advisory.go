@@ -28,8 +28,10 @@ func AdvisoryFrozenHolder(t *testing.T, store sqlease.LeaseStore, locker sqlease
 	frozen, old := lockedTerm(t, locker, name, "frozen-holder", ttl)
 	tookAt := time.Now()
 
+	var blog syncbuf.Buffer // b's log, for a failure's message
 	b, _ := RunElector(t, election.Config{Store: store, SessionLocker: locker, LeaseName: name, HolderID: "b",
 		LeaseDuration: ttl, RenewInterval: 100 * time.Millisecond, AcquireInterval: acquire, AcquireJitter: -1,
+		Logger:           slog.New(slog.NewTextHandler(&blog, nil)),
 		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) { <-ctx.Done() }})
 	bound := ttl + acquire
 	// The slack beyond the bound is for a busy machine (a test suite on
@@ -67,7 +69,7 @@ func AdvisoryFrozenHolder(t *testing.T, store sqlease.LeaseStore, locker sqlease
 	for time.Now().Before(deadline) {
 		cur, err := b.Require(ctx)
 		if err != nil || cur != tok {
-			t.Fatalf("b's term ended after the frozen session closed: %v %v", cur, err)
+			t.Fatalf("b's term ended after the frozen session closed: %v %v; b's log:\n%s", cur, err, blog.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
