@@ -40,28 +40,26 @@ func Dialects(t *testing.T, fn func(t *testing.T, open Open)) {
 			return opened(t)(sqlite.OpenStore(context.Background(), path, Prefix))
 		})
 	})
-	t.Run("postgres", func(t *testing.T) {
-		url := os.Getenv(pgtest.URLEnv)
-		if url == "" {
-			t.Skip(pgtest.URLEnv + " not set; bash scripts/test.sh sets it")
-		}
-		dbURL := pgtest.CreateDatabase(t, url)
-		fn(t, func(t *testing.T) *sqlstore.Store {
-			t.Helper()
-			return opened(t)(postgres.OpenStore(context.Background(), dbURL, Prefix))
+	for _, srv := range []struct {
+		name, env string
+		create    func(testing.TB, string) string
+		open      func(context.Context, string, string) (*sqlstore.Store, error)
+	}{
+		{"postgres", pgtest.URLEnv, pgtest.CreateDatabase, postgres.OpenStore},
+		{"mysql", mysqltest.URLEnv, mysqltest.CreateDatabase, mysql.OpenStore},
+	} {
+		t.Run(srv.name, func(t *testing.T) {
+			url := os.Getenv(srv.env)
+			if url == "" {
+				t.Skip(srv.env + " not set; bash scripts/test.sh sets it")
+			}
+			dbURL := srv.create(t, url)
+			fn(t, func(t *testing.T) *sqlstore.Store {
+				t.Helper()
+				return opened(t)(srv.open(context.Background(), dbURL, Prefix))
+			})
 		})
-	})
-	t.Run("mysql", func(t *testing.T) {
-		url := os.Getenv(mysqltest.URLEnv)
-		if url == "" {
-			t.Skip(mysqltest.URLEnv + " not set; bash scripts/test.sh sets it")
-		}
-		dbURL := mysqltest.CreateDatabase(t, url)
-		fn(t, func(t *testing.T) *sqlstore.Store {
-			t.Helper()
-			return opened(t)(mysql.OpenStore(context.Background(), dbURL, Prefix))
-		})
-	})
+	}
 }
 
 // SQLite is a store on a SQLite file of its own, closed when the test ends.
