@@ -154,6 +154,14 @@ func (p *placer) reconcile() time.Duration {
 		}
 		held += placed
 		p.stuck = 0
+		if placed > 0 && p.unplacedFor <= 2 {
+			// It took its share: count the readings afresh. Counting on
+			// from a fleet's start (several readings with some unplaced)
+			// let a node that took a dead peer's over later take them
+			// all, start one and give it away at once — moved twice (CI,
+			// TestSingletonsMoveOnceOnKillAndJoin).
+			p.unplacedFor = 0
+		}
 		if placed == 0 && p.unplacedFor > 2 && !waiting {
 			// None of them is registered here: do not try every interval.
 			p.stuck = v.Unplaced
