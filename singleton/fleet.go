@@ -154,8 +154,8 @@ func (p *placer) reconcile() time.Duration {
 		}
 		held += placed
 		p.stuck = 0
-		if placed > 0 && p.unplacedFor <= 2 {
-			// It took its share: count the readings afresh. Counting on
+		if placed > 0 && held <= share {
+			// It took no more than its share: count afresh. Counting on
 			// from a fleet's start (several readings with some unplaced)
 			// let a node that took a dead peer's over later take them
 			// all, start one and give it away at once — moved twice (CI,
