@@ -85,9 +85,9 @@ SCENARIOS (-bench, comma-separated; default claim,submit,leader,memory)
           goroutines, CreateMany in batches of -bulk-batch from 1 and 4
           callers, POST /v1/jobs:batch from 4 HTTP clients; jobs/s and the
           ratio to one Create per job.
-  peer    PostgreSQL only: sqlease claim and leader mode against River
-          (cmd/sqlease-bench/river, built with go build), tuned and with its
-          defaults, -peer-jobs due no-op jobs each, interleaved round by
+  peer    PostgreSQL and SQLite: sqlease claim and leader mode against
+          River (cmd/sqlease-bench/river, built with go build; riversqlite on
+          SQLite), tuned and with its defaults, -peer-jobs due no-op jobs each, interleaved round by
           round; each figure as the median of the rounds' ratios to River
           tuned, with their range.
   trickle A steady trickle, not a backlog: -trickle-jobs one-off no-op
@@ -393,8 +393,8 @@ func main() {
 				return
 			}
 		}
-		if want["peer"] && d == "postgres" {
-			if !peerScenario(ctx, e, *peerJobs, *runs, *peerDefault, tuning, *timeout) {
+		if want["peer"] && (d == "postgres" || d == "sqlite") {
+			if !peerScenario(ctx, e, d, *peerJobs, *runs, *peerDefault, tuning, *timeout) {
 				return
 			}
 		}

@@ -15,8 +15,9 @@ import (
 
 // The peer scenario: sqlease's claim and leader modes and River (tuned and
 // with its defaults) work off the same number of due no-op jobs on the same
-// PostgreSQL server, in interleaved rounds, each on a fresh database; it
-// prints the medians and every figure as a ratio to River tuned. River is a
+// PostgreSQL server, or on SQLite (River through riversqlite), in
+// interleaved rounds, each on a fresh database; it prints the medians and
+// every figure as a ratio to River tuned. River is a
 // module of its own (cmd/sqlease-bench/river), built here with go build, so
 // that sqlease's go.mod does not depend on it.
 
@@ -66,13 +67,14 @@ func cpuPerJob(d time.Duration, n int64) time.Duration {
 	return d / time.Duration(n)
 }
 
-func runRiver(ctx context.Context, e *env, bin string, n int, tuned bool) (peerRun, error) {
-	tg, err := e.newTarget(ctx, "postgres")
+func runRiver(ctx context.Context, e *env, bin, dialect string, n int, tuned bool) (peerRun, error) {
+	tg, err := e.newTarget(ctx, dialect)
 	if err != nil {
 		return peerRun{}, err
 	}
 	defer tg.cleanup()
-	args := []string{"-db", tg.dsn, "-jobs", fmt.Sprint(n)}
+	drv := map[string]string{"postgres": "pgx", "sqlite": "sqlite"}[dialect]
+	args := []string{"-driver", drv, "-db", tg.dsn, "-jobs", fmt.Sprint(n)}
 	if tuned {
 		args = append(args, "-tuned")
 	}
@@ -105,8 +107,10 @@ func runRiver(ctx context.Context, e *env, bin string, n int, tuned bool) (peerR
 			continue
 		}
 		switch {
-		case res.Phase == "start":
+		case res.Phase == "start" && dialect == "postgres":
 			pgCPU = e.pgCPUStart()
+		case res.Phase == "start":
+			pgCPU = func() *pgCPUUse { return nil } // no server: SQLite runs in River's process
 		case res.PerSec > 0 && pgCPU != nil:
 			pg = pgCPU()
 		}
@@ -125,12 +129,15 @@ func runRiver(ctx context.Context, e *env, bin string, n int, tuned bool) (peerR
 }
 
 // peerScenario runs the rounds and prints the table.
-func peerScenario(ctx context.Context, e *env, jobs, runs int, riverDefaults bool, tuning schedTuning, timeout time.Duration) bool {
-	defaults := ""
+func peerScenario(ctx context.Context, e *env, dialect string, jobs, runs int, riverDefaults bool, tuning schedTuning, timeout time.Duration) bool {
+	defaults, driver := "", ""
 	if riverDefaults {
 		defaults = " and with defaults (MaxWorkers 100)"
 	}
-	fmt.Printf("\n== peer baseline — postgres, %d due no-op jobs per run, interleaved: sqlease claim (defaults, 1 worker), sqlease leader, River v0.51.1 tuned (MaxWorkers 1000, FetchCooldown 1 ms)%s\n", jobs, defaults)
+	if dialect == "sqlite" {
+		driver = " through riversqlite (one connection, as its documentation asks)"
+	}
+	fmt.Printf("\n== peer baseline — %s, %d due no-op jobs per run, interleaved: sqlease claim (defaults, 1 worker), sqlease leader, River v0.51.1 tuned (MaxWorkers 1000, FetchCooldown 1 ms)%s%s\n", dialect, jobs, defaults, driver)
 	bin, cleanup, err := buildRiver(ctx)
 	if err != nil {
 		fmt.Printf("  ERROR %v\n", err)
@@ -144,7 +151,7 @@ func peerScenario(ctx context.Context, e *env, jobs, runs int, riverDefaults boo
 	}
 	sq := func(mode string) func() (peerRun, error) {
 		return func() (peerRun, error) {
-			r, err := runThroughput(ctx, e, throughputOpts{dialect: "postgres", mode: mode, workers: 1, jobs: jobs, tuning: tuning, timeout: timeout})
+			r, err := runThroughput(ctx, e, throughputOpts{dialect: dialect, mode: mode, workers: 1, jobs: jobs, tuning: tuning, timeout: timeout})
 			if err != nil {
 				return peerRun{}, err
 			}
@@ -159,7 +166,7 @@ func peerScenario(ctx context.Context, e *env, jobs, runs int, riverDefaults boo
 		}
 	}
 	rv := func(tuned bool) func() (peerRun, error) {
-		return func() (peerRun, error) { return runRiver(ctx, e, bin, jobs, tuned) }
+		return func() (peerRun, error) { return runRiver(ctx, e, bin, dialect, jobs, tuned) }
 	}
 	ways := []way{{"River tuned", rv(true)}, {"sqlease claim", sq("claim")}, {"sqlease leader", sq("leader")}}
 	if riverDefaults {
@@ -207,7 +214,7 @@ func peerScenario(ctx context.Context, e *env, jobs, runs int, riverDefaults boo
 			}
 		}
 	}
-	fmt.Printf("  medians of %d runs (ratio to River tuned: the median of the rounds' ratios [their range]; CPU per job, client = the benchmark's or River's process, server = every PostgreSQL process):\n", runs)
+	fmt.Printf("  medians of %d runs (ratio to River tuned: the median of the rounds' ratios [their range]; CPU per job, client = the benchmark's or River's process, server = every PostgreSQL process; SQLite has none, its work is in the client):\n", runs)
 	if len(bgs) > 0 {
 		fmt.Printf("  machine load: before each run %s busy, over each run %s\n", summarize(bgs).format(fpct), summarize(busies).format(fpct))
 	}

@@ -1,11 +1,13 @@
 // Command river is the peer baseline of sqlease-bench: River (the Postgres
 // job queue Go teams pick first) working off n pre-inserted no-op jobs on
-// the same server, in a module of its own so that sqlease's go.mod stays
+// the same server (or, with -driver sqlite, a SQLite file through
+// riversqlite), in a module of its own so that sqlease's go.mod stays
 // clean. It prints {"phase":"start"} as its work phase starts, then one JSON
 // line: {"jobs", "seconds", "per_sec", "cpu_seconds"} (its own CPU during
 // the work phase).
 //
 //	go run . -db postgres://… -jobs 20000 [-tuned]
+//	go run . -driver sqlite -db /tmp/river.db -jobs 20000 [-tuned]
 package main
 
 import (
@@ -19,7 +21,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
 )
 
@@ -42,7 +46,7 @@ func main() {
 	rate := flag.Float64("rate", 1000, "with -ontime: jobs due per second")
 	lead := flag.Duration("lead", 3*time.Second, "with -ontime: the first job is due this long after the client starts")
 	warm := flag.Duration("warm", 6*time.Second, "with -ontime: run the client this long before inserting the jobs")
-	drv := flag.String("driver", "pgx", "with -ontime: pgx (PostgreSQL) or sqlite (riversqlite on modernc.org/sqlite)")
+	drv := flag.String("driver", "pgx", "pgx (PostgreSQL) or sqlite (riversqlite on modernc.org/sqlite, one connection)")
 	flag.Parse()
 	if *ontime {
 		if err := runOntime(*drv, *db, *n, *rate, *lead, *warm, *tuned, *timeout); err != nil {
@@ -51,21 +55,39 @@ func main() {
 		}
 		return
 	}
-	if err := run(*db, *n, *tuned, *timeout); err != nil {
+	if err := runThroughput(*drv, *db, *n, *tuned, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "river:", err)
 		os.Exit(1)
 	}
 }
 
-func run(db string, n int, tuned bool, timeout time.Duration) error {
+func runThroughput(drv, db string, n int, tuned bool, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, db)
-	if err != nil {
-		return err
+	switch drv {
+	case "pgx":
+		pool, err := pgxpool.New(ctx, db)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		// As sqlease's tables are in the bench: statistics that know the
+		// rows, so that neither side's plans are a guess over an empty table.
+		analyze := func(ctx context.Context) error { _, err := pool.Exec(ctx, "ANALYZE river_job"); return err }
+		return throughput(ctx, riverpgxv5.New(pool), analyze, n, tuned)
+	case "sqlite":
+		pool, err := openSQLite(db)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		analyze := func(ctx context.Context) error { _, err := pool.ExecContext(ctx, "ANALYZE river_job"); return err }
+		return throughput(ctx, riversqlite.New(pool), analyze, n, tuned)
 	}
-	defer pool.Close()
-	driver := riverpgxv5.New(pool)
+	return fmt.Errorf("unknown driver %q", drv)
+}
+
+func throughput[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], analyze func(context.Context) error, n int, tuned bool) error {
 	migrator, err := rivermigrate.New(driver, nil)
 	if err != nil {
 		return err
@@ -94,9 +116,7 @@ func run(db string, n int, tuned bool, timeout time.Duration) error {
 			return fmt.Errorf("insert: %w", err)
 		}
 	}
-	// As sqlease's tables are in the bench: statistics that know the rows,
-	// so that neither side's plans are a guess over an empty table.
-	if _, err := pool.Exec(ctx, "ANALYZE river_job"); err != nil {
+	if err := analyze(ctx); err != nil {
 		return fmt.Errorf("analyze: %w", err)
 	}
 	// A channel for every event: River drops events a full channel cannot

@@ -64,16 +64,25 @@ func runOntime(drv, db string, n int, rate float64, lead, warm time.Duration, tu
 		defer pool.Close()
 		return ontime(ctx, riverpgxv5.New(pool), n, rate, lead, warm, tuned)
 	case "sqlite":
-		// As riversqlite's documentation asks: one connection.
-		pool, err := sql.Open("sqlite", "file:"+db+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+		pool, err := openSQLite(db)
 		if err != nil {
 			return err
 		}
-		pool.SetMaxOpenConns(1)
 		defer pool.Close()
 		return ontime(ctx, riversqlite.New(pool), n, rate, lead, warm, tuned)
 	}
 	return fmt.Errorf("unknown driver %q", drv)
+}
+
+// openSQLite opens the SQLite file at path as riversqlite's documentation
+// asks: WAL, a busy timeout, one connection.
+func openSQLite(path string) (*sql.DB, error) {
+	pool, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+	if err != nil {
+		return nil, err
+	}
+	pool.SetMaxOpenConns(1)
+	return pool, nil
 }
 
 func ontime[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], n int, rate float64, lead, warm time.Duration, tuned bool) error {
