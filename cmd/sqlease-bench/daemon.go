@@ -92,6 +92,13 @@ func startNode(ctx context.Context, bin, dsn, holder string, extra ...string) (s
 	args := append([]string{"serve", "--db", dsn, "--http", addr, "--holder-id", holder, "--log-level", "warn"}, extra...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if dir := os.Getenv("SQLEASE_BENCH_NODE_PROFILE"); dir != "" {
+		// A CPU profile of each node's life, named after the node, its
+		// flags and the hour: go tool pprof -ignore createJobs leaves the
+		// setup out.
+		name := fmt.Sprintf("%s%s-%s.prof", holder, strings.Join(extra, ""), time.Now().Format("150405.000"))
+		cmd.Env = append(cmd.Env, "SQLEASE_CPU_PROFILE="+filepath.Join(dir, strings.ReplaceAll(name, "-", "")))
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
