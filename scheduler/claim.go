@@ -332,6 +332,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 			w.hold(c.ID, 1)
 		}
 		go func() {
+			growRunStack()
 			var once sync.Once
 			release := func() { once.Do(func() { <-s.sem }) }
 			done := func(next time.Time) {
