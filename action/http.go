@@ -158,18 +158,15 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 		return fmt.Errorf("http action: %s: %w", method, err)
 	}
 	defer resp.Body.Close()
-	list := secretList(secrets...)
+	set := newSecretSet(secrets...)
 	limit := scheduler.OutputLimit(ctx)
-	out := newCapture(limit, list)
+	out := newCapture(limit, set)
 	// The output is the status line and the body's tail; the error's
 	// detail is the body's first line (read with room for a secret across
 	// its end, redacted before it is cut).
 	fmt.Fprintf(out, "%s %s\n", resp.Proto, resp.Status)
 	var head bytes.Buffer
-	headMax := MaxErrorOutput + 1
-	if len(list) > 0 {
-		headMax += len(list[0])
-	}
+	headMax := MaxErrorOutput + 1 + set.maxForm()
 	read := int64(maxDrain)
 	if limit > 0 {
 		read = maxBodyRead
@@ -182,7 +179,7 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 		return nil
 	}
 	msg := fmt.Sprintf("http action: %s: HTTP status %s", method, resp.Status)
-	if text := firstLine(redactHead(head.Bytes(), MaxErrorOutput+1, list), MaxErrorOutput); text != "" {
+	if text := firstLine(redactHead(head.Bytes(), MaxErrorOutput+1, set.listFor(head.Len())), MaxErrorOutput); text != "" {
 		msg += ": " + text
 	}
 	return &failure{msg, err}
