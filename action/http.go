@@ -152,7 +152,7 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 	if err := scheduler.Ensure(ctx); err != nil {
 		return fmt.Errorf("http action not sent: %w", err)
 	}
-	if err := checkURL(h.URL); err != nil {
+	if err := checkRequestURL(req.URL); err != nil {
 		return fmt.Errorf("http action not sent: %w", err)
 	}
 	resp, err := send(req)

@@ -3,6 +3,7 @@ package action
 import (
 	"bytes"
 	"context"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -64,7 +65,7 @@ func newSecretSet(secrets ...string) *secretSet {
 			s.raw = append(s.raw, v)
 		}
 	}
-	sort.Slice(s.raw, func(i, j int) bool { return len(s.raw[i]) < len(s.raw[j]) })
+	slices.SortFunc(s.raw, func(a, b string) int { return len(a) - len(b) })
 	return s
 }
 
