@@ -11,7 +11,8 @@ import "time"
 // and growing it first thing instead still cost 4 % (a fresh 16 KiB stack
 // per run, cleared). A kept goroutine keeps its grown stack.
 //
-// Workers are as many as the runs in flight at the busiest moment; one
+// Workers are about as many as the runs in flight at the busiest moment
+// (a run that finds none idle, as one is finishing, starts another); one
 // idle for runWorkerIdle ends, and all end at close, which comes after
 // every run has finished.
 type runWorkers struct {
