@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 		os.Exit(RunGuard(os.Args[2:])) // the guard of TestGuardianProcess
 	}
 	code := m.Run()
-	httpClient.CloseIdleConnections()
+	httpTransport.CloseIdleConnections()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

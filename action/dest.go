@@ -158,6 +158,11 @@ func (p DestinationPolicy) CheckURL(rawURL string) error {
 	if err != nil {
 		return nil // Parse's to refuse
 	}
+	return p.checkURL(u)
+}
+
+// checkURL is CheckURL of a parsed URL.
+func (p DestinationPolicy) checkURL(u *url.URL) error {
 	host := u.Hostname()
 	if p.allowsHost(host) {
 		return nil
@@ -179,6 +184,14 @@ func (p DestinationPolicy) CheckURL(rawURL string) error {
 func checkURL(rawURL string) error {
 	if p := destPolicy.Load(); p != nil {
 		return p.CheckURL(rawURL)
+	}
+	return nil
+}
+
+// checkRequestURL is checkURL of a request's URL, parsed already.
+func checkRequestURL(u *url.URL) error {
+	if p := destPolicy.Load(); p != nil {
+		return p.checkURL(u)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ func setPolicy(t *testing.T, listen string, allow ...string) {
 		t.Fatal(err)
 	}
 	SetDestinationPolicy(p)
-	t.Cleanup(func() { destPolicy.Store(nil); httpClient.CloseIdleConnections() })
+	t.Cleanup(func() { destPolicy.Store(nil); httpTransport.CloseIdleConnections() })
 }
 
 // Issue 30 item 11: an HTTP action fetched the node's loopback services

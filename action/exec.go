@@ -98,7 +98,7 @@ func (e *Exec) run(ctx context.Context, run sqlease.Run) error {
 		return fmt.Errorf("exec action: start its guard: %w", err)
 	}
 	defer stopGuard()
-	secrets := secretList(append(append(nodeSecrets(), ArgSecrets(e.Command)...), runSecrets(ctx)...)...)
+	secrets := newSecretSet(append(append(nodeSecrets(), ArgSecrets(e.Command)...), runSecrets(ctx)...)...)
 	out := newCapture(scheduler.OutputLimit(ctx), secrets)
 	tail := newCapture(MaxErrorOutput, secrets) // the error's last line
 	drained := drain(r, io.MultiWriter(out, tail))

@@ -239,3 +239,22 @@ func TestNothingSentWhenTheRunMayNoLongerAct(t *testing.T) {
 		t.Fatal("the command ran for a run that lost its lease")
 	}
 }
+
+// TestRunValuesCanonical: the run's values are set straight into the
+// request's header map, so their names must be canonical (as Header.Set
+// would write them), or they would be sent twice or in another case.
+func TestRunValuesCanonical(t *testing.T) {
+	run := testRun(t)
+	run.Checkpoint = []byte(`{"n":1}`)
+	ctx := WithRunAccess(context.Background(), RunAccess{API: "http://127.0.0.1:1", Token: "t0k3n-t0k3n"})
+	values := append(runValues(run), callbackValues(ctx, run)...)
+	values = append(values, runValue{header: "Sqlease-Checkpoint-Size"}, runValue{header: "User-Agent"})
+	for _, v := range values {
+		if c := http.CanonicalHeaderKey(v.header); c != v.header {
+			t.Errorf("header %q is not canonical (%q)", v.header, c)
+		}
+	}
+	if len(values) != 11 {
+		t.Errorf("%d values, want the 9 of API.md and the two set by name", len(values))
+	}
+}

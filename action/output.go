@@ -3,6 +3,8 @@ package action
 import (
 	"bytes"
 	"context"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -23,20 +25,73 @@ const Redaction = "[redacted]"
 type capture struct {
 	mu      sync.Mutex
 	limit   int
-	keep    int // limit + longest secret - 1
+	keep    int // limit + longest form of a secret - 1 (at most)
 	buf     []byte
 	total   int64
-	secrets []string // longest first
+	secrets *secretSet
 }
 
 // newCapture keeps the last limit bytes (0: none, writes are discarded).
-func newCapture(limit int, secrets []string) *capture {
+func newCapture(limit int, secrets *secretSet) *capture {
 	c := &capture{limit: max(limit, 0), secrets: secrets}
 	c.keep = c.limit
-	if c.limit > 0 && len(secrets) > 0 {
-		c.keep += len(secrets[0]) - 1
+	if c.limit > 0 && secrets.maxForm() > 0 {
+		c.keep += secrets.maxForm() - 1
 	}
 	return c
+}
+
+// secretSet is the secrets of one action's run, as given: the forms an
+// echo may take them in (secretList) are computed only for a text long
+// enough to hold one. Every form of a secret is at least as long as the
+// secret (an escape or base64 never shortens), so a text shorter than a
+// secret cannot show it in any form — a run's kept output is most often
+// a status line, shorter than its run token, whose forms were 6 % of the
+// daemon's CPU per delivery (sqlease-bench -bench daemon, profiled).
+type secretSet struct {
+	raw []string // non-empty, shortest first
+
+	mu   sync.Mutex // a command's two captures share a set
+	list []string   // the forms of raw[:listOf], once asked
+	// listOf is how many of raw list holds (-1: not computed).
+	listOf int
+}
+
+// newSecretSet returns the set of the non-empty secrets given.
+func newSecretSet(secrets ...string) *secretSet {
+	s := &secretSet{listOf: -1}
+	for _, v := range secrets {
+		if v != "" {
+			s.raw = append(s.raw, v)
+		}
+	}
+	slices.SortFunc(s.raw, func(a, b string) int { return len(a) - len(b) })
+	return s
+}
+
+// maxForm bounds the length of every form of every secret: 6 bytes for
+// each of the longest one's (a byte JSON-escaped as \u00XX; percent
+// escapes take 3, base64 less than 2).
+func (s *secretSet) maxForm() int {
+	if s == nil || len(s.raw) == 0 {
+		return 0
+	}
+	return 6 * len(s.raw[len(s.raw)-1])
+}
+
+// listFor returns the forms, longest first, of the secrets a text of n
+// bytes could hold: those not longer than n.
+func (s *secretSet) listFor(n int) []string {
+	if s == nil {
+		return nil
+	}
+	k := sort.Search(len(s.raw), func(i int) bool { return len(s.raw[i]) > n })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k != s.listOf {
+		s.list, s.listOf = secretList(s.raw[:k]...), k
+	}
+	return s.list
 }
 
 func (c *capture) Write(p []byte) (int, error) {
@@ -68,7 +123,7 @@ func (c *capture) tail() (string, int64) {
 	if len(b) > c.keep {
 		b = b[len(b)-c.keep:]
 	}
-	spans := findSecrets(b, c.secrets)
+	spans := findSecrets(b, c.secrets.listFor(len(b)))
 	start := max(len(b)-c.limit, 0)
 	for _, s := range spans {
 		if s[0] < start && start < s[1] {

@@ -164,7 +164,7 @@ func TestCaptureProperty(t *testing.T) {
 		}
 		all := stream.String()
 		limit := 1 + rng.IntN(30)
-		c := newCapture(limit, secretList(secret))
+		c := newCapture(limit, newSecretSet(secret))
 		for rest := all; rest != ""; {
 			n := min(len(rest), 1+rng.IntN(6))
 			_, _ = c.Write([]byte(rest[:n]))
@@ -194,6 +194,30 @@ func TestCaptureProperty(t *testing.T) {
 	}
 }
 
+// TestSecretSetShortTexts: the forms of a secret are computed only for a
+// text at least as long as the secret, and every form is found in a text
+// that is nothing but that form (the shortest text that can show it).
+func TestSecretSetShortTexts(t *testing.T) {
+	const secret = "pa55 w<ö>rd&"
+	set := newSecretSet("a-longer-node-secret", secret)
+	if got := set.listFor(len(secret) - 1); got != nil {
+		t.Errorf("listFor(%d) = %q, want none: no secret fits", len(secret)-1, got)
+	}
+	if got := set.listFor(len(secret)); len(got) == 0 {
+		t.Errorf("listFor(%d) is empty, want the forms of %q", len(secret), secret)
+	}
+	for _, form := range secretForms(secret) {
+		c := newCapture(1024, newSecretSet("a-longer-node-secret", secret))
+		_, _ = c.Write([]byte(form))
+		if tail, _ := c.tail(); tail != Redaction {
+			t.Errorf("the output %q (a form of the secret) is kept as %q, want %q", form, tail, Redaction)
+		}
+	}
+	if m := set.maxForm(); m < 6*len("a-longer-node-secret") {
+		t.Errorf("maxForm() = %d, below 6 bytes for each of the longest secret's", m)
+	}
+}
+
 func TestFailureMatches(t *testing.T) {
 	err, _ := runKept(t, execSpec(100*time.Millisecond, `sleep 5`), 0)
 	if !errors.Is(err, ErrTimeout) {
@@ -205,7 +229,7 @@ func TestFailureMatches(t *testing.T) {
 // 64 KiB kept, three secrets redacted.
 func BenchmarkCapture(b *testing.B) {
 	chunk := []byte(strings.Repeat("log line with some text 0123456789\n", 4096/36))
-	secrets := secretList("s3cr3t-one", "another-secret-value", "tok_abcdef")
+	secrets := newSecretSet("s3cr3t-one", "another-secret-value", "tok_abcdef")
 	b.SetBytes(1 << 20)
 	for range b.N {
 		c := newCapture(scheduler.DefaultOutputLimit, secrets)

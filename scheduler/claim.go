@@ -134,6 +134,8 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 		fin = startFinisher(s.store, s.cfg.MaxConcurrent, unfenced, s.cfg.Observer)
 		defer fin.stop() // after drain: every run has finished by then
 	}
+	workers := newRunWorkers()
+	defer workers.close() // after drain: every run has finished by then
 	var wg sync.WaitGroup
 	defer s.drain(ctx, cancel, &wg, w != nil)
 	wg.Add(1)
@@ -196,7 +198,7 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 		atDue := !nextDue.IsZero() && !sent.Before(nextDue)
 		hinted := hints.take(sent)
 		from.occNow = hinted
-		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, w, &from, hints)
+		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, workers, w, &from, hints)
 		wait := s.cfg.PollInterval
 		switch {
 		case asked > 0 && claimed == asked || from.again:
@@ -227,7 +229,7 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 // many it asked for. With a finisher (Store.Batched) the jobs whose due
 // occurrence simply runs are started by one statement; the rest, and any
 // that statement did not start, take the per-job path.
-func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, w *workerTerm, from *claimFrom, hints *dueHints) (int, int) {
+func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, workers *runWorkers, w *workerTerm, from *claimFrom, hints *dueHints) (int, int) {
 	from.again = false // until a claim says otherwise
 	if !s.begin() {
 		return 0, 0
@@ -331,7 +333,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		if w != nil {
 			w.hold(c.ID, 1)
 		}
-		go func() {
+		workers.run(func() {
 			var once sync.Once
 			release := func() { once.Do(func() { <-s.sem }) }
 			done := func(next time.Time) {
@@ -366,7 +368,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 				return
 			}
 			next = s.execute(runCtx, c, d)
-		}()
+		})
 	}
 	return len(claimed), slots
 }

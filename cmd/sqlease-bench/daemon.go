@@ -92,6 +92,13 @@ func startNode(ctx context.Context, bin, dsn, holder string, extra ...string) (s
 	args := append([]string{"serve", "--db", dsn, "--http", addr, "--holder-id", holder, "--log-level", "warn"}, extra...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if dir := os.Getenv("SQLEASE_BENCH_NODE_PROFILE"); dir != "" {
+		// A CPU profile of each node's life, named after the node, its
+		// flags and the hour: go tool pprof -ignore createJobs leaves the
+		// setup out.
+		name := fmt.Sprintf("%s%s-%s.prof", holder, strings.Join(extra, ""), time.Now().Format("150405.000"))
+		cmd.Env = append(cmd.Env, "SQLEASE_CPU_PROFILE="+filepath.Join(dir, strings.ReplaceAll(name, "-", "")))
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -261,7 +268,7 @@ func daemonScenario(ctx context.Context, e *env, dialect string, n, nodes, runs 
 	}
 	defer cleanup()
 	for _, dispatch := range []string{"leader", "claim"} {
-		var rates, nodeCPU []float64
+		var rates, nodeCPU, p99s []float64
 		for r := 1; r <= runs; r++ {
 			res, err := runDaemon(ctx, e, bin, dialect, n, nodes, dispatch)
 			if ctx.Err() != nil {
@@ -272,7 +279,7 @@ func daemonScenario(ctx context.Context, e *env, dialect string, n, nodes, runs 
 				exitCode = 1
 				continue
 			}
-			rates, nodeCPU = append(rates, res.perSec), append(nodeCPU, float64(res.nodeCPU))
+			rates, nodeCPU, p99s = append(rates, res.perSec), append(nodeCPU, float64(res.nodeCPU)), append(p99s, float64(res.p99))
 			db := "?"
 			if res.dbCPU > 0 {
 				db = fmtDur(res.dbCPU)
@@ -283,12 +290,13 @@ func daemonScenario(ctx context.Context, e *env, dialect string, n, nodes, runs 
 		if len(rates) > 0 {
 			sort.Float64s(rates)
 			sort.Float64s(nodeCPU)
+			sort.Float64s(p99s)
 			c := time.Duration(nodeCPU[len(nodeCPU)/2])
 			// What one core of a node's own would deliver, whatever shares
 			// this machine: the figure that carries to a deployment where
 			// the receiver and the database run elsewhere.
-			fmt.Printf("  median, --dispatch %s: %.0f deliveries/s; node CPU %s per delivery (%.0f deliveries per node CPU second)\n",
-				dispatch, rates[len(rates)/2], fmtDur(c), float64(time.Second)/float64(c))
+			fmt.Printf("  median, --dispatch %s: %.0f deliveries/s [%.0f .. %.0f], p99 from scheduled_for %s; node CPU %s per delivery (%.0f deliveries per node CPU second)\n",
+				dispatch, rates[len(rates)/2], rates[0], rates[len(rates)-1], fmtDur(time.Duration(p99s[len(p99s)/2])), fmtDur(c), float64(time.Second)/float64(c))
 		}
 	}
 	return true

@@ -102,6 +102,8 @@ SCENARIOS (-bench, comma-separated; default claim,submit,leader,memory)
           Also with -dialects mysql: a MySQL or MariaDB server at
           -mysql-db or $SQLEASE_TEST_MYSQL_URL (else a private MariaDB), a
           fresh database per run; the database's CPU is not measured there.
+          SQLEASE_BENCH_NODE_PROFILE=DIR: each node writes a CPU profile
+          of its life into DIR (go tool pprof -ignore createJobs).
   ontime  Jobs due at known times: -ontime-jobs one-off no-op jobs due at
           -ontime-rate a second, the first -ontime-lead after they are
           created (CreateMany through another pool, dispatch already

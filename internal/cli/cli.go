@@ -117,6 +117,13 @@ and a config-file key; precedence: flag > environment > config file > default.`,
 			if err != nil {
 				return err
 			}
+			if path := env.Getenv(cpuProfileEnv); path != "" {
+				stop, err := startCPUProfile(path)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			n, err := NewNode(cmd.Context(), cfg, env.Stderr)
 			if err != nil {
 				return err
