@@ -10,6 +10,7 @@ import (
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/internal/dbtest"
+	"github.com/sqlease/sqlease/storetest"
 )
 
 // fakeLocks is an in-memory session lock service: one lock, handed to the
@@ -112,7 +113,7 @@ func advisory(t *testing.T, f *fakeLocks, holder string) (*election.Elector, cha
 	cfg.SessionLocker = f.locker
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 5*time.Second, 50*time.Millisecond, 500*time.Millisecond
 	cfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) { leadCtx <- ctx; <-ctx.Done() }
-	e, _, _ := start(t, cfg)
+	e, _ := storetest.RunElector(t, cfg)
 	return e, leadCtx
 }
 

@@ -10,7 +10,8 @@ import (
 
 // RunElector builds an elector from cfg and runs it until stop is called or
 // the test ends; stop cancels the run and waits for Run to return (a
-// graceful resign), and may be called more than once.
+// graceful resign), and may be called more than once. Run returning an
+// error fails the test.
 func RunElector(t testing.TB, cfg election.Config) (e *election.Elector, stop func()) {
 	t.Helper()
 	e, err := election.New(cfg)
@@ -19,7 +20,12 @@ func RunElector(t testing.TB, cfg election.Config) (e *election.Elector, stop fu
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = e.Run(ctx) }()
+	go func() {
+		defer close(done)
+		if err := e.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
