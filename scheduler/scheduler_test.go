@@ -498,7 +498,7 @@ func TestRefreshSurvivesCommitOrderGap(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			st := openPG(t, pgtest.CreateDatabase(t, url))
+			st := dbtest.OpenPostgres(t, pgtest.CreateDatabase(t, url))
 			rec := &recorder{}
 			s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle, RefreshInterval: 50 * time.Millisecond, RefreshOverlap: tc.overlap})
 			admin := newSched(t, scheduler.Config{Store: st})

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,8 +14,6 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/internal/dbtest"
-	"github.com/sqlease/sqlease/internal/pgtest"
-	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/singleton"
 	"github.com/sqlease/sqlease/sqlstore"
 )
@@ -351,16 +348,7 @@ func TestRegisterAndUnregisterWhileRunning(t *testing.T) {
 }
 
 func postgresStore(tb testing.TB) *sqlstore.Store {
-	url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-	if url == "" {
-		tb.Skip("SQLEASE_TEST_POSTGRES_URL not set; bash scripts/test.sh sets it")
-	}
-	s, err := postgres.OpenStore(context.Background(), pgtest.CreateDatabase(tb, url), "sqlease")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.DB().Close() })
-	return s
+	return dbtest.Postgres(tb)
 }
 
 // Rolling upgrade: a node of the protocol before placement by node runs a

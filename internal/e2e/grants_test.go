@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sqlease/sqlease/internal/mysqltest"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/mysql"
 )
 
@@ -159,11 +159,7 @@ func leastPrivilegeFailover(t *testing.T, db, app string) {
 // TestLeastPrivilegeMariaDB: the same with deploy/grants/mysql.sql on
 // MariaDB (users at 127.0.0.1 instead of %, as the test server's).
 func TestLeastPrivilegeMariaDB(t *testing.T) {
-	base := os.Getenv(mysqltest.URLEnv)
-	if base == "" {
-		t.Skip(mysqltest.URLEnv + " is not set: scripts/test.sh starts a MariaDB and sets it")
-	}
-	admin := mysqltest.CreateDatabase(t, base)
+	admin := dbtest.MySQLURL(t)
 	ctx := t.Context()
 	u, err := url.Parse(admin)
 	if err != nil {
