@@ -28,11 +28,7 @@ func TestEvery(t *testing.T) {
 			}
 		})
 	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Every did not return after its context ended")
-	}
+	returned(t, done, "Every")
 	if got := n.Load(); got != 3 {
 		t.Errorf("fn called %d times, want 3 (the context ended at the third)", got)
 	}
@@ -79,12 +75,19 @@ func TestLoop(t *testing.T) {
 	wake <- struct{}{}
 	next("when woken, an hour before the wait fn chose")
 	cancel()
+	returned(t, done, "Loop")
+	if got := n.Load(); got != 3 {
+		t.Errorf("fn called %d times, want 3", got)
+	}
+}
+
+// returned fails the test unless done, closed when the loop returned, is
+// closed within 10 s of the loop's context ending.
+func returned(t *testing.T, done <-chan struct{}, loop string) {
+	t.Helper()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatal("Loop did not return after its context ended")
-	}
-	if got := n.Load(); got != 3 {
-		t.Errorf("fn called %d times, want 3", got)
+		t.Fatalf("%s did not return after its context ended", loop)
 	}
 }
