@@ -134,13 +134,10 @@ END $$`,
 			t.Fatal(err)
 		}
 	}
-	admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
 	// A recurring job: the claim takes its lock and a separate batch start
 	// inserts its run (a one-off job's run starts in the claim statement).
-	if _, _, err := admin.Create(ctx, sqlease.Job{Name: "slow", Schedule: sqlease.Schedule{Every: time.Hour}, LockTimeout: hangLockTimeout,
-		Retry: sqlease.Retry{MaxAttempts: 3}}); err != nil {
-		t.Fatal(err)
-	}
+	created(t, st, sqlease.Job{Name: "slow", Schedule: sqlease.Schedule{Every: time.Hour}, LockTimeout: hangLockTimeout,
+		Retry: sqlease.Retry{MaxAttempts: 3}})
 	started, cancelled := make(chan time.Time, 4), make(chan runCancel, 4)
 	runClaim(t, newSched(t, scheduler.Config{Store: st, Holder: "w1", Handler: cancelWatcher(started, cancelled)}))
 	recv(t, started, 15*time.Second, "start of the run")
