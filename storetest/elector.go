@@ -2,9 +2,12 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
 )
 
@@ -30,4 +33,30 @@ func RunElector(t testing.TB, cfg election.Config) (e *election.Elector, stop fu
 	stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
 	return e, stop
+}
+
+// NextTerm waits up to d for one of electors to lead in a term newer than
+// old, the term prev held until the fault of since (what names it, for the
+// log), and returns the new term's token. The new epoch must be old's + 1
+// and prev's gate must refuse old.
+func NextTerm(t *testing.T, d time.Duration, since time.Time, what string, prev *election.Elector, old sqlease.Token, electors ...*election.Elector) sqlease.Token {
+	t.Helper()
+	var next sqlease.Token
+	waitCond(t, d, "a leader after "+what, func() bool {
+		for _, e := range electors {
+			if tok, err := e.Require(context.Background()); err == nil && tok.Epoch > old.Epoch {
+				next = tok
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("%s leads %s after %s", next.Holder, time.Since(since), what)
+	if next.Epoch != old.Epoch+1 {
+		t.Fatalf("epochs %d -> %d", old.Epoch, next.Epoch)
+	}
+	if err := prev.Ensure(old); !errors.Is(err, sqlease.ErrNotLeader) {
+		t.Fatalf("%s's old token passed the gate: %v", old.Holder, err)
+	}
+	return next
 }
