@@ -109,6 +109,16 @@ func OpenSession(t *testing.T, locker sqlease.SessionLocker, lease string) sqlea
 	return l
 }
 
+// LockedSession is OpenSession's session once it holds its lock.
+func LockedSession(t *testing.T, locker sqlease.SessionLocker, lease string) sqlease.SessionLock {
+	t.Helper()
+	l := OpenSession(t, locker, lease)
+	if err := l.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // lockAsync runs Lock in the background and reports when it returns.
 func lockAsync(ctx context.Context, l sqlease.SessionLock) chan error {
 	done := make(chan error, 1)
@@ -304,10 +314,7 @@ func advisoryLockExcludesUntilClose(t *testing.T, d AdvisoryDialect) {
 func advisoryLockContext(t *testing.T, d AdvisoryDialect) {
 	_, locker, _ := d.New(t)
 	ctx := t.Context()
-	a := OpenSession(t, locker, "adv")
-	if err := a.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := LockedSession(t, locker, "adv")
 
 	b := OpenSession(t, locker, "adv")
 	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -365,10 +372,7 @@ func advisoryLockContext(t *testing.T, d AdvisoryDialect) {
 func advisoryRenewStaleToken(t *testing.T, d AdvisoryDialect) {
 	s, locker, _ := d.New(t)
 	ctx := t.Context()
-	a := OpenSession(t, locker, "adv")
-	if err := a.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := LockedSession(t, locker, "adv")
 	l1, err := a.Takeover(ctx, "adv", "holder-a", time.Minute)
 	if err != nil || l1.Epoch != 1 {
 		t.Fatalf("first takeover: %+v %v", l1, err)
