@@ -11,6 +11,7 @@ import (
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/internal/syncbuf"
+	"github.com/sqlease/sqlease/internal/waitfor"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -131,15 +132,10 @@ func lockedTerm(t *testing.T, locker sqlease.SessionLocker, name, holder string,
 	return sess, l
 }
 
+// waitCond polls cond every 2 ms (waitfor.Cond) for at most d.
 func waitCond(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitfor.Cond(t, d, 2*time.Millisecond, what, cond)
 }
 
 // AdvisoryTakeoverSparesLocklessTerm is the regression check of finding F1

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
+	"github.com/sqlease/sqlease/internal/waitfor"
 	"github.com/sqlease/sqlease/mysql"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/sqlite"
@@ -128,11 +129,5 @@ func opened(t testing.TB) func(*sqlstore.Store, error) *sqlstore.Store {
 // for, when cond is still false after d.
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.Cond(t, d, 5*time.Millisecond, what, cond)
 }
