@@ -2,7 +2,6 @@ package election_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/internal/dbtest"
+	"github.com/sqlease/sqlease/storetest"
 )
 
 // fakeLocks is an in-memory session lock service: one lock, handed to the
@@ -112,7 +112,7 @@ func advisory(t *testing.T, f *fakeLocks, holder string) (*election.Elector, cha
 	cfg.SessionLocker = f.locker
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 5*time.Second, 50*time.Millisecond, 500*time.Millisecond
 	cfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) { leadCtx <- ctx; <-ctx.Done() }
-	e, _, _ := start(t, cfg)
+	e, _ := storetest.RunElector(t, cfg)
 	return e, leadCtx
 }
 
@@ -164,21 +164,5 @@ func TestAdvisorySessionLostHandsOver(t *testing.T) {
 	killed := time.Now()
 	f.kill()
 	dbtest.WaitFor(t, 2*time.Second, "a's term to end", func() bool { return ctx.Err() != nil })
-	var next sqlease.Token
-	dbtest.WaitFor(t, 2*time.Second, "a new leader", func() bool {
-		for _, e := range []*election.Elector{a, b} {
-			if tok, err := e.Require(context.Background()); err == nil && tok.Epoch > tokA.Epoch {
-				next = tok
-				return true
-			}
-		}
-		return false
-	})
-	t.Logf("%s leads %s after a's session ended", next.Holder, time.Since(killed))
-	if next.Epoch != tokA.Epoch+1 {
-		t.Fatalf("epochs %d -> %d", tokA.Epoch, next.Epoch)
-	}
-	if err := a.Ensure(tokA); !errors.Is(err, sqlease.ErrNotLeader) {
-		t.Fatalf("a's old token passed the gate: %v", err)
-	}
+	storetest.NextTerm(t, 2*time.Second, killed, "a's session ended", a, tokA, a, b)
 }

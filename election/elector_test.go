@@ -15,6 +15,7 @@ import (
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/internal/dbtest"
+	"github.com/sqlease/sqlease/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -33,24 +34,6 @@ func fast(s sqlease.LeaseStore, holder string) election.Config {
 		AcquireInterval: 50 * time.Millisecond,
 		SafetyMargin:    100 * time.Millisecond,
 	}
-}
-
-func start(t *testing.T, cfg election.Config) (*election.Elector, context.CancelFunc, <-chan struct{}) {
-	t.Helper()
-	e, err := election.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := e.Run(ctx); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return e, cancel, done
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -106,10 +89,10 @@ func TestOneLeaderThenGracefulHandoff(t *testing.T) {
 	cfgA := fast(s, "a")
 	cfgA.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) { started.Add(1); <-ctx.Done() }
 	cfgA.OnStoppedLeading = func(sqlease.Token) { stopped.Add(1) }
-	a, stopA, doneA := start(t, cfgA)
+	a, stopA := storetest.RunElector(t, cfgA)
 	dbtest.WaitFor(t, 5*time.Second, "a to lead", a.IsLeader)
 
-	b, _, _ := start(t, fast(s, "b"))
+	b, _ := storetest.RunElector(t, fast(s, "b"))
 	dbtest.WaitFor(t, 5*time.Second, "b to observe a", func() bool { return b.Status().Leader.Holder == "a" })
 	if b.IsLeader() {
 		t.Fatal("two leaders")
@@ -126,7 +109,6 @@ func TestOneLeaderThenGracefulHandoff(t *testing.T) {
 	// (600ms) would have expired from its last renew.
 	stopAt := time.Now()
 	stopA()
-	<-doneA
 	if started.Load() != 1 || stopped.Load() != 1 {
 		t.Fatalf("callbacks: started %d stopped %d", started.Load(), stopped.Load())
 	}
@@ -152,7 +134,7 @@ func TestFenceFailureDropsLeadershipAtOnce(t *testing.T) {
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 10*time.Second, 3*time.Second, time.Second
 	cfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) { leadCtx <- ctx; <-ctx.Done() }
 	cfg.OnStoppedLeading = func(tok sqlease.Token) { stopped <- tok }
-	e, _, _ := start(t, cfg)
+	e, _ := storetest.RunElector(t, cfg)
 	dbtest.WaitFor(t, 5*time.Second, "leadership", e.IsLeader)
 	tok, _ := e.Require(context.Background())
 
@@ -198,7 +180,7 @@ func TestLocalDeadlineClosesGateWithoutDatabase(t *testing.T) {
 	cfg := fast(s, "a")
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 10*time.Second, 3*time.Second, time.Second
 	cfg.Clock = clk
-	e, _, _ := start(t, cfg)
+	e, _ := storetest.RunElector(t, cfg)
 	dbtest.WaitFor(t, 5*time.Second, "leadership", e.IsLeader)
 	tok, _ := e.Require(context.Background())
 	if err := e.Healthy(); err != nil {
@@ -224,7 +206,7 @@ func TestRenewFailureDropsLeadership(t *testing.T) {
 	var stoppedAt time.Time
 	cfg := fast(s, "a")
 	cfg.OnStoppedLeading = func(sqlease.Token) { mu.Lock(); stoppedAt = time.Now(); mu.Unlock() }
-	e, _, _ := start(t, cfg)
+	e, _ := storetest.RunElector(t, cfg)
 	dbtest.WaitFor(t, 5*time.Second, "leadership", e.IsLeader)
 	closedAt := time.Now()
 	s.DB().Close() // every later statement fails
@@ -238,7 +220,7 @@ func TestRenewFailureDropsLeadership(t *testing.T) {
 
 func TestRunTwice(t *testing.T) {
 	s := dbtest.SQLite(t)
-	e, _, _ := start(t, fast(s, "a"))
+	e, _ := storetest.RunElector(t, fast(s, "a"))
 	dbtest.WaitFor(t, 5*time.Second, "leadership", e.IsLeader)
 	if err := e.Run(context.Background()); err == nil {
 		t.Fatal("second Run must fail")

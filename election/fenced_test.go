@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/internal/dbtest"
+	"github.com/sqlease/sqlease/storetest"
 )
 
 // TestFnErrorKeepsLeadership: an error of the fenced function itself — here
@@ -23,7 +24,7 @@ func TestFnErrorKeepsLeadership(t *testing.T) {
 	cfg := fast(s, "a")
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 10*time.Second, 3*time.Second, time.Second
 	cfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) { leadCtx <- ctx; <-ctx.Done() }
-	e, _, _ := start(t, cfg)
+	e, _ := storetest.RunElector(t, cfg)
 	dbtest.WaitFor(t, 5*time.Second, "leadership", e.IsLeader)
 	tok, _ := e.Require(context.Background())
 	ctx := <-leadCtx

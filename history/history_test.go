@@ -14,6 +14,7 @@ import (
 	"github.com/sqlease/sqlease/history"
 	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/sqlstore"
+	"github.com/sqlease/sqlease/storetest"
 )
 
 // TestStore: rows come back newest first per lease, a page continues below
@@ -105,27 +106,14 @@ func TestRecorder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			el, err := election.New(election.Config{Store: s, LeaseName: "lead", HolderID: holder,
-				LeaseDuration: time.Second, RenewInterval: 200 * time.Millisecond, AcquireInterval: 50 * time.Millisecond,
-				Observer: rec, Logger: rec.Logger(log)})
-			if err != nil {
-				t.Fatal(err)
-			}
 			rctx, stopRec := context.WithCancel(ctx)
 			recDone := make(chan struct{})
 			go func() { defer close(recDone); _ = rec.Run(rctx) }()
-			ectx, stop := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() { defer close(done); _ = el.Run(ectx) }()
-			deadline := time.Now().Add(10 * time.Second)
-			for !el.IsLeader() {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s did not lead", holder)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			el, stop := storetest.RunElector(t, election.Config{Store: s, LeaseName: "lead", HolderID: holder,
+				LeaseDuration: time.Second, RenewInterval: 200 * time.Millisecond, AcquireInterval: 50 * time.Millisecond,
+				Observer: rec, Logger: rec.Logger(log)})
+			dbtest.WaitFor(t, 10*time.Second, holder+" to lead", el.IsLeader)
 			stop()
-			<-done
 			stopRec()
 			<-recDone
 		}

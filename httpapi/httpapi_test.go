@@ -213,14 +213,22 @@ func (n *node) do(method, path, body string, hdr ...string) response {
 	return response{status: res.StatusCode, header: res.Header, body: b}
 }
 
+// get is the answer to GET path decoded as a T; any status but 200 fails
+// the test.
+func get[T any](t *testing.T, n *node, path string) (T, response) {
+	t.Helper()
+	var v T
+	res := n.do("GET", path, "")
+	if res.status != 200 {
+		t.Fatalf("GET %s: %d %s", path, res.status, res.body)
+	}
+	res.json(t, &v)
+	return v, res
+}
+
 func (n *node) jobNames() []string {
 	n.t.Helper()
-	res := n.do("GET", "/v1/jobs", "")
-	if res.status != 200 {
-		n.t.Fatalf("list: %d %s", res.status, res.body)
-	}
-	var l httpapi.JobList
-	res.json(n.t, &l)
+	l, _ := get[httpapi.JobList](n.t, n, "/v1/jobs")
 	var names []string
 	for _, j := range l.Jobs {
 		names = append(names, j.Name)
@@ -924,12 +932,7 @@ func TestLeasesAndMetrics(t *testing.T) {
 	if _, err := n.store.Acquire(t.Context(), sqlstore.NodeLeasePrefix+"node-a", "node-a", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	res := n.do("GET", "/v1/leases", "")
-	if res.status != 200 {
-		t.Fatalf("leases: %d %s", res.status, res.body)
-	}
-	var l httpapi.LeaseList
-	res.json(t, &l)
+	l, res := get[httpapi.LeaseList](t, n, "/v1/leases")
 	if len(l.Leases) != 1 {
 		t.Fatalf("leases %s", res.body)
 	}

@@ -24,12 +24,7 @@ func TestListSkipsCorruptRow(t *testing.T) {
 	if _, err := n.store.DB().Exec(`UPDATE sqlease_jobs SET schedule = 'not json' WHERE name = 'b'`); err != nil {
 		t.Fatal(err)
 	}
-	res := n.do("GET", "/v1/jobs", "")
-	if res.status != 200 {
-		t.Fatalf("list with a corrupt row: %d %s", res.status, res.body)
-	}
-	var l httpapi.JobList
-	res.json(t, &l)
+	l, res := get[httpapi.JobList](t, n, "/v1/jobs") // with a corrupt row
 	if len(l.Jobs) != 2 || l.Jobs[0].Name != "a" || l.Jobs[1].Name != "c" || len(l.Skipped) != 1 || l.Skipped[0].Name != "b" {
 		t.Fatalf("list: %s", res.body)
 	}

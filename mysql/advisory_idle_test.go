@@ -20,10 +20,7 @@ func TestSessionRenewSetsIdleLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess := storetest.OpenSession(t, locker, "idle")
-	if err := sess.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	sess := storetest.LockedSession(t, locker, "idle")
 	if _, err := sess.Renew(ctx, l.Token(), time.Second); err != nil {
 		t.Fatalf("renew through the session: %v", err)
 	}

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/postgres"
@@ -44,16 +43,5 @@ WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND ((classid::bigint <
 	}
 	if _, err := s.DB().ExecContext(t.Context(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease/election"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/storetest"
 )
@@ -53,7 +54,7 @@ func TestLeaseChangesWakeFollower(t *testing.T) {
 			LeaseDuration: time.Minute, RenewInterval: 5 * time.Second, AcquireInterval: poll})
 	}
 	a, stopA := start("a", nil)
-	waitUntil(t, 5*time.Second, func() bool { return a.IsLeader() })
+	dbtest.WaitFor(t, 5*time.Second, "a to lead", a.IsLeader)
 	bFeed, err := postgres.ListenLeases(ctx, databaseURL(t), prefix, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +63,7 @@ func TestLeaseChangesWakeFollower(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // b has polled once and waits
 	stopped := time.Now()
 	stopA()
-	waitUntil(t, poll/2, func() bool { return b.IsLeader() })
+	dbtest.WaitFor(t, poll/2, "b to lead, woken by the feed", b.IsLeader)
 	t.Logf("lease mode, graceful handoff woken by the feed: %s (poll interval %s)", time.Since(stopped), poll)
 }
 

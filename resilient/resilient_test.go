@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,7 +17,6 @@ import (
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/internal/fleettest"
-	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/resilient"
 	"github.com/sqlease/sqlease/sqlstore"
@@ -29,11 +27,7 @@ import (
 // toxiproxy in front of a fresh database, and the proxy.
 func proxied(t *testing.T) (*sqlstore.Store, *toxiproxy.Proxy) {
 	t.Helper()
-	url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-	if url == "" {
-		t.Skip("SQLEASE_TEST_POSTGRES_URL is not set: bash scripts/test.sh starts a PostgreSQL and sets it")
-	}
-	dbURL := pgtest.CreateDatabase(t, url)
+	dbURL := dbtest.PostgresURL(t)
 	host := dbURL[strings.Index(dbURL, "@")+1:]
 	upstream := host[:strings.Index(host, "/")]
 

@@ -166,10 +166,7 @@ func TestWarmChangesNothing(t *testing.T) {
 	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
-		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
-		if _, _, err := admin.Create(ctx, sqlease.Job{Name: "still"}); err != nil {
-			t.Fatal(err)
-		}
+		created(t, st, sqlease.Job{Name: "still"})
 		lease, err := st.Acquire(ctx, "lead", "someone", time.Minute)
 		if err != nil {
 			t.Fatal(err)

@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sqlease/sqlease"
-	"github.com/sqlease/sqlease/internal/pgtest"
-	"github.com/sqlease/sqlease/postgres"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -26,16 +24,8 @@ func (nopObs) RunFinished(string, sqlease.Outcome, time.Duration) {}
 // are recorded and their jobs released, and only the bad run is logged as
 // unrecorded — not left running with the rest until their locks go stale.
 func TestFinisherIsolatesBadRun(t *testing.T) {
-	url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-	if url == "" {
-		t.Skip("SQLEASE_TEST_POSTGRES_URL not set; bash scripts/test.sh sets it")
-	}
 	ctx := context.Background()
-	st, err := postgres.OpenStore(ctx, pgtest.CreateDatabase(t, url), "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.DB().Close() })
+	st := dbtest.Postgres(t)
 	if !st.Batched() {
 		t.Fatal("PostgreSQL must finish runs in groups")
 	}

@@ -2,7 +2,6 @@ package scheduler_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,10 +11,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sqlease/sqlease"
-	"github.com/sqlease/sqlease/internal/pgtest"
-	"github.com/sqlease/sqlease/postgres"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/scheduler"
-	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // Seed 004's abandonment, with a margin (fault issue 10, item 9): a
@@ -45,25 +42,6 @@ func cancelWatcher(started chan<- time.Time, cancelled chan<- runCancel) schedul
 	}
 }
 
-func pgURL(t *testing.T) string {
-	t.Helper()
-	url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-	if url == "" {
-		t.Skip("SQLEASE_TEST_POSTGRES_URL not set; bash scripts/test.sh sets it")
-	}
-	return pgtest.CreateDatabase(t, url)
-}
-
-func openPG(t *testing.T, url string) *sqlstore.Store {
-	t.Helper()
-	s, err := postgres.OpenStore(context.Background(), url, "sqlease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.DB().Close() })
-	return s
-}
-
 func recv[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
 	t.Helper()
 	select {
@@ -79,8 +57,8 @@ func recv[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
 // everything it sends): its heartbeats neither fail nor succeed.
 func TestHangingDatabaseCancelsBeforeReclaim(t *testing.T) {
 	ctx := context.Background()
-	dbURL := pgURL(t)
-	direct := openPG(t, dbURL)
+	dbURL := dbtest.PostgresURL(t)
+	direct := dbtest.OpenPostgres(t, dbURL)
 	host := dbURL[strings.Index(dbURL, "@")+1:]
 	upstream := host[:strings.Index(host, "/")]
 	proxy := toxiproxy.NewProxy(toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop()), "pg", "127.0.0.1:0", upstream)
@@ -88,7 +66,7 @@ func TestHangingDatabaseCancelsBeforeReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Stop)
-	viaProxy := openPG(t, strings.Replace(dbURL, upstream, proxy.Listen, 1))
+	viaProxy := dbtest.OpenPostgres(t, strings.Replace(dbURL, upstream, proxy.Listen, 1))
 
 	admin := newSched(t, scheduler.Config{Store: direct, Holder: "admin"})
 	if _, _, err := admin.Create(ctx, sqlease.Job{Name: "send", LockTimeout: hangLockTimeout, Retry: sqlease.Retry{MaxAttempts: 3}}); err != nil {
@@ -142,7 +120,7 @@ func TestHangingDatabaseCancelsBeforeReclaim(t *testing.T) {
 // past the moment it could go stale.
 func TestSlowStartCountsAgainstTheLock(t *testing.T) {
 	ctx := context.Background()
-	st := openPG(t, pgURL(t))
+	st := dbtest.Postgres(t)
 	const delay = 1200 * time.Millisecond // of lock_timeout 2 s
 	for _, q := range []string{
 		`CREATE FUNCTION slow_start() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -156,13 +134,10 @@ END $$`,
 			t.Fatal(err)
 		}
 	}
-	admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
 	// A recurring job: the claim takes its lock and a separate batch start
 	// inserts its run (a one-off job's run starts in the claim statement).
-	if _, _, err := admin.Create(ctx, sqlease.Job{Name: "slow", Schedule: sqlease.Schedule{Every: time.Hour}, LockTimeout: hangLockTimeout,
-		Retry: sqlease.Retry{MaxAttempts: 3}}); err != nil {
-		t.Fatal(err)
-	}
+	created(t, st, sqlease.Job{Name: "slow", Schedule: sqlease.Schedule{Every: time.Hour}, LockTimeout: hangLockTimeout,
+		Retry: sqlease.Retry{MaxAttempts: 3}})
 	started, cancelled := make(chan time.Time, 4), make(chan runCancel, 4)
 	runClaim(t, newSched(t, scheduler.Config{Store: st, Holder: "w1", Handler: cancelWatcher(started, cancelled)}))
 	recv(t, started, 15*time.Second, "start of the run")

@@ -143,10 +143,7 @@ func TestHangingHeartbeatsCancelBeforeTheLockGoesStale(t *testing.T) {
 	}
 	defer st.DB().Close()
 	lockTimeout := 2 * time.Second // cancelled at 1.5 s: half a second of slack on a busy machine
-	admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
-	if _, _, err := admin.Create(ctx, sqlease.Job{Name: "long", LockTimeout: lockTimeout}); err != nil {
-		t.Fatal(err)
-	}
+	created(t, st, sqlease.Job{Name: "long", LockTimeout: lockTimeout})
 	type outcome struct {
 		after   time.Duration
 		ensured error

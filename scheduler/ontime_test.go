@@ -139,8 +139,8 @@ func TestClaimWakesOnFeedForDueJob(t *testing.T) {
 // SQLEASE_TEST_POSTGRES_URL is not set.
 func feedStores(t *testing.T) (st, other *sqlstore.Store, changes <-chan struct{}) {
 	t.Helper()
-	dbURL := pgURL(t)
-	st, other = openPG(t, dbURL), openPG(t, dbURL)
+	dbURL := dbtest.PostgresURL(t)
+	st, other = dbtest.OpenPostgres(t, dbURL), dbtest.OpenPostgres(t, dbURL)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	changes, err := postgres.ListenJobs(ctx, dbURL, "sqlease", nil)
@@ -246,7 +246,7 @@ func (g *countingGate) LeaseStore() sqlease.LeaseStore { return g.st }
 // lease's epoch.
 func TestLeaderDrainsBacklogBySelfFencedStatements(t *testing.T) {
 	ctx := context.Background()
-	st := openPG(t, pgURL(t))
+	st := dbtest.Postgres(t)
 	admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
 	const behind = 40
 	if _, _, err := admin.Create(ctx, sqlease.Job{Name: "behind", MissedRuns: sqlease.RunAll,

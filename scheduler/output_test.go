@@ -114,10 +114,7 @@ func TestDeposedLeaderKeepsNoOutput(t *testing.T) {
 	dbtest.Dialects(t, func(t *testing.T, newStore dbtest.Open) {
 		ctx := context.Background()
 		st := newStore(t)
-		admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
-		if _, _, err := admin.Create(ctx, sqlease.Job{Name: "deposed"}); err != nil {
-			t.Fatal(err)
-		}
+		created(t, st, sqlease.Job{Name: "deposed"})
 		// Long enough for the leader to claim the run on a loaded machine
 		// (a lease that ended first fenced the claim out, no run started,
 		// and the test waited for it until the package's timeout).

@@ -19,6 +19,7 @@ import (
 	"github.com/sqlease/sqlease/internal/pgtest"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlstore"
+	"github.com/sqlease/sqlease/storetest"
 )
 
 func newSched(t *testing.T, cfg scheduler.Config) *scheduler.Scheduler {
@@ -444,16 +445,11 @@ func lead(t *testing.T, st *sqlstore.Store, s **scheduler.Scheduler, holder stri
 func runElector(t *testing.T, cfg election.Config, onLead func(ctx context.Context, e *election.Elector, tok sqlease.Token)) *election.Elector {
 	t.Helper()
 	var e *election.Elector
+	ready := make(chan struct{}) // e is set: a term may begin before RunElector returns
 	cfg.LeaseDuration, cfg.RenewInterval, cfg.AcquireInterval = 2*time.Second, 300*time.Millisecond, 50*time.Millisecond
-	cfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) { onLead(ctx, e, tok) }
-	e, err := election.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = e.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	cfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) { <-ready; onLead(ctx, e, tok) }
+	e, _ = storetest.RunElector(t, cfg)
+	close(ready)
 	return e
 }
 
@@ -502,7 +498,7 @@ func TestRefreshSurvivesCommitOrderGap(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			st := openPG(t, pgtest.CreateDatabase(t, url))
+			st := dbtest.OpenPostgres(t, pgtest.CreateDatabase(t, url))
 			rec := &recorder{}
 			s := newSched(t, scheduler.Config{Store: st, Handler: rec.handle, RefreshInterval: 50 * time.Millisecond, RefreshOverlap: tc.overlap})
 			admin := newSched(t, scheduler.Config{Store: st})

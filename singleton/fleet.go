@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/tick"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -38,23 +39,7 @@ func (n *Node) lead(ctx context.Context, mtok sqlease.Token) {
 	p := &placer{n: n, mtok: mtok, ctx: ctx, lastHeld: -1, watching: map[string]bool{}}
 	n.dirty.Store(true)
 	defer p.end()
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-n.kick:
-			if !t.Stop() {
-				select {
-				case <-t.C:
-				default:
-				}
-			}
-		}
-		t.Reset(p.reconcile())
-	}
+	tick.Loop(ctx, n.kick, p.reconcile)
 }
 
 // end stops the bodies of the member term, a loss, and waits for them

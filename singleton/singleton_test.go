@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,8 +14,6 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/internal/dbtest"
-	"github.com/sqlease/sqlease/internal/pgtest"
-	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/singleton"
 	"github.com/sqlease/sqlease/sqlstore"
 )
@@ -31,9 +28,16 @@ type node struct {
 
 func newNode(t *testing.T, st *sqlstore.Store, holder string, register func(n *singleton.Node)) *node {
 	t.Helper()
-	n, err := singleton.NewNode(singleton.NodeConfig{Store: st, HolderID: holder,
+	return runNode(t, singleton.NodeConfig{Store: st, HolderID: holder,
 		LeaseDuration: time.Second, RenewInterval: 150 * time.Millisecond, AcquireInterval: 50 * time.Millisecond,
-		RestartBackoff: 50 * time.Millisecond})
+		RestartBackoff: 50 * time.Millisecond}, register)
+}
+
+// runNode is a node of cfg, its singletons registered by register,
+// running until stopped or until the test ends.
+func runNode(t *testing.T, cfg singleton.NodeConfig, register func(n *singleton.Node)) *node {
+	t.Helper()
+	n, err := singleton.NewNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +180,6 @@ func TestDecodeBestEffort(t *testing.T) {
 // the body with the best-effort decode — never a crash loop — and the
 // observer hears of the undecodable one.
 func TestLoadOlderNewerAndCorruptState(t *testing.T) {
-	ctx := context.Background()
 	st := dbtest.SQLite(t)
 	for name, state := range map[string]string{"older": `{"cursor":4}`, "newer": `{"cursor":5,"shard":"eu","zone":"z"}`, "corrupt": `{"cursor":`} {
 		if _, err := st.DB().Exec(`INSERT INTO sqlease_singletons (name, state, created_at) VALUES (?, ?, '2026-01-01 00:00:00')`, name, state); err != nil {
@@ -187,28 +190,22 @@ func TestLoadOlderNewerAndCorruptState(t *testing.T) {
 	starts := map[string]int{}
 	var mu sync.Mutex
 	obs := &decodeObserver{}
-	n, err := singleton.NewNode(singleton.NodeConfig{Store: st, HolderID: "a", Observer: obs,
-		LeaseDuration: time.Second, RenewInterval: 150 * time.Millisecond, AcquireInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"older", "newer", "corrupt"} {
-		if err := singleton.Register(n, singleton.Config[v2]{Name: name, Initial: v2{Cursor: 1, Shard: "default"},
-			Body: func(ctx context.Context, in *singleton.Instance[v2]) error {
-				mu.Lock()
-				got[name] = in.State()
-				starts[name]++
-				mu.Unlock()
-				<-ctx.Done()
-				return nil
-			}}); err != nil {
-			t.Fatal(err)
+	runNode(t, singleton.NodeConfig{Store: st, HolderID: "a", Observer: obs,
+		LeaseDuration: time.Second, RenewInterval: 150 * time.Millisecond, AcquireInterval: 50 * time.Millisecond}, func(n *singleton.Node) {
+		for _, name := range []string{"older", "newer", "corrupt"} {
+			if err := singleton.Register(n, singleton.Config[v2]{Name: name, Initial: v2{Cursor: 1, Shard: "default"},
+				Body: func(ctx context.Context, in *singleton.Instance[v2]) error {
+					mu.Lock()
+					got[name] = in.State()
+					starts[name]++
+					mu.Unlock()
+					<-ctx.Done()
+					return nil
+				}}); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.Run(rctx) }()
-	defer func() { cancel(); <-done }()
+	})
 	dbtest.WaitFor(t, 5*time.Second, "all three to start", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 3 })
 	mu.Lock()
 	defer mu.Unlock()
@@ -351,16 +348,7 @@ func TestRegisterAndUnregisterWhileRunning(t *testing.T) {
 }
 
 func postgresStore(tb testing.TB) *sqlstore.Store {
-	url := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-	if url == "" {
-		tb.Skip("SQLEASE_TEST_POSTGRES_URL not set; bash scripts/test.sh sets it")
-	}
-	s, err := postgres.OpenStore(context.Background(), pgtest.CreateDatabase(tb, url), "sqlease")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.DB().Close() })
-	return s
+	return dbtest.Postgres(tb)
 }
 
 // Rolling upgrade: a node of the protocol before placement by node runs a

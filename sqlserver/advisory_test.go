@@ -57,10 +57,7 @@ var newAdvisoryStore = database.Advisory(func(dsn, prefix string) (sqlease.Sessi
 func TestAdvisoryRenewAfterLostLock(t *testing.T) {
 	s, locker, _ := newAdvisoryStore(t)
 	ctx := t.Context()
-	a := storetest.OpenSession(t, locker, "adv")
-	if err := a.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := storetest.LockedSession(t, locker, "adv")
 	lease, err := a.Takeover(ctx, "adv", "holder-a", time.Minute)
 	if err != nil {
 		t.Fatal(err)

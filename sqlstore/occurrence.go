@@ -204,13 +204,9 @@ func (s *Store) ClaimOccurrences(ctx context.Context, tx *sql.Tx, holder string,
 // occExec runs an occurrence statement whose last four arguments are the
 // lock and turns "no row affected" into sqlease.ErrLeaseLost.
 func (s *Store) occExec(ctx context.Context, q Querier, query string, l Lock, args ...any) error {
-	res, err := q.ExecContext(ctx, query, append(args, l.JobID, s.timeArg(l.Occurrence), l.Holder, l.Epoch)...)
+	n, err := s.affected(q.ExecContext(ctx, query, append(args, l.JobID, s.timeArg(l.Occurrence), l.Holder, l.Epoch)...))
 	if err != nil {
-		return s.classify(err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return s.classify(err)
+		return err
 	}
 	if n == 0 {
 		return fmt.Errorf("occurrence lock %d/%s/%s@%d: %w", l.JobID, l.Occurrence.UTC().Format(time.RFC3339Nano), l.Holder, l.Epoch, sqlease.ErrLeaseLost)

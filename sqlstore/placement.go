@@ -69,13 +69,9 @@ func (s *Store) PlaceSingletons(ctx context.Context, tok sqlease.Token, names []
 	if err != nil {
 		return 0, err
 	}
-	res, err := s.db.ExecContext(ctx, s.sq().Place, tok.Holder, tok.Epoch, arg, limit)
+	n, err := s.affected(s.db.ExecContext(ctx, s.sq().Place, tok.Holder, tok.Epoch, arg, limit))
 	if err != nil {
-		return 0, fmt.Errorf("place singletons on %s: %w", tok, s.classify(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("place singletons on %s: %w", tok, s.classify(err))
+		return 0, fmt.Errorf("place singletons on %s: %w", tok, err)
 	}
 	return n, nil
 }
@@ -89,13 +85,9 @@ func (s *Store) GiveSingletons(ctx context.Context, tok sqlease.Token, to string
 	if err != nil {
 		return 0, err
 	}
-	res, err := s.db.ExecContext(ctx, s.sq().Give, to, tok.Holder, tok.Epoch, arg)
+	n, err := s.affected(s.db.ExecContext(ctx, s.sq().Give, to, tok.Holder, tok.Epoch, arg))
 	if err != nil {
-		return 0, fmt.Errorf("give singletons from %s to %q: %w", tok, to, s.classify(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("give singletons from %s to %q: %w", tok, to, s.classify(err))
+		return 0, fmt.Errorf("give singletons from %s to %q: %w", tok, to, err)
 	}
 	return n, nil
 }
@@ -191,12 +183,8 @@ func (s *Store) RenewMember(ctx context.Context, tok sqlease.Token, ttl time.Dur
 	if err := sqlease.ValidateTTL(ttl); err != nil {
 		return err
 	}
-	res, err := s.db.ExecContext(ctx, s.d.Queries.RenewWR.Write, ttl.Milliseconds(), tok.Name, tok.Holder, tok.Epoch)
-	if err != nil {
-		return fmt.Errorf("renew lease %s: %w", tok, s.classify(err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("renew lease %s: %w", tok, s.classify(err))
+	if n, err := s.affected(s.db.ExecContext(ctx, s.d.Queries.RenewWR.Write, ttl.Milliseconds(), tok.Name, tok.Holder, tok.Epoch)); err != nil {
+		return fmt.Errorf("renew lease %s: %w", tok, err)
 	} else if n == 0 {
 		return fmt.Errorf("renew lease %s: %w", tok, sqlease.ErrLeaseLost)
 	}
@@ -223,12 +211,8 @@ func (s *Store) FencedAssigned(ctx context.Context, name string, tok sqlease.Tok
 	// locked.
 	defer func() { _ = tx.Rollback() }()
 	fence := func(step string) error {
-		res, err := tx.ExecContext(ctx, s.sq().HeartbeatAssigned, name, tok.Holder, tok.Epoch)
-		if err != nil {
-			return fmt.Errorf("fenced write of singleton %s under %s: %s: %w", name, tok, step, s.classify(err))
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return fmt.Errorf("fenced write of singleton %s under %s: %s: %w", name, tok, step, s.classify(err))
+		if n, err := s.affected(tx.ExecContext(ctx, s.sq().HeartbeatAssigned, name, tok.Holder, tok.Epoch)); err != nil {
+			return fmt.Errorf("fenced write of singleton %s under %s: %s: %w", name, tok, step, err)
 		} else if n == 0 {
 			return fmt.Errorf("fenced write of singleton %s under %s: %s: %w", name, tok, step, sqlease.ErrLeaseLost)
 		}

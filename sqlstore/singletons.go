@@ -230,12 +230,8 @@ func (s *Store) listSingletons(ctx context.Context, what, query string, args ...
 // writes, whose statements check the member lease themselves. 0 rows means
 // tok no longer runs it.
 func (s *Store) singletonWrite(ctx context.Context, q Querier, what, query string, tok sqlease.Token, args ...any) error {
-	res, err := q.ExecContext(ctx, query, args...)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, s.classify(err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("%s: %w", what, s.classify(err))
+	if n, err := s.affected(q.ExecContext(ctx, query, args...)); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	} else if n == 0 {
 		return fmt.Errorf("%s under %s: %w", what, tok, sqlease.ErrLeaseLost)
 	}
@@ -320,13 +316,9 @@ func (s *Store) DeleteSingleton(ctx context.Context, name string) error {
 }
 
 func (s *Store) singletonAdmin(ctx context.Context, what, query string, args ...any) error {
-	res, err := s.db.ExecContext(ctx, query, args...)
+	n, err := s.affected(s.db.ExecContext(ctx, query, args...))
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, s.classify(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, s.classify(err))
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if n == 0 {
 		return fmt.Errorf("%s: %w", what, sqlease.ErrNoJob)

@@ -212,6 +212,19 @@ func (s *Store) classify(err error) error {
 	return storageError{err}
 }
 
+// affected is the count of rows an Exec changed, with the Exec's error or
+// RowsAffected's classified: res, err := q.ExecContext(…) as one call.
+func (s *Store) affected(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, s.classify(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, s.classify(err)
+	}
+	return n, nil
+}
+
 // storageError marks a database's error as sqlease.ErrStorage; its text
 // and chain are the error's own.
 type storageError struct{ err error }

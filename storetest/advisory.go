@@ -11,6 +11,7 @@ import (
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/internal/syncbuf"
+	"github.com/sqlease/sqlease/internal/waitfor"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -126,10 +127,7 @@ func AdvisoryTakeoverWaitsForPriorTerm(t *testing.T, store sqlease.LeaseStore, l
 // lease for holder for ttl: the term a scenario then freezes or ends.
 func lockedTerm(t *testing.T, locker sqlease.SessionLocker, name, holder string, ttl time.Duration) (sqlease.SessionLock, sqlease.Lease) {
 	t.Helper()
-	sess := OpenSession(t, locker, name)
-	if err := sess.Lock(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	sess := LockedSession(t, locker, name)
 	l, err := sess.Takeover(t.Context(), name, holder, ttl)
 	if err != nil {
 		t.Fatal(err)
@@ -137,15 +135,10 @@ func lockedTerm(t *testing.T, locker sqlease.SessionLocker, name, holder string,
 	return sess, l
 }
 
+// waitCond polls cond every 2 ms (waitfor.Cond) for at most d.
 func waitCond(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitfor.Cond(t, d, 2*time.Millisecond, what, cond)
 }
 
 // AdvisoryTakeoverSparesLocklessTerm is the regression check of finding F1
@@ -161,17 +154,30 @@ func AdvisoryTakeoverSparesLocklessTerm(t *testing.T, store sqlease.LeaseStore, 
 	const name = "lockless"
 	ttl := 1500 * time.Millisecond
 	ctx := t.Context()
-	open := func() sqlease.SessionLock {
+	open := func() sqlease.SessionLock { return LockedSession(t, locker, name) }
+	// expired waits for the lease of the term named by who to expire.
+	expired := func(who string) {
 		t.Helper()
-		s, err := locker(ctx, name)
+		waitCond(t, 3*ttl, who+" to expire", func() bool {
+			cur, err := store.Lease(ctx, name)
+			return err == nil && cur.Expired()
+		})
+	}
+	// takeOver takes the lease over for holder through sess (what names
+	// the term it ends), checks that the new epoch follows prev's, and
+	// closes sess.
+	takeOver := func(sess sqlease.SessionLock, holder string, prev sqlease.Lease, what string) {
+		t.Helper()
+		l, err := sess.Takeover(ctx, name, holder, ttl)
 		if err != nil {
+			t.Fatalf("Takeover of %s: %v", what, err)
+		}
+		if l.Epoch != prev.Epoch+1 {
+			t.Fatalf("epochs %d -> %d", prev.Epoch, l.Epoch)
+		}
+		if err := sess.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { s.Close(context.Background()) })
-		if err := s.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return s
 	}
 
 	// A term acquired without the lock, renewed by the store: live.
@@ -190,28 +196,13 @@ func AdvisoryTakeoverSparesLocklessTerm(t *testing.T, store sqlease.LeaseStore, 
 		t.Fatalf("the lockless term could not renew after a refused takeover: %v", err)
 	}
 	// Once it has expired, the lock's winner takes it over.
-	waitCond(t, 3*ttl, "the lockless lease to expire", func() bool {
-		cur, err := store.Lease(ctx, name)
-		return err == nil && cur.Expired()
-	})
-	ct, err := c.Takeover(ctx, name, "c", ttl)
-	if err != nil {
-		t.Fatalf("Takeover of the expired lease: %v", err)
-	}
-	if ct.Epoch != b.Epoch+1 {
-		t.Fatalf("epochs %d -> %d", b.Epoch, ct.Epoch)
-	}
-	if err := c.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	expired("the lockless lease")
+	takeOver(c, "c", b, "the expired lease")
 
 	// A term acquired without the lock that wins it later and renews
 	// through its session is deposed like any locked term once that
 	// session ends.
-	waitCond(t, 3*ttl, "c's lease to expire", func() bool {
-		cur, err := store.Lease(ctx, name)
-		return err == nil && cur.Expired()
-	})
+	expired("c's lease")
 	d, err := store.Acquire(ctx, name, "d", ttl)
 	if err != nil {
 		t.Fatal(err)
@@ -223,24 +214,11 @@ func AdvisoryTakeoverSparesLocklessTerm(t *testing.T, store sqlease.LeaseStore, 
 	if err := ds.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e := open()
-	et, err := e.Takeover(ctx, name, "e", ttl)
-	if err != nil {
-		t.Fatalf("Takeover of a live term renewed through its (now ended) locked session: %v", err)
-	}
-	if et.Epoch != d.Epoch+1 {
-		t.Fatalf("epochs %d -> %d", d.Epoch, et.Epoch)
-	}
-	if err := e.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	takeOver(open(), "e", d, "a live term renewed through its (now ended) locked session")
 
 	// An elector that wins the lock while a lockless term renews waits
 	// for that lease, then leads.
-	waitCond(t, 3*ttl, "e's lease to expire", func() bool {
-		cur, err := store.Lease(ctx, name)
-		return err == nil && cur.Expired()
-	})
+	expired("e's lease")
 	f, err := store.Acquire(ctx, name, "f-lockless", ttl)
 	if err != nil {
 		t.Fatal(err)

@@ -155,22 +155,7 @@ func testRunCheckpoint(t *testing.T, s *sqlstore.Store) {
 	}
 
 	// Deleting a job deletes its checkpoints; retention prunes the rest.
-	if n := checkpointRows(t, s, l.JobID); n != 1 {
-		t.Fatalf("%d checkpoint rows of job %d before its delete, want 1", n, l.JobID)
-	}
-	if err := s.DeleteJob(ctx, "ckpt-deposed"); err != nil {
-		t.Fatal(err)
-	}
-	if n := checkpointRows(t, s, l.JobID); n != 0 {
-		t.Errorf("%d checkpoint rows of the deleted job, want 0", n)
-	}
-	time.Sleep(50 * time.Millisecond)
-	if _, err := s.PruneRuns(ctx, 10*time.Millisecond); err != nil {
-		t.Fatalf("PruneRuns: %v", err)
-	}
-	if n := checkpointRows(t, s, -1); n != 0 {
-		t.Errorf("%d checkpoint rows after pruning, want 0", n)
-	}
+	goneWithJobAndRuns(t, s, "checkpoint", "ckpt-deposed", l.JobID, checkpointRows)
 }
 
 // restart claims job again (a retry of its due occurrence) as holder and
@@ -206,6 +191,30 @@ var deleteFrom = regexp.MustCompile(`^DELETE FROM\s+(\S+)\s+WHERE`)
 func checkpointRows(t *testing.T, s *sqlstore.Store, jobID int64) int {
 	t.Helper()
 	return jobRows(t, s, deleteFrom, "Checkpoints.DeleteJob", s.Dialect().Jobs.Checkpoints.DeleteJob, jobID)
+}
+
+// goneWithJobAndRuns checks that the rows a run keeps in a table of its own
+// (what: output, checkpoint; counted by rows, of one job or of all for -1)
+// go with their job when it is deleted (job, whose id is jobID, has one)
+// and with their runs when retention prunes them.
+func goneWithJobAndRuns(t *testing.T, s *sqlstore.Store, what, job string, jobID int64, rows func(*testing.T, *sqlstore.Store, int64) int) {
+	t.Helper()
+	if n := rows(t, s, jobID); n != 1 {
+		t.Fatalf("%d %s rows of job %d before its delete, want 1", n, what, jobID)
+	}
+	if err := s.DeleteJob(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows(t, s, jobID); n != 0 {
+		t.Errorf("%d %s rows of the deleted job, want 0", n, what)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := s.PruneRuns(t.Context(), 10*time.Millisecond); err != nil {
+		t.Fatalf("PruneRuns: %v", err)
+	}
+	if n := rows(t, s, -1); n != 0 {
+		t.Errorf("%d %s rows after the runs were pruned, want 0", n, what)
+	}
 }
 
 // jobRows counts the rows of a job (all jobs: -1) in the table that re

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/sqlstore"
@@ -136,26 +135,9 @@ func testRunOutput(t *testing.T, s *sqlstore.Store) {
 		}
 	}
 
-	// Deleting the job deletes its output.
-	keptID := l.JobID
-	if n := outputRows(t, s, keptID); n != 1 {
-		t.Fatalf("%d output rows of job %d before its delete, want 1", n, keptID)
-	}
-	if err := s.DeleteJob(ctx, "deposed"); err != nil {
-		t.Fatal(err)
-	}
-	if n := outputRows(t, s, keptID); n != 0 {
-		t.Errorf("%d output rows of the deleted job, want 0", n)
-	}
-
-	// Retention prunes the outputs with their runs.
-	time.Sleep(50 * time.Millisecond)
-	if _, err := s.PruneRuns(ctx, 10*time.Millisecond); err != nil {
-		t.Fatalf("PruneRuns: %v", err)
-	}
-	if n := outputRows(t, s, -1); n != 0 {
-		t.Errorf("%d output rows after the runs were pruned, want 0", n)
-	}
+	// Deleting the job deletes its output; retention prunes the outputs
+	// with their runs.
+	goneWithJobAndRuns(t, s, "output", "deposed", l.JobID, outputRows)
 }
 
 // outputRows counts the output rows of a job (all jobs: -1), read from the

@@ -24,12 +24,7 @@ import (
 // singleton of a dead node; a give moves singletons to a live node only.
 func testSingletonPlacement(t *testing.T, s *sqlstore.Store) {
 	ctx := t.Context()
-	names := []string{"p0", "p1", "p2", "p3", "p4"}
-	for _, n := range names {
-		if err := s.EnsureSingleton(ctx, n); err != nil {
-			t.Fatal(err)
-		}
-	}
+	names := ensureSingletons(t, s, "p%d", 5)
 	// p0 ran under the old scheme: its own lease, epoch 7.
 	for range 6 {
 		l := mustAcquire(t, s, "singleton:p0", "old", 30*time.Millisecond)
@@ -225,13 +220,7 @@ func testSingletonPlacement(t *testing.T, s *sqlstore.Store) {
 // and every generation grows.
 func testSingletonPlacementRace(t *testing.T, s *sqlstore.Store) {
 	ctx := t.Context()
-	var names []string
-	for i := range 40 {
-		names = append(names, fmt.Sprintf("r%02d", i))
-		if err := s.EnsureSingleton(ctx, names[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	names := ensureSingletons(t, s, "r%02d", 40)
 	toks := make([]sqlease.Token, 3)
 	for i := range toks {
 		h := fmt.Sprintf("n%d", i)
@@ -278,6 +267,20 @@ func testSingletonPlacementRace(t *testing.T, s *sqlstore.Store) {
 	if total != int64(len(names)) || len(seen) != len(names) {
 		t.Fatalf("placed %d in all (by node %v), %d distinct, want %d", total, placed, len(seen), len(names))
 	}
+}
+
+// ensureSingletons ensures the singletons named format(0) … format(n-1)
+// (library singletons) and returns their names in that order.
+func ensureSingletons(t *testing.T, s *sqlstore.Store, format string, n int) []string {
+	t.Helper()
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf(format, i)
+		if err := s.EnsureSingleton(t.Context(), names[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return names
 }
 
 // placeRetrying retries a placement that failed on a transient error (a

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -23,13 +22,7 @@ import (
 // new node reads the states saved before.
 func testSingletonStartMany(t *testing.T, s *sqlstore.Store) {
 	ctx := t.Context()
-	var names []string
-	for i := range 8 {
-		names = append(names, fmt.Sprintf("m%d", i))
-		if err := s.EnsureSingleton(ctx, names[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	names := ensureSingletons(t, s, "m%d", 8)
 	a := mustAcquire(t, s, sqlstore.MemberLeasePrefix+"ma", "ma", time.Minute).Token()
 	b := mustAcquire(t, s, sqlstore.MemberLeasePrefix+"mb", "mb", time.Minute).Token()
 	if n, err := placeRetrying(ctx, s, a, names[:6], 100); err != nil || n != 6 {

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
-	"github.com/sqlease/sqlease/election"
 	"github.com/sqlease/sqlease/scheduler"
 )
 
@@ -158,14 +157,7 @@ func runMemory(ctx context.Context, e *env, o memoryOpts) (memoryResult, error) 
 	}
 	res.MemBefore = sampleMem()
 	var leadStart atomic.Int64
-	var el *election.Elector
-	el, err = election.New(election.Config{Store: st, HolderID: "bench-leader", Logger: logger,
-		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) {
-			leadStart.CompareAndSwap(0, time.Now().UnixNano())
-			if err := s.Lead(ctx, el, tok); err != nil && ctx.Err() == nil {
-				logger.Error("lead_failed", slog.String("error", err.Error()))
-			}
-		}})
+	el, err := benchLeader(st, s, logger, &leadStart)
 	if err != nil {
 		return res, err
 	}

@@ -30,30 +30,18 @@ type placementRun struct {
 func placementScenario(ctx context.Context, e *env, dialect string, n, runs int) bool {
 	fmt.Printf("\n== placement by node — %s, %d singletons, 3 member leases (sqlstore/placement.go statements)\n", dialect, n)
 	var rs []placementRun
-	for i := range runs {
-		bg := settle(e.settleBusy, e.settleWait)
-		r, err := runPlacement(ctx, e, dialect, n)
-		if err != nil {
-			fmt.Printf("  run %d: error: %v\n", i+1, err)
-			exitCode = 1
-			if ctx.Err() != nil {
-				return false
-			}
-			continue
-		}
+	if !rounds(ctx, e, runs, func() (placementRun, error) { return runPlacement(ctx, e, dialect, n) }, func(i int, bg float64, r placementRun) {
 		fmt.Printf("  run %d [bg %.0f%%]: place all %d on a %s; Placement %s; Assigned (%d rows) %s; SaveAssigned %s; a dead, reassign %d to b %s; give %d to c %s\n",
-			i+1, bg*100, r.placed, fmtDur(r.placeAll), fmtDur(r.placement), n, fmtDur(r.assigned), fmtDur(r.save), r.reassigned, fmtDur(r.reassign), r.givenN, fmtDur(r.give))
+			i, bg*100, r.placed, fmtDur(r.placeAll), fmtDur(r.placement), n, fmtDur(r.assigned), fmtDur(r.save), r.reassigned, fmtDur(r.reassign), r.givenN, fmtDur(r.give))
 		rs = append(rs, r)
+	}) {
+		return false
 	}
 	if len(rs) == 0 {
 		return true
 	}
 	med := func(f func(placementRun) time.Duration) string {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = float64(f(r))
-		}
-		return fmtDur(time.Duration(medianOf(v)))
+		return fmtDur(time.Duration(medianOf(metric(rs, func(r placementRun) float64 { return float64(f(r)) }))))
 	}
 	fmt.Printf("  median: place all %s; Placement %s; Assigned %s; SaveAssigned %s; reassign a dead node's %d %s; give %d %s\n",
 		med(func(r placementRun) time.Duration { return r.placeAll }), med(func(r placementRun) time.Duration { return r.placement }),

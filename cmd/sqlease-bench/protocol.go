@@ -154,17 +154,7 @@ func protocolScenario(ctx context.Context, e *env, dialect string, n, nodes, run
 	fmt.Printf("\n== placement-by-node protocol (bench nodes on the store's statements, not the singleton package) — %s, %d singletons, %d nodes, lease %s, renew %s\n",
 		dialect, n, nodes, protoLease, protoRenew)
 	var idle, idleClient, fo, join []float64
-	for i := range runs {
-		bg := settle(e.settleBusy, e.settleWait)
-		r, err := runProtocol(ctx, e, dialect, n, nodes)
-		if err != nil {
-			fmt.Printf("  run %d: error: %v\n", i+1, err)
-			exitCode = 1
-			if ctx.Err() != nil {
-				return false
-			}
-			continue
-		}
+	if !rounds(ctx, e, runs, func() (protoRun, error) { return runProtocol(ctx, e, dialect, n, nodes) }, func(i int, bg float64, r protoRun) {
 		srv := "n/a"
 		if r.idle >= 0 {
 			srv = fmt.Sprintf("%.2f", r.idle)
@@ -178,7 +168,9 @@ func protocolScenario(ctx context.Context, e *env, dialect string, n, nodes, run
 		fo = append(fo, float64(r.failover))
 		join = append(join, float64(r.join))
 		fmt.Printf("  run %d [bg %.0f%%]: settled in %s; idle statements/s %s; a node holding %d stopped dead: all on live nodes %s after its last renew; a joining node got %d in %s (balanced), %d moved\n",
-			i+1, bg*100, fmtDur(r.settle), srv, r.deadHeld, fmtDur(r.failover), r.joinHeld, fmtDur(r.join), r.moved)
+			i, bg*100, fmtDur(r.settle), srv, r.deadHeld, fmtDur(r.failover), r.joinHeld, fmtDur(r.join), r.moved)
+	}) {
+		return false
 	}
 	if len(fo) > 0 {
 		line := fmt.Sprintf("  median: failover %s (bound: lease + acquire = %s), join %s (one renew interval: %s)",

@@ -39,13 +39,16 @@ func medianIndex(vals []float64) int {
 	return idx[(len(idx)-1)/2]
 }
 
-func throughputScenario(ctx context.Context, e *env, title string, o throughputOpts, runs int) bool {
-	fmt.Printf("\n== %s\n", title)
-	var results []throughputResult
+// rounds runs a scenario's rounds one after another, each once the machine
+// has settled, and hands done each round that worked with its number (from
+// 1) and the machine's busy share measured before it. A failed round is
+// printed and makes the bench exit 1; the others go on. It returns false
+// when ctx ended (an interrupt): the scenario stops and prints no summary
+// of a cut-short round.
+func rounds[R any](ctx context.Context, e *env, runs int, run func() (R, error), done func(i int, bg float64, r R)) bool {
 	for i := 1; i <= runs; i++ {
 		bg := settle(e.settleBusy, e.settleWait)
-		r, err := runThroughput(ctx, e, o)
-		r.Background = bg
+		r, err := run()
 		if ctx.Err() != nil {
 			return false
 		}
@@ -54,6 +57,25 @@ func throughputScenario(ctx context.Context, e *env, title string, o throughputO
 			exitCode = 1
 			continue
 		}
+		done(i, bg, r)
+	}
+	return true
+}
+
+// metric is one metric f of each round's result.
+func metric[R any](results []R, f func(R) float64) []float64 {
+	v := make([]float64, len(results))
+	for i, r := range results {
+		v[i] = f(r)
+	}
+	return v
+}
+
+func throughputScenario(ctx context.Context, e *env, title string, o throughputOpts, runs int) bool {
+	fmt.Printf("\n== %s\n", title)
+	var results []throughputResult
+	if !rounds(ctx, e, runs, func() (throughputResult, error) { return runThroughput(ctx, e, o) }, func(i int, bg float64, r throughputResult) {
+		r.Background = bg
 		results = append(results, r)
 		status := "ok"
 		if p := r.problems(); p != "" {
@@ -73,21 +95,14 @@ func throughputScenario(ctx context.Context, e *env, title string, o throughputO
 				fmt.Printf("           e.g. %s\n", l)
 			}
 		}
+	}) {
+		return false
 	}
 	if len(results) == 0 {
 		return true
 	}
-	col := func(f func(throughputResult) float64) summary {
-		v := make([]float64, len(results))
-		for i, r := range results {
-			v[i] = f(r)
-		}
-		return summarize(v)
-	}
-	rates := make([]float64, len(results))
-	for i, r := range results {
-		rates[i] = r.PerSec
-	}
+	col := func(f func(throughputResult) float64) summary { return summarize(metric(results, f)) }
+	rates := metric(results, func(r throughputResult) float64 { return r.PerSec })
 	fmt.Printf("  median of %d runs:\n", len(results))
 	fmt.Printf("    throughput        %s jobs/s\n", summarize(rates).format(fnum))
 	fmt.Printf("    elapsed           %s\n", col(func(r throughputResult) float64 { return float64(r.Elapsed) }).format(fdur))
@@ -203,18 +218,8 @@ func printTrace(t *traceSnapshot, jobs int64, dialect string) {
 func submitScenario(ctx context.Context, e *env, title, dialect string, creates, submitters, runs int) bool {
 	fmt.Printf("\n== %s\n", title)
 	var results []submitResult
-	for i := 1; i <= runs; i++ {
-		bg := settle(e.settleBusy, e.settleWait)
-		r, err := runSubmit(ctx, e, dialect, creates, submitters)
+	if !rounds(ctx, e, runs, func() (submitResult, error) { return runSubmit(ctx, e, dialect, creates, submitters) }, func(i int, bg float64, r submitResult) {
 		r.Background = bg
-		if ctx.Err() != nil {
-			return false
-		}
-		if err != nil {
-			fmt.Printf("  run %d: ERROR %v\n", i, err)
-			exitCode = 1
-			continue
-		}
 		results = append(results, r)
 		status := "ok"
 		if r.Errors > 0 {
@@ -228,25 +233,18 @@ func submitScenario(ctx context.Context, e *env, title, dialect string, creates,
 		fmt.Printf("  run %d: [bg %s] p50 %s  p99 %s  max %s  %6.0f creates/s  cpu: machine %s, client %s/create, rest %s/create%s  %s\n",
 			i, fpct(r.Background), fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.Max), r.PerSec, fpct(r.CPU.Utilization()),
 			perJob(r.CPU.Self, int64(r.Creates)), perJob(r.CPU.Others, int64(r.Creates)), conns, status)
+	}) {
+		return false
 	}
 	if len(results) == 0 {
 		return true
 	}
-	col := func(f func(submitResult) float64) summary {
-		v := make([]float64, len(results))
-		for i, r := range results {
-			v[i] = f(r)
-		}
-		return summarize(v)
-	}
+	col := func(f func(submitResult) float64) summary { return summarize(metric(results, f)) }
 	fmt.Printf("  median of %d runs:\n", len(results))
 	fmt.Printf("    p50 latency       %s\n", col(func(r submitResult) float64 { return float64(r.P50) }).format(fdur))
 	fmt.Printf("    p99 latency       %s\n", col(func(r submitResult) float64 { return float64(r.P99) }).format(fdur))
 	fmt.Printf("    throughput        %s creates/s\n", col(func(r submitResult) float64 { return r.PerSec }).format(fnum))
-	rates := make([]float64, len(results))
-	for i, r := range results {
-		rates[i] = r.PerSec
-	}
+	rates := metric(results, func(r submitResult) float64 { return r.PerSec })
 	m := results[medianIndex(rates)]
 	if m.PGCPU != nil {
 		fmt.Printf("    PostgreSQL CPU    %s/create\n", perJob(m.PGCPU.Total, int64(m.Creates)))
@@ -266,18 +264,8 @@ func memoryScenario(ctx context.Context, e *env, title string, o memoryOpts, run
 	fmt.Printf("\n== %s\n", title)
 	fmt.Printf("   jobs due %s..%s after the insert; ScheduleHorizon %s; every run in a child process\n", o.Offset, o.Offset+o.Spread, o.Horizon)
 	var results []memoryResult
-	for i := 1; i <= runs; i++ {
-		bg := settle(e.settleBusy, e.settleWait)
-		r, err := runMemoryChild(ctx, e, o)
+	if !rounds(ctx, e, runs, func() (memoryResult, error) { return runMemoryChild(ctx, e, o) }, func(i int, bg float64, r memoryResult) {
 		r.Background = bg
-		if ctx.Err() != nil {
-			return false
-		}
-		if err != nil {
-			fmt.Printf("  run %d: ERROR %v\n", i, err)
-			exitCode = 1
-			continue
-		}
 		results = append(results, r)
 		var ref []string
 		for _, x := range r.Refreshes {
@@ -306,17 +294,13 @@ func memoryScenario(ctx context.Context, e *env, title string, o memoryOpts, run
 		if len(r.Warnings) > 0 {
 			fmt.Printf("         warnings: %v %v\n", r.Warnings, r.WarnLines)
 		}
+	}) {
+		return false
 	}
 	if len(results) == 0 {
 		return true
 	}
-	col := func(f func(memoryResult) float64) summary {
-		v := make([]float64, len(results))
-		for i, r := range results {
-			v[i] = f(r)
-		}
-		return summarize(v)
-	}
+	col := func(f func(memoryResult) float64) summary { return summarize(metric(results, f)) }
 	first := func(r memoryResult) float64 {
 		if len(r.Refreshes) == 0 {
 			return 0

@@ -72,17 +72,7 @@ func singletonScenario(ctx context.Context, e *env, o singletonOpts, runs int) b
 	}
 	fmt.Printf("\n== idle singletons — %s, %s mode, %d singletons on %d node(s), window %s\n", o.dialect, mode, o.n, o.nodes, o.window)
 	var server, client, lost, fo, freed, after []float64
-	for i := range runs {
-		bg := settle(e.settleBusy, e.settleWait)
-		r, err := runSingletons(ctx, e, o)
-		if err != nil {
-			fmt.Printf("  run %d: error: %v\n", i+1, err)
-			exitCode = 1
-			if ctx.Err() != nil {
-				return false
-			}
-			continue
-		}
+	if !rounds(ctx, e, runs, func() (singletonRun, error) { return runSingletons(ctx, e, o) }, func(i int, bg float64, r singletonRun) {
 		srv := "n/a"
 		if r.serverStmts >= 0 {
 			srv = fmt.Sprintf("%.1f", r.serverStmts)
@@ -95,7 +85,7 @@ func singletonScenario(ctx context.Context, e *env, o singletonOpts, runs int) b
 		}
 		lost = append(lost, float64(r.lostTerms))
 		fmt.Printf("  run %d [bg %.0f%%]: settled in %s (%d running, per node %v); statements/s: server %s, client %s; terms lost in the window: %d; most frequent: %s\n",
-			i+1, bg*100, r.settleTook.Round(time.Millisecond), r.running, r.perNode, srv, cl, r.lostTerms, r.topStatement)
+			i, bg*100, r.settleTook.Round(time.Millisecond), r.running, r.perNode, srv, cl, r.lostTerms, r.topStatement)
 		if r.deadHeld > 0 {
 			fo = append(fo, float64(r.failover))
 			after = append(after, float64(r.lostAfterMove))
@@ -109,6 +99,8 @@ func singletonScenario(ctx context.Context, e *env, o singletonOpts, runs int) b
 			fmt.Printf("    node 0 stopped dead holding %d: all on live nodes %s later%s; terms the others lost in the next 3 renew intervals: %d\n",
 				r.deadHeld, fmtDur(r.failover), ended, r.lostAfterMove)
 		}
+	}) {
+		return false
 	}
 	if len(lost) == 0 {
 		return true

@@ -309,14 +309,7 @@ func runThroughput(ctx context.Context, e *env, o throughputOpts) (throughputRes
 			return res, err
 		}
 		rebuilt = logs.waitFor("schedule_rebuilt")
-		var el *election.Elector
-		el, err = election.New(election.Config{Store: stores[0], HolderID: "bench-leader", Logger: logger,
-			OnStartedLeading: func(ctx context.Context, tok sqlease.Token) {
-				leadStart.CompareAndSwap(0, time.Now().UnixNano())
-				if err := s.Lead(ctx, el, tok); err != nil && ctx.Err() == nil {
-					logger.Error("lead_failed", slog.String("error", err.Error()))
-				}
-			}})
+		el, err := benchLeader(stores[0], s, logger, &leadStart)
 		if err != nil {
 			return res, err
 		}
@@ -395,4 +388,19 @@ wait:
 		}
 	}
 	return res, nil
+}
+
+// benchLeader is the bench's one leader: an elector (holder bench-leader)
+// whose terms run s in leader dispatch; leadStart is set to when the first
+// term began (Unix nanoseconds), for the time to the schedule's rebuild.
+func benchLeader(st *sqlstore.Store, s *scheduler.Scheduler, logger *slog.Logger, leadStart *atomic.Int64) (*election.Elector, error) {
+	var el *election.Elector
+	el, err := election.New(election.Config{Store: st, HolderID: "bench-leader", Logger: logger,
+		OnStartedLeading: func(ctx context.Context, tok sqlease.Token) {
+			leadStart.CompareAndSwap(0, time.Now().UnixNano())
+			if err := s.Lead(ctx, el, tok); err != nil && ctx.Err() == nil {
+				logger.Error("lead_failed", slog.String("error", err.Error()))
+			}
+		}})
+	return el, err
 }

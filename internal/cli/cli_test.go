@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease/internal/cli"
-	"github.com/sqlease/sqlease/internal/pgtest"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/internal/syncbuf"
 	"github.com/sqlease/sqlease/internal/testserver"
 	"github.com/sqlease/sqlease/postgres"
@@ -261,11 +261,7 @@ func checkSeeded(t *testing.T, db string) {
 // postgresURL returns a fresh database on $SQLEASE_TEST_POSTGRES_URL, or
 // skips.
 func postgresURL(t *testing.T) string {
-	u := os.Getenv("SQLEASE_TEST_POSTGRES_URL")
-	if u == "" {
-		t.Skip("SQLEASE_TEST_POSTGRES_URL is not set (bash scripts/test.sh sets it)")
-	}
-	return pgtest.CreateDatabase(t, u)
+	return dbtest.PostgresURL(t)
 }
 
 func TestSchemaPostgres(t *testing.T) {

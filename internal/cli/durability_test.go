@@ -2,22 +2,17 @@ package cli
 
 import (
 	"bytes"
-	"os"
 	"strings"
 	"testing"
 
-	"github.com/sqlease/sqlease/internal/mysqltest"
+	"github.com/sqlease/sqlease/internal/dbtest"
 )
 
 // A node on a MySQL/MariaDB server that can lose acknowledged commits says
 // so at start (the test server does not flush at commit).
 func TestNodeWarnsOfWeakMySQLDurability(t *testing.T) {
-	url := os.Getenv(mysqltest.URLEnv)
-	if url == "" {
-		t.Skip(mysqltest.URLEnv + " not set; bash scripts/test.sh sets it")
-	}
 	cfg := defaultConfig()
-	cfg.DB = mysqltest.CreateDatabase(t, url)
+	cfg.DB = dbtest.MySQLURL(t)
 	cfg.HTTP = "127.0.0.1:0"
 	var logs bytes.Buffer
 	n, err := NewNode(t.Context(), cfg, &logs)

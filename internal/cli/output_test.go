@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sqlease/sqlease/httpapi"
-	"github.com/sqlease/sqlease/internal/mysqltest"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/mysql"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/sqlite"
@@ -42,11 +41,7 @@ func TestRunOutput(t *testing.T) {
 		return url, func() (*sql.DB, error) { return postgres.Open(url) }
 	}
 	mysqlDB := func(t *testing.T) (string, func() (*sql.DB, error)) {
-		u := os.Getenv(mysqltest.URLEnv)
-		if u == "" {
-			t.Skip(mysqltest.URLEnv + " not set; bash scripts/test.sh sets it")
-		}
-		url := mysqltest.CreateDatabase(t, u)
+		url := dbtest.MySQLURL(t)
 		return url, func() (*sql.DB, error) { return mysql.Open(url) }
 	}
 	for _, b := range []backend{{"sqlite", "leader", sqliteDB}, {"postgres", "leader", pgDB}, {"postgres-claim", "claim", pgDB}, {"mariadb", "leader", mysqlDB}} {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
+	"github.com/sqlease/sqlease/internal/waitfor"
 	"github.com/sqlease/sqlease/mysql"
 	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/sqlite"
@@ -40,26 +41,70 @@ func Dialects(t *testing.T, fn func(t *testing.T, open Open)) {
 			return opened(t)(sqlite.OpenStore(context.Background(), path, Prefix))
 		})
 	})
-	for _, srv := range []struct {
-		name, env string
-		create    func(testing.TB, string) string
-		open      func(context.Context, string, string) (*sqlstore.Store, error)
-	}{
-		{"postgres", pgtest.URLEnv, pgtest.CreateDatabase, postgres.OpenStore},
-		{"mysql", mysqltest.URLEnv, mysqltest.CreateDatabase, mysql.OpenStore},
-	} {
+	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
-			url := os.Getenv(srv.env)
-			if url == "" {
-				t.Skip(srv.env + " not set; bash scripts/test.sh sets it")
-			}
-			dbURL := srv.create(t, url)
+			dbURL := srv.database(t)
 			fn(t, func(t *testing.T) *sqlstore.Store {
 				t.Helper()
 				return opened(t)(srv.open(context.Background(), dbURL, Prefix))
 			})
 		})
 	}
+}
+
+// server is a database server the tests may use: its dialect's name, the
+// variable that gives its URL, how a test database is made on it and how a
+// store is opened on one.
+type server struct {
+	name, env string
+	create    func(testing.TB, string) string
+	open      func(context.Context, string, string) (*sqlstore.Store, error)
+}
+
+var (
+	postgresServer = server{"postgres", pgtest.URLEnv, pgtest.CreateDatabase, postgres.OpenStore}
+	mysqlServer    = server{"mysql", mysqltest.URLEnv, mysqltest.CreateDatabase, mysql.OpenStore}
+	servers        = []server{postgresServer, mysqlServer}
+)
+
+// database is the URL of a fresh database on the server, dropped when the
+// test ends; without the server's URL the test is skipped, saying which
+// variable sets it.
+func (srv server) database(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv(srv.env)
+	if url == "" {
+		t.Skip(srv.env + " not set; bash scripts/test.sh sets it")
+	}
+	return srv.create(t, url)
+}
+
+// PostgresURL is the URL of a fresh database on the test PostgreSQL server;
+// without SQLEASE_TEST_POSTGRES_URL the test is skipped.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	return postgresServer.database(t)
+}
+
+// MySQLURL is the URL of a fresh database on the test MariaDB/MySQL server;
+// without SQLEASE_TEST_MYSQL_URL the test is skipped.
+func MySQLURL(t testing.TB) string {
+	t.Helper()
+	return mysqlServer.database(t)
+}
+
+// Postgres is a store on a fresh database of the test PostgreSQL server,
+// closed when the test ends; without the server the test is skipped.
+func Postgres(t testing.TB) *sqlstore.Store {
+	t.Helper()
+	return OpenPostgres(t, PostgresURL(t))
+}
+
+// OpenPostgres is a store on the PostgreSQL database url (another node's
+// store on a database of PostgresURL), closed when the test ends.
+func OpenPostgres(t testing.TB, url string) *sqlstore.Store {
+	t.Helper()
+	return opened(t)(postgres.OpenStore(context.Background(), url, Prefix))
 }
 
 // SQLite is a store on a SQLite file of its own, closed when the test ends.
@@ -84,11 +129,5 @@ func opened(t testing.TB) func(*sqlstore.Store, error) *sqlstore.Store {
 // for, when cond is still false after d.
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.Cond(t, d, 5*time.Millisecond, what, cond)
 }

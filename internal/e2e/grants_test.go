@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sqlease/sqlease/internal/mysqltest"
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/mysql"
 )
 
@@ -27,22 +27,11 @@ import (
 func TestLeastPrivilegePostgres(t *testing.T) {
 	admin := postgresDB(t)(t) // a fresh database, as the administrator
 	ctx := t.Context()
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dbname := strings.TrimPrefix(u.Path, "/")
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	suffix := hex.EncodeToString(b)
+	u, dbname, suffix, grants := grantsFor(t, admin, "postgres.sql", 4)
 	migrator, app := "sqlease_migrator_"+suffix, "sqlease_app_"+suffix
-	grants, err := os.ReadFile("../../deploy/grants/postgres.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
 	script := strings.NewReplacer("sqlease_migrator", migrator, "sqlease_app", app,
 		"DATABASE sqlease", "DATABASE "+pgx.Identifier{dbname}.Sanitize(),
-		"change-me-migrator", "pw-"+suffix, "change-me-app", "pw-"+suffix).Replace(string(grants))
+		"change-me-migrator", "pw-"+suffix, "change-me-app", "pw-"+suffix).Replace(grants)
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +65,24 @@ func TestLeastPrivilegePostgres(t *testing.T) {
 			t.Errorf("%s as %s: %v, want permission denied", ddl, app, err)
 		}
 	}
+}
+
+// grantsFor is what a least-privilege test starts from: the fresh
+// database admin (its URL and name), a random suffix of n bytes (hex) for
+// this test's roles and their password, and deploy/grants/file's text.
+func grantsFor(t *testing.T, admin, file string, n int) (u *url.URL, dbname, suffix, grants string) {
+	t.Helper()
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	text, err := os.ReadFile("../../deploy/grants/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u, strings.TrimPrefix(u.Path, "/"), hex.EncodeToString(b), string(text)
 }
 
 // leastPrivilege runs script (deploy/grants/file with this test's names)
@@ -159,27 +166,12 @@ func leastPrivilegeFailover(t *testing.T, db, app string) {
 // TestLeastPrivilegeMariaDB: the same with deploy/grants/mysql.sql on
 // MariaDB (users at 127.0.0.1 instead of %, as the test server's).
 func TestLeastPrivilegeMariaDB(t *testing.T) {
-	base := os.Getenv(mysqltest.URLEnv)
-	if base == "" {
-		t.Skip(mysqltest.URLEnv + " is not set: scripts/test.sh starts a MariaDB and sets it")
-	}
-	admin := mysqltest.CreateDatabase(t, base)
+	admin := dbtest.MySQLURL(t)
 	ctx := t.Context()
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dbname := strings.TrimPrefix(u.Path, "/")
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	suffix := hex.EncodeToString(b)
+	u, dbname, suffix, grants := grantsFor(t, admin, "mysql.sql", 3)
 	migrator, app := "sqlease_mig_"+suffix, "sqlease_app_"+suffix
-	grants, err := os.ReadFile("../../deploy/grants/mysql.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
 	script := strings.NewReplacer("'sqlease_migrator'@'%'", "'"+migrator+"'@'127.0.0.1'", "'sqlease_app'@'%'", "'"+app+"'@'127.0.0.1'",
-		" sqlease.*", " `"+dbname+"`.*", "change-me-migrator", "pw-"+suffix, "change-me-app", "pw-"+suffix).Replace(string(grants))
+		" sqlease.*", " `"+dbname+"`.*", "change-me-migrator", "pw-"+suffix, "change-me-app", "pw-"+suffix).Replace(grants)
 	db, err := mysql.Open(admin)
 	if err != nil {
 		t.Fatal(err)

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/internal/fleettest"
-	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
 )
 
@@ -75,11 +75,7 @@ func advisoryHandoffs(t *testing.T, c *cluster) {
 // TestAdvisoryFailoverMySQL is TestAdvisoryFailover on MariaDB/MySQL, where
 // the session lock is GET_LOCK.
 func TestAdvisoryFailoverMySQL(t *testing.T) {
-	url := os.Getenv(mysqltest.URLEnv)
-	if url == "" {
-		t.Skip(mysqltest.URLEnv + " is not set: scripts/test.sh starts a MariaDB and sets it")
-	}
-	advisoryHandoffs(t, actingCluster(t, mysqltest.CreateDatabase(t, url), "advisory"))
+	advisoryHandoffs(t, actingCluster(t, dbtest.MySQLURL(t), "advisory"))
 }
 
 // TestAdvisoryIdleCost checks that three idle advisory nodes cost the

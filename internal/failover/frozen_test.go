@@ -1,13 +1,12 @@
 package failover
 
 import (
-	"os"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sqlease/sqlease/internal/dbtest"
 	"github.com/sqlease/sqlease/internal/fleettest"
-	"github.com/sqlease/sqlease/internal/mysqltest"
 	"github.com/sqlease/sqlease/internal/pgtest"
 )
 
@@ -69,12 +68,9 @@ func TestAdvisoryFrozenLeader(t *testing.T) {
 		t.Logf("advisory, PostgreSQL: SIGSTOP → next action after %s", frozenHandoff(t, c))
 	})
 	t.Run("mysql", func(t *testing.T) {
-		url := os.Getenv(mysqltest.URLEnv)
-		if url == "" {
-			t.Skip(mysqltest.URLEnv + " is not set: scripts/test.sh starts a MariaDB and sets it")
-		}
+		db := dbtest.MySQLURL(t)
 		t.Parallel()
-		c := actingCluster(t, mysqltest.CreateDatabase(t, url), "advisory", frozenArgs...)
+		c := actingCluster(t, db, "advisory", frozenArgs...)
 		t.Logf("advisory, MariaDB: SIGSTOP → next action after %s", frozenHandoff(t, c))
 	})
 }

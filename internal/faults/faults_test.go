@@ -191,45 +191,45 @@ func runSuite(t *testing.T, b backend) {
 	}
 }
 
-func TestPostgres(t *testing.T) {
-	t.Parallel()
-	// A private server: restarting it must not disturb other tests.
-	srv := pgtest.Start(t)
-	runSuite(t, backend{
-		dialect: "postgres",
+// serverBackend is a server dialect's suite on a private server (restarting
+// it must not disturb other tests): every election mode with either
+// dispatch, every fault.
+func serverBackend(dialect string, restart func(t *testing.T), fresh func(t *testing.T) (string, *sql.DB)) backend {
+	return backend{
+		dialect: dialect,
 		modes:   []string{"advisory", "lease", "advisory+claim", "lease+claim"},
 		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut, faultStopKill},
-		fresh: func(t *testing.T) (string, *sql.DB) {
-			url := pgtest.CreateDatabase(t, srv.URL())
-			db := opened(t, postgres.Open, url)
-			// The server runs with synchronous_commit off, which loses
-			// the last few hundred milliseconds of acknowledged commits
-			// in a crash (the immediate restart): accepted jobs must
-			// survive it, so this database commits synchronously.
-			if _, err := db.Exec(`DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = on', current_database()); END $$`); err != nil {
-				t.Fatal(err)
-			}
-			return url, db
-		},
-		restart: func(t *testing.T) { srv.Restart(t) },
-	})
+		fresh:   fresh,
+		restart: restart,
+	}
+}
+
+func TestPostgres(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.Start(t)
+	runSuite(t, serverBackend("postgres", func(t *testing.T) { srv.Restart(t) }, func(t *testing.T) (string, *sql.DB) {
+		url := pgtest.CreateDatabase(t, srv.URL())
+		db := opened(t, postgres.Open, url)
+		// The server runs with synchronous_commit off, which loses the
+		// last few hundred milliseconds of acknowledged commits in a crash
+		// (the immediate restart): accepted jobs must survive it, so this
+		// database commits synchronously.
+		if _, err := db.Exec(`DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = on', current_database()); END $$`); err != nil {
+			t.Fatal(err)
+		}
+		return url, db
+	}))
 }
 
 func TestMariaDB(t *testing.T) {
 	t.Parallel()
-	// A private server: restarting it must not disturb other tests; it
-	// also keeps acknowledged commits through a crash of mariadbd.
+	// The private server also keeps acknowledged commits through a crash
+	// of mariadbd.
 	srv := mysqltest.Start(t)
-	runSuite(t, backend{
-		dialect: "mysql",
-		modes:   []string{"advisory", "lease", "advisory+claim", "lease+claim"},
-		faults:  []fault{faultKill, faultStop, faultRestart, faultTerminate, faultRebuild, faultCut, faultStopKill},
-		fresh: func(t *testing.T) (string, *sql.DB) {
-			u := mysqltest.CreateDatabase(t, srv.URL())
-			return u, opened(t, mysql.Open, u)
-		},
-		restart: func(t *testing.T) { srv.Restart(t) },
-	})
+	runSuite(t, serverBackend("mysql", func(t *testing.T) { srv.Restart(t) }, func(t *testing.T) (string, *sql.DB) {
+		u := mysqltest.CreateDatabase(t, srv.URL())
+		return u, opened(t, mysql.Open, u)
+	}))
 }
 
 func TestSQLite(t *testing.T) {

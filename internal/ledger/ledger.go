@@ -44,6 +44,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/sqlease/sqlease/internal/dbtime"
 )
 
 // Table is the name of the ledger table.
@@ -402,36 +404,12 @@ func Verify(rows []Row, leases []LeaseRow) []Violation {
 // the execs tables of the occurrence checker).
 type Time struct{ T time.Time }
 
-var textLayouts = []string{
-	"2006-01-02 15:04:05.999999999",
-	"2006-01-02T15:04:05.999999999Z07:00",
-	"2006-01-02 15:04:05.999999999Z07:00",
-	"2006-01-02T15:04:05.999999999",
-}
-
-// Scan implements sql.Scanner.
+// Scan implements sql.Scanner: NULL is the zero time.
 func (a *Time) Scan(v any) error {
-	switch x := v.(type) {
-	case time.Time:
-		a.T = x.UTC()
-		return nil
-	case string:
-		return a.parse(x)
-	case []byte:
-		return a.parse(string(x))
-	case nil:
-		a.T = time.Time{}
-		return nil
+	t, _, err := dbtime.Scan(v)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
 	}
-	return fmt.Errorf("ledger: cannot scan %T as a timestamp", v)
-}
-
-func (a *Time) parse(s string) error {
-	for _, layout := range textLayouts {
-		if t, err := time.Parse(layout, s); err == nil {
-			a.T = t.UTC()
-			return nil
-		}
-	}
-	return fmt.Errorf("ledger: cannot parse timestamp %q", s)
+	a.T = t
+	return nil
 }

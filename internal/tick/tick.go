@@ -1,6 +1,7 @@
-// Package tick is the one loop that calls a function at a fixed interval
-// until its context ends: the daemon's periodic re-reads and the test
-// house's periodic loads and faults.
+// Package tick holds the loops that call a function again and again until
+// their context ends: at a fixed interval (Every: the daemon's periodic
+// re-reads, the test house's periodic loads and faults), or after a wait
+// the function itself chooses, sooner when woken (Loop: a reconciler).
 package tick
 
 import (
@@ -21,5 +22,25 @@ func Every(ctx context.Context, d time.Duration, fn func()) {
 		case <-t.C:
 		}
 		fn()
+	}
+}
+
+// Loop calls fn at once, then again when the wait fn returned has passed or
+// wake receives, whichever comes first, until ctx ends. A nil wake never
+// receives. A wake during fn is kept by its channel's buffer, if it has
+// one, and makes the next call come at once.
+func Loop(ctx context.Context, wake <-chan struct{}, fn func() time.Duration) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-wake:
+		}
+		// Since Go 1.23 a Reset timer never delivers a stale time: no
+		// draining after a wake.
+		t.Reset(fn())
 	}
 }
