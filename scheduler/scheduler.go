@@ -83,6 +83,7 @@ import (
 	"time"
 
 	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/tick"
 	"github.com/sqlease/sqlease/sqlstore"
 )
 
@@ -949,14 +950,7 @@ func (s *Scheduler) prune(ctx context.Context) {
 		return
 	}
 	every := min(max(s.cfg.RunRetention/10, time.Second), 10*time.Minute)
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, every, func() {
 		n, err := s.store.PruneRuns(ctx, s.cfg.RunRetention)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -964,6 +958,5 @@ func (s *Scheduler) prune(ctx context.Context) {
 		case n > 0:
 			s.log.Info("runs_pruned", slog.Int64("deleted", n), slog.Duration("retention", s.cfg.RunRetention))
 		}
-		t.Reset(every)
-	}
+	})
 }
