@@ -115,6 +115,11 @@ func TestOneLeaderThenGracefulHandoff(t *testing.T) {
 	if a.IsLeader() {
 		t.Fatal("a still leads after Run returned")
 	}
+	// Released, not left to expire: the row says so as soon as Run has
+	// returned (how soon b then leads depends on the machine).
+	if l, err := s.Lease(context.Background(), tokA.Name); err != nil || !l.Expired() || l.Epoch != tokA.Epoch {
+		t.Fatalf("after a's graceful stop the lease reads %v (expired %v), %v: not released", l.Token(), l.Expired(), err)
+	}
 	dbtest.WaitFor(t, 5*time.Second, "b to lead", b.IsLeader)
 	t.Logf("handoff took %s", time.Since(stopAt))
 	tokB, _ := b.Require(context.Background())
