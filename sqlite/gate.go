@@ -35,7 +35,6 @@ import (
 type writeGate struct {
 	slot    chan struct{}
 	timeout time.Duration // the busy timeout: a writer waits no longer here
-	ckpt    *checkpointer // told of each write; nil: none (checkpoint.go)
 }
 
 func newWriteGate(timeout time.Duration) *writeGate {
@@ -64,16 +63,7 @@ func (g *writeGate) acquire(ctx context.Context) error {
 	}
 }
 
-// release ends a write.
-func (g *writeGate) release() {
-	g.leave()
-	if g.ckpt != nil {
-		g.ckpt.wrote()
-	}
-}
-
-// leave gives the gate back (the checkpointer's, which wrote nothing).
-func (g *writeGate) leave() { <-g.slot }
+func (g *writeGate) release() { <-g.slot }
 
 // writeWords are the statements that write the database or may.
 var writeWords = regexp.MustCompile(`(?i)\b(insert|update|delete|replace|create|drop|alter|pragma|vacuum|reindex|analyze)\b`)
@@ -107,14 +97,6 @@ func writes(query string) bool {
 type connector struct {
 	driver.Connector
 	gate *writeGate
-}
-
-// Close stops the pool's checkpointer: sql.DB.Close calls it.
-func (c connector) Close() error {
-	if c.gate.ckpt != nil {
-		c.gate.ckpt.close()
-	}
-	return nil
 }
 
 func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
