@@ -220,6 +220,7 @@ func main() {
 		ontimeLead  = fs.Duration("ontime-lead", 3*time.Second, "ontime: the first job is due this long after the jobs are created")
 		backlog     = fs.Int("backlog", 6000, "ontime: occurrences behind in the backlog drain (0: skip it)")
 		ontimeWays  = fs.String("ontime-ways", "", "ontime: the ways to run, comma-separated: claim, leader, river-defaults, river-tuned (default: all)")
+		ontimeLate  = fs.Duration("ontime-late", 0, "ontime: after each sqlease round, print the stalls behind its starts later than this (wall times, to line them up with statements or fsyncs; 0: none)")
 		trickleJobs = fs.Int("trickle-jobs", 10000, "trickle: jobs per run and mode")
 		trickleRate = fs.Float64("trickle-rate", 1000, "trickle: jobs falling due per second")
 		peerDefault = fs.Bool("peer-river-defaults", true, "peer: also run River with its defaults (about 1,000 jobs/s whatever the count: 100 s a round at -peer-jobs 100000)")
@@ -401,7 +402,7 @@ func main() {
 			}
 		}
 		if want["ontime"] {
-			o := ontimeOpts{jobs: *ontimeJobs, rate: *ontimeRate, lead: *ontimeLead, timeout: 30 * time.Second}
+			o := ontimeOpts{jobs: *ontimeJobs, rate: *ontimeRate, lead: *ontimeLead, timeout: 30 * time.Second, late: *ontimeLate}
 			if *ontimeWays != "" {
 				o.ways = strings.Split(*ontimeWays, ",")
 			}

@@ -33,6 +33,7 @@ import (
 // delayStats are the start delays of one round.
 type delayStats struct {
 	p50, p99, max time.Duration
+	stalls        string // the late starts' stalls (-ontime-late), or empty
 }
 
 func (d delayStats) String() string {
@@ -53,7 +54,36 @@ type ontimeOpts struct {
 	rate    float64
 	lead    time.Duration
 	timeout time.Duration
-	ways    []string // claim, leader, river-defaults, river-tuned; empty: all
+	ways    []string      // claim, leader, river-defaults, river-tuned; empty: all
+	late    time.Duration // print the stalls behind starts later than this (0: none)
+}
+
+// lateStart is a start later than ontimeOpts.late.
+type lateStart struct {
+	due, start time.Time // scheduled_for, the handler's start (this host's clock)
+}
+
+// stallsOf is the late starts of a round grouped into stalls: starts
+// whose due times lie within 50 ms of one another's make one stall, shown
+// by when its first job was due, how late the latest start came, and how
+// many jobs it delayed. Which statement, fsync or pause a stall lines up
+// with is then found by the wall times (e.g. beside strace -tt).
+func stallsOf(late []lateStart, over time.Duration) string {
+	if len(late) == 0 {
+		return ""
+	}
+	slices.SortFunc(late, func(a, b lateStart) int { return a.due.Compare(b.due) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "     starts later than %s: %d, in these stalls (due from, worst delay, jobs):", over, len(late))
+	for i := 0; i < len(late); {
+		j, worst := i, time.Duration(0)
+		for ; j < len(late) && late[j].due.Sub(late[max(j-1, i)].due) <= 50*time.Millisecond; j++ {
+			worst = max(worst, late[j].start.Sub(late[j].due))
+		}
+		fmt.Fprintf(&b, " %s %.1f ms %d;", late[i].due.Local().Format("15:04:05.000"), float64(worst)/float64(time.Millisecond), j-i)
+		i = j
+	}
+	return b.String()
 }
 
 // jobsFeed starts PostgreSQL's job change feed as `sqlease serve` does (nil
@@ -107,12 +137,17 @@ func runOntime(ctx context.Context, e *env, o ontimeOpts) (delayStats, error) {
 
 	var mu sync.Mutex
 	delays := make([]time.Duration, 0, o.jobs)
+	var late []lateStart
 	done := make(chan struct{})
 	handler := func(_ context.Context, r sqlease.Run) error {
 		// The database runs on this machine: scheduled_for and the
 		// handler's start are read from one clock.
-		d := time.Since(r.ScheduledFor)
+		start := time.Now()
+		d := start.Sub(r.ScheduledFor)
 		mu.Lock()
+		if o.late > 0 && d > o.late {
+			late = append(late, lateStart{due: r.ScheduledFor, start: start})
+		}
 		if delays = append(delays, d); len(delays) == o.jobs {
 			close(done)
 		}
@@ -164,7 +199,9 @@ func runOntime(ctx context.Context, e *env, o ontimeOpts) (delayStats, error) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return statsOf(delays), nil
+	res := statsOf(delays)
+	res.stalls = stallsOf(late, o.late)
+	return res, nil
 }
 
 // riverWarm is how long River's client runs before the jobs are inserted:
@@ -365,6 +402,9 @@ func ontimeScenario(ctx context.Context, e *env, dialect string, o ontimeOpts, b
 			}
 			got[i] = append(got[i], d)
 			fmt.Printf("  run %d: %-15s %s  [bg %2.0f%%]\n", r, w.name, d, bg*100)
+			if d.stalls != "" {
+				fmt.Println(d.stalls)
+			}
 		}
 	}
 	fmt.Printf("  medians of %d rounds (each percentile's median over the rounds):\n", runs)
