@@ -469,10 +469,11 @@ func (l *leader) untilNext() time.Duration {
 }
 
 // dispatchDue starts every entry whose time has come, while slots are free.
-// Due entries are claimed in batches (one entry where the store does not
-// batch), each batch in a goroutine of its own and one fenced transaction,
-// so that claims overlap; the outcome of each claim comes back through
-// l.claims.
+// Due entries are claimed in batches, one at a time, in this loop; where
+// the store does not batch, one entry per claim, each in a goroutine of
+// its own so that claims overlap, the outcome of each coming back through
+// l.claims. Each claim is one fenced transaction, or one statement that
+// fences itself.
 func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 	batchMax := 1
 	if l.fin != nil {
@@ -513,7 +514,16 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 			return
 		}
 		wg.Add(1)
-		go l.claimAndRun(ctx, wg, batch) // holds the count begin() took
+		if l.fin != nil {
+			// Inline: one batch is claimed at a time here anyway
+			// (maxClaimingBatched), and entries falling due meanwhile
+			// wait for it either way. A goroutine per claim cost, at a
+			// trickle (a claim per due job), its start, stack growth and
+			// exit and a wake-up of this loop per result.
+			l.claimAndRun(ctx, wg, batch, func(r claimResult) { l.bookClaim(ctx, r) }) // holds the count begin() took
+		} else {
+			go l.claimAndRun(ctx, wg, batch, l.sendClaim(ctx)) // holds the count begin() took
+		}
 		if full {
 			return
 		}
@@ -532,8 +542,9 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 const maxClaimBatch = 512
 
 // claimAndRun claims a batch of due entries, each holding an execution
-// slot, and starts a run for each one claimed.
-func (l *leader) claimAndRun(ctx context.Context, wg *sync.WaitGroup, batch []schedEntry) {
+// slot, starts a run for each one claimed, and books each claim's outcome
+// by book: in the loop itself (bookClaim), or sent to it (sendClaim).
+func (l *leader) claimAndRun(ctx context.Context, wg *sync.WaitGroup, batch []schedEntry, book func(claimResult)) {
 	defer wg.Done()
 	defer l.s.inflight.Done()
 	var claims []leaderClaim
@@ -545,10 +556,7 @@ func (l *leader) claimAndRun(ctx context.Context, wg *sync.WaitGroup, batch []sc
 	<-l.claiming
 	for i, e := range batch {
 		r := claims[i]
-		select {
-		case l.claims <- claimResult{id: e.id, ok: r.ok, aside: r.aside, err: r.err}:
-		case <-ctx.Done():
-		}
+		book(claimResult{id: e.id, ok: r.ok, aside: r.aside, err: r.err})
 		if r.err != nil || !r.ok {
 			<-l.s.leaderSem
 			continue
@@ -556,6 +564,17 @@ func (l *leader) claimAndRun(ctx context.Context, wg *sync.WaitGroup, batch []sc
 		l.s.inflight.Add(1) // while the batch holds its count: never up from zero
 		wg.Add(1)
 		go l.run(ctx, wg, e.id, &claims[i].c, r.started)
+	}
+}
+
+// sendClaim books a claim's outcome from a goroutine of its own: it hands
+// it to the loop (l.claims), unless the term has ended.
+func (l *leader) sendClaim(ctx context.Context) func(claimResult) {
+	return func(r claimResult) {
+		select {
+		case l.claims <- r:
+		case <-ctx.Done():
+		}
 	}
 }
 
