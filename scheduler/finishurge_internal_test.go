@@ -17,8 +17,9 @@ import (
 // group wait for more runs (linger), but not a finish whose job is due
 // again (by passed): that wait would hold back the job's next occurrence,
 // so a backlog drained at one occurrence per linger; nor past finishLead
-// before a queued run's job falls due. A run finishing during a linger
-// that is due ends it: both go in one write. The linger here is an hour,
+// before a queued run's job falls due; nor once finishLingerBelow runs are
+// queued. A run finishing during a linger that is due ends it: both go in
+// one write. The linger here is an hour,
 // so the test counts writes rather than timing them. Each case has a
 // finisher of its own: a run queued while the writer still works through
 // an earlier group is taken with it, linger or not (CI once saw the second
@@ -31,7 +32,7 @@ func TestFinisherDoesNotLingerForADueJob(t *testing.T) {
 		written chan int64
 	}
 	start := func() *finisherUnderTest {
-		u := &finisherUnderTest{written: make(chan int64, 4)}
+		u := &finisherUnderTest{written: make(chan int64, finishLingerBelow)}
 		direct := func(_ context.Context, reqs []sqlstore.FinishReq) ([]bool, error) {
 			u.mu.Lock()
 			defer u.mu.Unlock()
@@ -47,7 +48,7 @@ func TestFinisherDoesNotLingerForADueJob(t *testing.T) {
 			return done, nil
 		}
 		fence := func(context.Context, func(*sql.Tx) error) error { return errors.New("the direct write failed") }
-		u.f = startFinisherDirect(nil, 8, fence, direct, time.Hour, nopObs{})
+		u.f = startFinisherDirect(nil, finishLingerBelow, fence, direct, time.Hour, nopObs{})
 		return u
 	}
 	itemBy := func(u *finisherUnderTest, id int64, by time.Time) finishItem {
@@ -117,4 +118,17 @@ func TestFinisherDoesNotLingerForADueJob(t *testing.T) {
 	if g := groups(c); len(g) != 1 || len(g[0]) != 2 {
 		t.Fatalf("groups written %v, want [[4 5]]", g)
 	}
+
+	// finishLingerBelow runs queued, none due, end the linger: a
+	// backlog's runs, which finish together, do not wait for more.
+	d := start()
+	d.f.finish(item(d, 10, false), nil)
+	time.Sleep(100 * time.Millisecond) // the writer begins its linger
+	for id := int64(1); id < finishLingerBelow; id++ {
+		d.f.finish(item(d, 10+id, false), nil)
+	}
+	for id := range int64(finishLingerBelow) {
+		wait(d, 10+id)
+	}
+	d.f.stop()
 }
