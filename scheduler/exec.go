@@ -570,10 +570,14 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 	if d.batch != nil && !breaker && len(skip.At) == 0 && c.Lock.Occurrence.IsZero() {
 		// The finisher writes and logs the outcome, then calls d.done.
 		*d.queued = true
-		// due: the job is behind (its next occurrence has come, on the
-		// database clock from the claim, early rather than late).
-		due := !next.IsZero() && !next.After(c.Now.Add(time.Since(started)))
-		d.batch.finish(finishItem{req: sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, took: took, log: log, next: next, due: due, done: d.done}, d.release)
+		// by: when the job's next occurrence falls due, from the database
+		// clock as of the claim (passed already for a job behind).
+		var by time.Time
+		if !next.IsZero() {
+			now := time.Now()
+			by = now.Add(next.Sub(c.Now.Add(now.Sub(started))))
+		}
+		d.batch.finish(finishItem{req: sqlstore.FinishReq{Lock: c.Lock, Run: r, Finish: f}, took: took, log: log, next: next, by: by, done: d.done}, d.release)
 		return time.Time{}
 	}
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -36,12 +36,14 @@ type finisher struct {
 	obs     Observer
 	pending chan struct{} // bounds the runs queued for their finish write
 	kick    chan struct{} // 1-buffered: the queue has items
-	urge    chan struct{} // 1-buffered: an item whose job is due again was queued
+	urge    chan struct{} // 1-buffered: an item was queued whose job falls due before any other queued (by)
 	quit    chan struct{}
 	wg      sync.WaitGroup
 
 	mu    sync.Mutex
 	queue []finishItem
+	// by is the earliest by of the queued items (zero: none has one).
+	by time.Time
 }
 
 type finishItem struct {
@@ -50,9 +52,11 @@ type finishItem struct {
 	log  *runLog
 	// next is the job's next occurrence as this finish leaves it.
 	next time.Time
-	// due: next had fallen due already (a job behind its schedule), so
-	// the write holds back a start and is made without a linger.
-	due bool
+	// by is when next falls due on this host's clock (zero: there is no
+	// next, or it is not known): the occurrence cannot start before this
+	// write, so a linger ends in time for it (finishLead), at once when by
+	// has passed already (a job behind its schedule).
+	by time.Time
 	// done, if not nil, is called once the outcome is written, with next,
 	// or failed, with the zero time.
 	done func(next time.Time)
@@ -102,8 +106,14 @@ func (f *finisher) finish(it finishItem, handOff func()) {
 	}
 	f.mu.Lock()
 	f.queue = append(f.queue, it)
+	sooner := !it.by.IsZero() && (f.by.IsZero() || it.by.Before(f.by))
+	if sooner {
+		f.by = it.by
+	}
+	// Enough for a group: a linger under way ends (urge).
+	sooner = sooner || len(f.queue) == finishLingerBelow
 	f.mu.Unlock()
-	if it.due {
+	if sooner {
 		select {
 		case f.urge <- struct{}{}:
 		default:
@@ -131,18 +141,28 @@ func (f *finisher) loop() {
 		}
 		if f.linger > 0 && f.queued() < finishLingerBelow {
 			// A trickle: wait a little for the runs finishing next, so
-			// that one statement writes them together — unless a queued
-			// run's job is due again (urge): its next occurrence cannot
-			// start before this write, so waiting would stall a job
-			// behind its schedule (a backlog of a wait job drained at
-			// 221/s on PostgreSQL, a 3 ms linger per occurrence).
-			select {
-			case <-f.urge:
-			default:
+			// that one statement writes them together — but not past
+			// finishLead before a queued run's job falls due again (by):
+			// its next occurrence cannot start before this write, so
+			// waiting longer would stall it (a backlog of a wait job,
+			// due again at once, drained at 221/s on PostgreSQL, a 3 ms
+			// linger per occurrence). A run queued with an earlier by
+			// (urge) shortens the wait; finishLingerBelow queued end it:
+			// a backlog's runs, finishing together, must not wait (with
+			// all slots' runs queued, no claim can be made until the
+			// write: a 10 ms linger per batch of 512 cost the leader's
+			// backlog a tenth of its throughput).
+			end := time.Now().Add(f.linger)
+		wait:
+			for {
+				d := time.Until(f.lingerEnd(end))
+				if d <= 0 || f.queued() >= finishLingerBelow {
+					break
+				}
 				if linger == nil {
-					linger = time.NewTimer(f.linger)
+					linger = time.NewTimer(d)
 				} else {
-					linger.Reset(f.linger)
+					linger.Reset(d)
 				}
 				select {
 				case <-linger.C:
@@ -150,6 +170,7 @@ func (f *finisher) loop() {
 					linger.Stop()
 				case <-f.quit:
 					linger.Stop()
+					break wait
 				}
 			}
 		}
@@ -162,14 +183,34 @@ func (f *finisher) loop() {
 // finishLinger is how long the leader's finisher lets a group of fewer
 // than finishLingerBelow runs wait for more before writing it. A run's
 // slot is handed on before its write (finish), so the wait delays no
-// start, only the release of the run's job (its next occurrence, for a
-// recurring job, is scheduled once the write returns). At a trickle (1,000
-// one-off jobs a second, one falling due each millisecond) each group was
-// one or two runs: a statement each, much of a run's cost on both sides.
+// start, only the release of the run's job and its recorded finished_at;
+// a recurring job's next occurrence, which waits for the write, is
+// waited for (finishLead). At a trickle (1,000 one-off jobs a second, one
+// falling due each millisecond) a group was one or two runs without a
+// linger, three with 3 ms: a statement per three runs, which at 10 ms
+// is one per ten (see the leader's trickle in cmd/sqlease-bench).
 const (
-	finishLinger      = 3 * time.Millisecond
+	finishLinger      = 10 * time.Millisecond
 	finishLingerBelow = 16
 )
+
+// finishLead is how long before a queued run's job falls due again its
+// linger ends: the write's round trip and the loop's scheduling of the
+// occurrence, with room for a late wake-up (timers fire up to a
+// millisecond late in an idle process) and the estimate of by, late by
+// the claim's reply.
+const finishLead = 3 * time.Millisecond
+
+// lingerEnd is when a linger that would end at end must end for the
+// queued runs' jobs (by).
+func (f *finisher) lingerEnd(end time.Time) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.by.IsZero() && f.by.Add(-finishLead).Before(end) {
+		return f.by.Add(-finishLead)
+	}
+	return end
+}
 
 // queued is how many outcomes wait for the writer.
 func (f *finisher) queued() int {
@@ -186,10 +227,17 @@ func (f *finisher) take(group []finishItem) []finishItem {
 	defer f.mu.Unlock()
 	if len(f.queue) <= maxFinishGroup {
 		group, f.queue = f.queue, group[:0]
+		f.by = time.Time{}
 		return group
 	}
 	group = append(group[:0], f.queue[:maxFinishGroup]...)
 	f.queue = f.queue[:copy(f.queue, f.queue[maxFinishGroup:])]
+	f.by = time.Time{}
+	for _, it := range f.queue {
+		if !it.by.IsZero() && (f.by.IsZero() || it.by.Before(f.by)) {
+			f.by = it.by
+		}
+	}
 	return group
 }
 

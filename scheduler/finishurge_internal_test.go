@@ -15,10 +15,12 @@ import (
 
 // TestFinisherDoesNotLingerForADueJob: the leader's finisher lets a small
 // group wait for more runs (linger), but not a finish whose job is due
-// again (due): that wait would hold back the job's next occurrence, so a
-// backlog drained at one occurrence per linger. A run finishing during a
-// linger that is due ends it: both go in one write. The linger here is an
-// hour, so the test counts writes rather than timing them. Each case has a
+// again (by passed): that wait would hold back the job's next occurrence,
+// so a backlog drained at one occurrence per linger; nor past finishLead
+// before a queued run's job falls due; nor once finishLingerBelow runs are
+// queued. A run finishing during a linger that is due ends it: both go in
+// one write. The linger here is an hour,
+// so the test counts writes rather than timing them. Each case has a
 // finisher of its own: a run queued while the writer still works through
 // an earlier group is taken with it, linger or not (CI once saw the second
 // case's first run written alone so, right after the first case's write).
@@ -30,7 +32,7 @@ func TestFinisherDoesNotLingerForADueJob(t *testing.T) {
 		written chan int64
 	}
 	start := func() *finisherUnderTest {
-		u := &finisherUnderTest{written: make(chan int64, 4)}
+		u := &finisherUnderTest{written: make(chan int64, finishLingerBelow)}
 		direct := func(_ context.Context, reqs []sqlstore.FinishReq) ([]bool, error) {
 			u.mu.Lock()
 			defer u.mu.Unlock()
@@ -46,12 +48,19 @@ func TestFinisherDoesNotLingerForADueJob(t *testing.T) {
 			return done, nil
 		}
 		fence := func(context.Context, func(*sql.Tx) error) error { return errors.New("the direct write failed") }
-		u.f = startFinisherDirect(nil, 8, fence, direct, time.Hour, nopObs{})
+		u.f = startFinisherDirect(nil, finishLingerBelow, fence, direct, time.Hour, nopObs{})
 		return u
 	}
-	item := func(u *finisherUnderTest, id int64, due bool) finishItem {
+	itemBy := func(u *finisherUnderTest, id int64, by time.Time) finishItem {
 		return finishItem{req: sqlstore.FinishReq{Lock: sqlstore.Lock{JobID: id}, Run: sqlease.Run{Job: "j"}, Finish: sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}},
-			log: &runLog{l: slog.New(slog.DiscardHandler)}, next: time.Now(), due: due, done: func(time.Time) { u.written <- id }}
+			log: &runLog{l: slog.New(slog.DiscardHandler)}, next: time.Now(), by: by, done: func(time.Time) { u.written <- id }}
+	}
+	item := func(u *finisherUnderTest, id int64, due bool) finishItem {
+		var by time.Time // not due: no next occurrence known
+		if due {
+			by = time.Now()
+		}
+		return itemBy(u, id, by)
 	}
 	wait := func(u *finisherUnderTest, want int64) {
 		t.Helper()
@@ -92,4 +101,34 @@ func TestFinisherDoesNotLingerForADueJob(t *testing.T) {
 	if g := groups(b); len(g) != 1 || len(g[0]) != 2 {
 		t.Fatalf("groups written %v, want [[2 3]]", g)
 	}
+
+	// One whose job falls due in 300 ms lingers until finishLead before
+	// that (a timer never fires early), not an hour; one queued
+	// meanwhile joins it.
+	c := start()
+	by := time.Now().Add(300 * time.Millisecond)
+	c.f.finish(itemBy(c, 4, by), nil)
+	time.Sleep(100 * time.Millisecond)
+	c.f.finish(item(c, 5, false), nil)
+	wait(c, 4)
+	if early := by.Add(-finishLead).Sub(time.Now()); early > 0 {
+		t.Fatalf("run 4 written %s before its linger's end (%s before its job falls due)", early, finishLead)
+	}
+	wait(c, 5)
+	if g := groups(c); len(g) != 1 || len(g[0]) != 2 {
+		t.Fatalf("groups written %v, want [[4 5]]", g)
+	}
+
+	// finishLingerBelow runs queued, none due, end the linger: a
+	// backlog's runs, which finish together, do not wait for more.
+	d := start()
+	d.f.finish(item(d, 10, false), nil)
+	time.Sleep(100 * time.Millisecond) // the writer begins its linger
+	for id := int64(1); id < finishLingerBelow; id++ {
+		d.f.finish(item(d, 10+id, false), nil)
+	}
+	for id := range int64(finishLingerBelow) {
+		wait(d, 10+id)
+	}
+	d.f.stop()
 }

@@ -223,6 +223,7 @@ func main() {
 		ontimeLate  = fs.Duration("ontime-late", 0, "ontime: after each sqlease round, print the stalls behind its starts later than this (wall times, to line them up with statements or fsyncs; 0: none)")
 		trickleJobs = fs.Int("trickle-jobs", 10000, "trickle: jobs per run and mode")
 		trickleRate = fs.Float64("trickle-rate", 1000, "trickle: jobs falling due per second")
+		trickleMode = fs.String("trickle-modes", "claim,leader", "trickle: the modes to run, comma-separated: claim, leader (one alone, for a -cpuprofile of it)")
 		peerDefault = fs.Bool("peer-river-defaults", true, "peer: also run River with its defaults (about 1,000 jobs/s whatever the count: 100 s a round at -peer-jobs 100000)")
 		bulkJobs    = fs.Int("bulk-jobs", 50000, "bulk: jobs created per run and way")
 		bulkBatch   = fs.Int("bulk-batch", 5000, "bulk: jobs per CreateMany call and per POST /v1/jobs:batch")
@@ -411,7 +412,7 @@ func main() {
 			}
 		}
 		if want["trickle"] {
-			if !trickleScenario(ctx, e, d, *trickleJobs, *trickleRate, *runs, tuning, *timeout) {
+			if !trickleScenario(ctx, e, d, strings.Split(*trickleMode, ","), *trickleJobs, *trickleRate, *runs, tuning, *timeout) {
 				return
 			}
 		}

@@ -3,20 +3,28 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
 // trickleScenario measures what a steady trickle of jobs costs, rather
 // than a backlog: -trickle-jobs one-off no-op jobs fall due one every
 // 1/-trickle-rate seconds, the first a second after the seed; claim mode (1
-// worker) and leader mode run them in interleaved rounds. The figure is
-// CPU per job over the run (from dispatch start to the last finish write,
+// worker) and leader mode (-trickle-modes) run them in interleaved rounds.
+// The figure is CPU per job over the run (from dispatch start to the last finish write,
 // idle time included): client = this process, server = every PostgreSQL
 // process; and the machine's utilization, since other load inflates both.
-func trickleScenario(ctx context.Context, e *env, dialect string, jobs int, rate float64, runs int, tuning schedTuning, timeout time.Duration) bool {
+func trickleScenario(ctx context.Context, e *env, dialect string, modes []string, jobs int, rate float64, runs int, tuning schedTuning, timeout time.Duration) bool {
+	for _, m := range modes {
+		if m != "claim" && m != "leader" {
+			fmt.Printf("\n== trickle — unknown mode %q in -trickle-modes (claim, leader)\n", m)
+			exitCode = 1
+			return true
+		}
+	}
 	step := time.Duration(float64(time.Second) / rate)
-	fmt.Printf("\n== trickle — %s, %d one-off no-op jobs falling due one every %s (%.0f/s), interleaved: claim (1 worker), leader\n", dialect, jobs, step, rate)
-	modes := []string{"claim", "leader"}
+	fmt.Printf("\n== trickle — %s, %d one-off no-op jobs falling due one every %s (%.0f/s), interleaved: %s (claim: 1 worker)\n", dialect, jobs, step, rate,
+		strings.Join(modes, ", "))
 	clients, servers, utils := make([][]float64, len(modes)), make([][]float64, len(modes)), make([][]float64, len(modes))
 	for r := 1; r <= runs; r++ {
 		for i, mode := range modes {
