@@ -465,69 +465,7 @@ func (l *leader) untilNext() time.Duration {
 	if l.sched.Len() == 0 {
 		return time.Hour
 	}
-	now := l.estNow()
-	if l.fin != nil && !l.sched.items[0].next.After(now) {
-		if d := l.sched.holdFor(now); d > 0 {
-			return max(d, 100*time.Microsecond)
-		}
-	}
-	return max(l.sched.items[0].next.Sub(now), time.Millisecond)
-}
-
-// claimCoalesce is how long after its due time an entry may wait for the
-// entries falling due right after it, so that one claim takes them
-// together. A claim is a round trip and most of a job's cost at a trickle:
-// at 1,000 jobs/s, one due each millisecond, a claim per job cost the
-// leader 190 µs of client CPU per job. Waiting at most 1 ms halves the
-// claims there, at 0.5 ms of start delay on average for those that wait;
-// an idle process's timers fire up to a millisecond late already (the
-// poller's timeout is in milliseconds), and the leader's on-time goal, p99
-// 5 ms from due to start on PostgreSQL (issue 36), leaves room for it.
-// Entries due longer ago than this are claimed at once: a backlog waits
-// for nothing.
-const claimCoalesce = time.Millisecond
-
-// maxCoalesceLook bounds the entries holdFor looks at: past it, many are
-// due within claimCoalesce, enough to make a claim worth its round trip.
-const maxCoalesceLook = 32
-
-// holdFor is how long, from now, the due entries wait for those falling
-// due within claimCoalesce of the earliest; 0 to claim now. The earliest
-// must be due (not after now).
-func (s *schedule) holdFor(now time.Time) time.Duration {
-	limit := s.items[0].next.Add(claimCoalesce)
-	if !limit.After(now) {
-		return 0
-	}
-	// The latest entry due by limit: a walk of the heap below limit
-	// (children are due no earlier than their parent).
-	var latest time.Time
-	todo := append(s.look[:0], 0)
-	for seen := 0; len(todo) > 0; {
-		i := todo[len(todo)-1]
-		todo = todo[:len(todo)-1]
-		if s.items[i].next.After(limit) {
-			continue
-		}
-		if seen++; seen > maxCoalesceLook {
-			return 0
-		}
-		latest = later(latest, s.items[i].next)
-		for _, c := range [2]int{2*i + 1, 2*i + 2} {
-			if c < len(s.items) {
-				todo = append(todo, c)
-			}
-		}
-	}
-	s.look = todo
-	return latest.Sub(now) // ≤ 0 when all of them are due
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
+	return max(l.sched.items[0].next.Sub(l.estNow()), time.Millisecond)
 }
 
 // dispatchDue starts every entry whose time has come, while slots are free.
@@ -546,9 +484,6 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 		now := l.estNow()
 		if l.sched.Len() == 0 || l.sched.items[0].next.After(now) {
 			return
-		}
-		if l.fin != nil && l.sched.holdFor(now) > 0 {
-			return // untilNext wakes the loop then
 		}
 		if !l.s.begin() {
 			return // draining
@@ -975,7 +910,6 @@ func (l *leader) claim(ctx context.Context, id int64) (r leaderClaim) {
 type schedule struct {
 	items []schedEntry
 	pos   map[int64]int
-	look  []int // holdFor's walk, kept for its array
 }
 
 type schedEntry struct {
