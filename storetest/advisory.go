@@ -69,21 +69,39 @@ func AdvisoryFrozenHolder(t *testing.T, store sqlease.LeaseStore, locker sqlease
 	}
 
 	// It wakes and lets go of the lock: b, waiting for it, keeps its term.
+	// The term is what must last, not the gate: in advisory mode the gate
+	// stays open only 2 renew intervals (200 ms here) past a renewal's
+	// send, so on a starved machine a late renewal closes it for a moment
+	// while the term goes on (fail-closed, as designed). CI saw exactly
+	// that (Require failing with no leader_lost logged) when this loop
+	// checked Require.
 	if err := frozen.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(3 * ttl)
+	lapses := 0
 	for time.Now().Before(deadline) {
-		cur, err := b.Require(ctx)
-		if err != nil || cur != tok {
+		if cur := b.Status().Token; cur != tok {
 			// The term's end is logged when the renew in flight returns
 			// (at the latest at the local deadline): wait for it.
 			for end := time.Now().Add(ttl); time.Now().Before(end) && !strings.Contains(blog.String(), "leader_lost"); {
 				time.Sleep(10 * time.Millisecond)
 			}
-			t.Fatalf("b's term ended after the frozen session closed (at %s): %v %v; b's log:\n%s", time.Now().UTC().Format("15:04:05.000"), cur, err, blog.String())
+			t.Fatalf("b's term ended after the frozen session closed (at %s): now %v; b's log:\n%s", time.Now().UTC().Format("15:04:05.000"), cur, blog.String())
+		}
+		if !b.IsLeader() {
+			lapses++
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// And it still leads: the gate opens again with the next renewal
+	// through the won lock.
+	waitCond(t, 5*time.Second, "b's gate to be open after the frozen session closed", b.IsLeader)
+	if cur, err := b.Require(ctx); err != nil || cur != tok {
+		t.Fatalf("b leads with %v (%v), want its term %v", cur, err, tok)
+	}
+	if lapses > 0 {
+		t.Logf("b's gate was closed at %d of its checks (late renewals on a busy machine), its term went on", lapses)
 	}
 }
 
