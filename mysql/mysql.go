@@ -350,7 +350,7 @@ LOCK IN SHARE MODE`),
 	q.Columns = append(q.Columns, sqlstore.AddColumns(prefix+"_jobs", "ALTER TABLE "+prefix+"_jobs ADD COLUMN ", addedColumns)...)
 	return sqlstore.Dialect{Name: "mysql", Queries: q, Jobs: jobQueries(prefix), Singletons: singletonQueries(prefix), History: historyQueries(prefix), Revoked: revokedQueries(prefix), Classify: Classify,
 		TxOptions: &sql.TxOptions{Isolation: sql.LevelReadCommitted},
-		Time:      timeArg, IsUniqueViolation: isUniqueViolation, FenceExpired: fenceExpired}, nil
+		Time:      timeArg, IsUniqueViolation: isUniqueViolation, FenceExpired: fenceExpired, RolledBack: rolledBack}, nil
 }
 
 // Server error numbers.
@@ -391,6 +391,14 @@ func transient(err error) bool {
 	}
 	var ne net.Error
 	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) || errors.As(err, &ne)
+}
+
+// rolledBack reports a deadlock's victim: InnoDB rolls its whole
+// transaction back (ER_LOCK_DEADLOCK). A lock wait timeout (1205) is not
+// one: it rolls back only the statement, unless innodb_rollback_on_timeout.
+func rolledBack(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == errLockDeadlock
 }
 
 // isUniqueViolation reports ER_DUP_ENTRY.

@@ -165,7 +165,14 @@ FROM (
 WHERE lease_name = $1 AND holder_id = $2 AND lease_epoch = $3 AND expires_at > clock_timestamp()`),
 	}
 	q.Columns = append(q.Columns, sqlstore.AddColumns(prefix+"_jobs", "ALTER TABLE "+prefix+"_jobs ADD COLUMN IF NOT EXISTS ", addedColumns)...)
-	return sqlstore.Dialect{Name: "postgres", Queries: q, Jobs: jobQueries(prefix), Singletons: singletonQueries(prefix), History: historyQueries(prefix), Revoked: revokedQueries(prefix), Classify: Classify, IsUniqueViolation: isUniqueViolation, FenceExpired: fenceExpired}, nil
+	return sqlstore.Dialect{Name: "postgres", Queries: q, Jobs: jobQueries(prefix), Singletons: singletonQueries(prefix), History: historyQueries(prefix), Revoked: revokedQueries(prefix), Classify: Classify, IsUniqueViolation: isUniqueViolation, FenceExpired: fenceExpired, RolledBack: rolledBack}, nil
+}
+
+// rolledBack reports a deadlock's victim (40P01) or a serialization
+// failure (40001): the transaction is aborted as a whole.
+func rolledBack(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
 
 // Classify wraps sqlease.ErrTransient around errors worth retrying: lost or

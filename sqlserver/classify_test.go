@@ -148,3 +148,30 @@ func same(a, b error) bool {
 	}
 	return reflect.DeepEqual(a, b)
 }
+
+// The store runs its own transaction again after these errors only
+// (sqlstore.Dialect.RolledBack): SQL Server rolls the whole transaction
+// back for a deadlock's victim (1205) and a snapshot update conflict
+// (3960); a lock request timeout (1222) ends the statement alone, and a
+// lost connection may have committed.
+func TestRolledBack(t *testing.T) {
+	d, err := sqlserver.Dialect("sqlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{mssql.Error{Number: 1205, Message: "deadlock victim"}, true},
+		{fmt.Errorf("delete job: %w", mssql.Error{Number: 3960}), true},
+		{mssql.Error{Number: 1222, Message: "lock request timeout"}, false},
+		{mssql.Error{Number: 2627}, false},
+		{io.EOF, false},
+		{driver.ErrBadConn, false},
+	} {
+		if got := d.RolledBack(tc.err); got != tc.want {
+			t.Errorf("RolledBack(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}

@@ -200,7 +200,7 @@ WHERE lease_name = @p1 AND holder_id = @p2 AND lease_epoch = @p3 AND expires_at 
 	}
 	q.Columns = append(q.Columns, sqlstore.AddColumns(quote(prefix+"_jobs"), "ALTER TABLE "+quote(prefix+"_jobs")+" ADD ", addedColumns)...)
 	return sqlstore.Dialect{Name: "sqlserver", Queries: q, Jobs: jobQueries(prefix), Singletons: singletonQueries(prefix), History: historyQueries(prefix), Revoked: revokedQueries(prefix), Classify: Classify,
-		Time: timeArg, IsUniqueViolation: IsUniqueViolation}, nil
+		Time: timeArg, IsUniqueViolation: IsUniqueViolation, RolledBack: rolledBack}, nil
 }
 
 // timeArg sends a time parameter as datetime2(7), the columns' type, rather
@@ -319,6 +319,10 @@ func errorNumbers(me mssql.Error) []int32 {
 // IsUniqueViolation reports a duplicate key in a unique index (2601) or a
 // primary key or unique constraint (2627).
 func IsUniqueViolation(err error) bool { return hasErrorNumber(err, 2601, 2627) }
+
+// rolledBack reports a deadlock's victim (1205) or a snapshot update
+// conflict (3960): the server rolls the whole transaction back.
+func rolledBack(err error) bool { return hasErrorNumber(err, 1205, 3960) }
 
 // hasErrorNumber reports whether err is a server error carrying one of the
 // numbers, in its first message or any other.

@@ -1574,30 +1574,6 @@ func (s *Store) one(ctx context.Context, tx *sql.Tx, query string, classify func
 	return nil
 }
 
-// inTx runs fn in tx when given, else in a new transaction.
-// on is tx when there is one, else the pool.
-func (s *Store) on(tx *sql.Tx) Querier {
-	if tx != nil {
-		return tx
-	}
-	return s.db
-}
-
-func (s *Store) inTx(ctx context.Context, tx *sql.Tx, fn func(*sql.Tx) error) error {
-	if tx != nil {
-		return fn(tx)
-	}
-	tx, err := s.db.BeginTx(ctx, s.d.TxOptions)
-	if err != nil {
-		return s.classify(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return s.classify(tx.Commit())
-}
-
 // JobStats counts jobs for status displays.
 type JobStats struct {
 	Total, Paused, Due, Running int64

@@ -122,6 +122,12 @@ type Dialect struct {
 	FenceExpired func(error) bool
 	// IsUniqueViolation reports a unique-key violation.
 	IsUniqueViolation func(error) bool
+	// RolledBack reports an error after which the server has rolled the
+	// whole transaction back of its own accord (a deadlock's victim, a
+	// serialization failure): nothing of it was written, so running it
+	// again is safe. The store does so for its own transactions (inTx).
+	// Nil: never.
+	RolledBack func(error) bool
 }
 
 // Migrations are the dialect's schema statements in the order Migrate

@@ -105,6 +105,7 @@ func Run(t *testing.T, h Harness) {
 		{"RunErrorText", testRunErrorText},
 		{"DeleteWhileRunning", testDeleteWhileRunning},
 		{"DeleteRacingStart", testDeleteRacingStart},
+		{"OwnTxDeadlockVictim", testOwnTxDeadlockVictim},
 		{"RunOutput", testRunOutput},
 		{"RunCheckpoint", testRunCheckpoint},
 		{"OccurrenceLocks", testOccurrenceLocks},
