@@ -51,9 +51,36 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// buildSqlease builds the daemon into a temporary directory.
+// buildSqlease builds the daemon into a temporary directory, or returns
+// $SQLEASE_BENCH_SQLEASE_BIN when set: a binary built from another commit,
+// for before/after rounds measured alternately.
 func buildSqlease(ctx context.Context) (string, func(), error) {
+	if bin := os.Getenv("SQLEASE_BENCH_SQLEASE_BIN"); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			return "", nil, fmt.Errorf("SQLEASE_BENCH_SQLEASE_BIN: %w", err)
+		}
+		return bin, func() {}, nil
+	}
 	return goBuild(ctx, "", "sqlease", "github.com/sqlease/sqlease/cmd/sqlease")
+}
+
+// daemonDispatches are the dispatch modes the daemon scenario runs: both,
+// or those $SQLEASE_BENCH_DAEMON_DISPATCH lists (comma-separated).
+func daemonDispatches() ([]string, error) {
+	v := os.Getenv("SQLEASE_BENCH_DAEMON_DISPATCH")
+	if v == "" {
+		return []string{"leader", "claim"}, nil
+	}
+	var out []string
+	for _, d := range strings.Split(v, ",") {
+		switch d = strings.TrimSpace(d); d {
+		case "leader", "claim":
+			out = append(out, d)
+		default:
+			return nil, fmt.Errorf("SQLEASE_BENCH_DAEMON_DISPATCH: %q is neither leader nor claim", d)
+		}
+	}
+	return out, nil
 }
 
 // goBuild builds pkg, from the directory src ("": the working directory),
@@ -267,7 +294,13 @@ func daemonScenario(ctx context.Context, e *env, dialect string, n, nodes, runs 
 		return true
 	}
 	defer cleanup()
-	for _, dispatch := range []string{"leader", "claim"} {
+	dispatches, err := daemonDispatches()
+	if err != nil {
+		fmt.Printf("  ERROR %v\n", err)
+		exitCode = 1
+		return true
+	}
+	for _, dispatch := range dispatches {
 		var rates, nodeCPU, p99s []float64
 		for r := 1; r <= runs; r++ {
 			res, err := runDaemon(ctx, e, bin, dialect, n, nodes, dispatch)

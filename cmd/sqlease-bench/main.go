@@ -104,6 +104,9 @@ SCENARIOS (-bench, comma-separated; default claim,submit,leader,memory)
           fresh database per run; the database's CPU is not measured there.
           SQLEASE_BENCH_NODE_PROFILE=DIR: each node writes a CPU profile
           of its life into DIR (go tool pprof -ignore createJobs).
+          SQLEASE_BENCH_SQLEASE_BIN: run this sqlease binary instead of
+          building one (before/after rounds of two commits);
+          SQLEASE_BENCH_DAEMON_DISPATCH=claim (or leader): that mode only.
   ontime  Jobs due at known times: -ontime-jobs one-off no-op jobs due at
           -ontime-rate a second, the first -ontime-lead after they are
           created (CreateMany through another pool, dispatch already
