@@ -282,14 +282,68 @@ func AddNodeSecrets(values ...string) {
 			registered.values = append(registered.values, v)
 		}
 	}
+	nodeList.Store(nil)
+}
+
+// SnapshotNodeEnv reads the node's SQLEASE_SECRET_* values and its HTTP
+// proxy's password from the environment now, for every later run's
+// redaction, instead of at each run. The daemon calls it when a node
+// starts, where it reads the environment twins of its flags (API.md) —
+// and net/http reads the proxy variables once too. Reading the environment
+// at each run cost about 4 µs with 100 variables (a container's service
+// links), most of it copying os.Environ. The environment of a running
+// process changes only from within (os.Setenv): a variable set later is
+// not a node secret until the next snapshot, but a secret an action
+// references ({"env": …}) is read when the run resolves it and redacted
+// from that run's output, always.
+func SnapshotNodeEnv() {
+	s := slices.Clip(envSecrets())
+	nodeEnv.Store(&s)
+}
+
+// nodeEnv is the environment's secrets as SnapshotNodeEnv read them (nil:
+// none taken, read at each use); nodeList caches nodeSecrets' answer from
+// it and the registered secrets (nil: to be built again).
+var (
+	nodeEnv  atomic.Pointer[[]string]
+	nodeList atomic.Pointer[nodeSecretList]
+)
+
+type nodeSecretList struct {
+	env  *[]string // the snapshot it was built from
+	list []string  // capacity = length: an append copies it
 }
 
 // nodeSecrets are the secrets redacted from every action's output even
 // where no action names them (a command that found its way to one): the
 // values of the node's SQLEASE_SECRET_* variables, those registered by
 // AddNodeSecrets, and the password of the node's HTTP proxy (which
-// net/http sends as Proxy-Authorization).
+// net/http sends as Proxy-Authorization). Callers append to it, never
+// write into it: after SnapshotNodeEnv every run shares one list.
 func nodeSecrets() []string {
+	env := nodeEnv.Load()
+	if env == nil {
+		out := envSecrets()
+		registered.RLock()
+		out = append(out, registered.values...)
+		registered.RUnlock()
+		return out
+	}
+	if l := nodeList.Load(); l != nil && l.env == env {
+		return l.list
+	}
+	// Built and stored under the lock AddNodeSecrets takes: a value
+	// registered meanwhile is either in it or clears it.
+	registered.Lock()
+	defer registered.Unlock()
+	list := slices.Clip(append(slices.Clone(*env), registered.values...))
+	nodeList.Store(&nodeSecretList{env: env, list: list})
+	return list
+}
+
+// envSecrets are the secrets of the process's environment: the values of
+// its SQLEASE_SECRET_* variables and its proxies' passwords.
+func envSecrets() []string {
 	var out []string
 	for _, kv := range os.Environ() {
 		name, v, ok := strings.Cut(kv, "=")
@@ -303,9 +357,6 @@ func nodeSecrets() []string {
 			out = append(out, urlPasswords(v)...)
 		}
 	}
-	registered.RLock()
-	out = append(out, registered.values...)
-	registered.RUnlock()
 	return out
 }
 
@@ -395,6 +446,9 @@ func credentialParts(v string) []string {
 // the base64 of user:password it sends as "Authorization: Basic …" (or
 // Proxy-Authorization), and that header's value.
 func urlPasswords(raw string) []string {
+	if !strings.Contains(raw, "@") {
+		return nil // no user information: no parse (it ran for every delivery)
+	}
 	u, err := url.Parse(raw)
 	if err != nil || u.User == nil {
 		return nil

@@ -83,6 +83,7 @@ func NewNode(ctx context.Context, cfg Config, logOut io.Writer) (*Node, error) {
 	// A command can read its parent's environment and files: the node's
 	// own secrets never show in a run's output nor a singleton's log lines.
 	action.AddNodeSecrets(append(dsnSecrets(cfg.DB), cfg.APIToken)...)
+	action.SnapshotNodeEnv() // its SQLEASE_SECRET_* values, read once as its flags' twins
 	// HTTP actions of a node reachable beyond loopback do not reach its
 	// loopback and link-local services (the cloud's metadata address).
 	// The --http-action-allow list of exceptions goes in place of nil. Set
