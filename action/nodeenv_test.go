@@ -77,3 +77,24 @@ func TestNodeEnvSnapshot(t *testing.T) {
 	every := []string{envSecret, proxyPass, registered, refSecret, runToken, lateSecret}
 	check("after the next snapshot", map[string][]string{"http": every, "exec": every})
 }
+
+// TestSecretFormsCacheRefills: once the forms cache has filled (with run
+// tokens, each a secret once), a secret first seen later is cached too,
+// and the cache stays bounded.
+func TestSecretFormsCacheRefills(t *testing.T) {
+	forms.Clear()
+	formsCount.Store(0)
+	t.Cleanup(func() { forms.Clear(); formsCount.Store(0) })
+	for i := range 3 * maxForms {
+		secretForms(fmt.Sprintf("run-token-%08d", i))
+	}
+	secretForms("a-new-action-secret")
+	if _, ok := forms.Load("a-new-action-secret"); !ok {
+		t.Error("a secret first seen after the cache filled is not cached")
+	}
+	n := 0
+	forms.Range(func(any, any) bool { n++; return true })
+	if n > maxForms+1 {
+		t.Errorf("%d forms cached, want at most about %d", n, maxForms)
+	}
+}

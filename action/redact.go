@@ -405,15 +405,20 @@ func secretForms(s string) []string {
 	out = append(out, url.QueryEscape(s), url.PathEscape(s),
 		base64.StdEncoding.EncodeToString([]byte(s)), base64.URLEncoding.EncodeToString([]byte(s)),
 		base64.RawStdEncoding.EncodeToString([]byte(s)), base64.RawURLEncoding.EncodeToString([]byte(s)))
-	if formsCount.Add(1) <= maxForms {
-		forms.Store(s, out)
+	if formsCount.Add(1) > maxForms {
+		// Full, mostly of run tokens (each a secret for one run): start
+		// again. Kept full, every secret first seen from now on (a new
+		// action's) would be computed again at each run.
+		forms.Clear()
+		formsCount.Store(1)
 	}
+	forms.Store(s, out)
 	return out
 }
 
 // forms caches secretForms: the node's secrets are redacted from every
-// run's output, thousands a second. At most maxForms are kept (a secret
-// changed by each run is computed each time).
+// run's output, thousands a second. At most about maxForms are kept; when
+// full it is emptied, and the secrets in use come back at their next use.
 var (
 	forms      sync.Map
 	formsCount atomic.Int64
