@@ -2,6 +2,7 @@ package action
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -52,6 +53,11 @@ func gatedTransport() *http.Transport {
 	t.MaxIdleConnsPerHost = 512
 	// Where actions may connect: DestinationPolicy, checked per address.
 	t.Proxy = policedProxy
+	// HTTP/1.1 only: a connection carries one request at a time, so that
+	// the gate armed on it is that request's run's. Over HTTP/2 the
+	// requests of many runs would share one connection and one gate.
+	t.ForceAttemptHTTP2 = false
+	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 	dial := policedDial(&net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive})
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
@@ -74,7 +80,11 @@ func withGate(ctx, run context.Context) context.Context {
 	check := func() error { return scheduler.Ensure(run) }
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
-			if c, ok := info.Conn.(*gatedConn); ok {
+			conn := info.Conn
+			if tc, ok := conn.(*tls.Conn); ok {
+				conn = tc.NetConn() // HTTPS: the gate is beneath TLS
+			}
+			if c, ok := conn.(*gatedConn); ok {
 				c.gate.Store(&check)
 			}
 		},
