@@ -391,6 +391,9 @@ wait:
 	for _, st := range stores {
 		st.DB().Close()
 	}
+	if tl != nil && o.dialect == "postgres" {
+		printHOT(ctx, setup)
+	}
 	if tr != nil {
 		s := tr.snapshot()
 		res.Trace = &s

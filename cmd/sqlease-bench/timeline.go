@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // timeline records, for one claim or leader throughput run (-timeline),
@@ -199,4 +202,33 @@ func (t *timeline) write(path string, f0 int64, stmts []tlStmt, calls []int64) e
 		return err
 	}
 	return fh.Close()
+}
+
+// printHOT prints, for the jobs and runs tables, the row versions the run
+// wrote (seed included) and how many of its updates were HOT (no index
+// entry written), from pg_stat_user_tables. The dispatcher's pools are
+// closed by then: a backend reports its counters as it exits, so the query
+// waits a little for them.
+func printHOT(ctx context.Context, st *sqlstore.Store) {
+	time.Sleep(300 * time.Millisecond)
+	rows, err := st.DB().QueryContext(ctx, `SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+WHERE relname IN ($1, $2) ORDER BY relname`, prefix+"_jobs", prefix+"_runs")
+	if err != nil {
+		fmt.Printf("      (table statistics unavailable: %v)\n", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var ins, upd, hot int64
+		if err := rows.Scan(&name, &ins, &upd, &hot); err != nil {
+			fmt.Printf("      (table statistics unavailable: %v)\n", err)
+			return
+		}
+		share := 0.0
+		if upd > 0 {
+			share = 100 * float64(hot) / float64(upd)
+		}
+		fmt.Printf("      %-14s inserts %6d  updates %6d, HOT %6d (%.0f%%)\n", name, ins, upd, hot, share)
+	}
 }
