@@ -138,6 +138,13 @@ WHAT ELSE IS REPORTED
           counts statements, rows, round-trip time, transactions and
           physical connections per pool. Off by default so that the timed
           runs use exactly the library's drivers.
+  -timeline  claim and leader runs (and the peer's): each dispatch
+          statement's start, end and rows and each handler call, then the
+          run's wall time by what was in flight (claim, finish, both,
+          nothing) and the handlers' waits; on PostgreSQL each table's
+          inserts, updates and HOT updates. -timeline FILE also writes the
+          events of the Nth such run as CSV to FILE.N. Wraps the driver, as
+          -trace does.
 
 POSTGRESQL
   The server is -db, else $SQLEASE_TEST_POSTGRES_URL, else a private
