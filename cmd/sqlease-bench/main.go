@@ -141,6 +141,13 @@ WHAT ELSE IS REPORTED
           counts statements, rows, round-trip time, transactions and
           physical connections per pool. Off by default so that the timed
           runs use exactly the library's drivers.
+  -timeline  claim and leader runs (and the peer's): each dispatch
+          statement's start, end and rows and each handler call, then the
+          run's wall time by what was in flight (claim, finish, both,
+          nothing) and the handlers' waits; on PostgreSQL each table's
+          inserts, updates and HOT updates. -timeline FILE also writes the
+          events of the Nth such run as CSV to FILE.N. Wraps the driver, as
+          -trace does.
 
 POSTGRESQL
   The server is -db, else $SQLEASE_TEST_POSTGRES_URL, else a private
@@ -239,6 +246,7 @@ func main() {
 		maxIdle     = fs.Int("max-idle", -1, "sql.DB SetMaxIdleConns for every pool (-1: what the dialect's Open sets)")
 		maxOpen     = fs.Int("max-open", 0, "sql.DB SetMaxOpenConns for every pool (0: unlimited, the default)")
 		trace       = fs.Bool("trace", false, "count statements, rows, transactions and connections client-side (wraps the driver)")
+		timelineOut = fs.String("timeline", "", "claim/leader/peer: record each dispatch statement's start, end and rows and each handler call (wraps the driver) and print where the run's wall time went; \"-\": print only, else also write the events of run N as CSV to FILE.N")
 		timeout     = fs.Duration("timeout", 10*time.Minute, "give up on a throughput run after this long")
 		settleBusy  = fs.Float64("settle-busy", 0.10, "before each run, wait for a 1s window with the machine at most this busy (0..1; other processes' load)")
 		settleWait  = fs.Duration("settle-wait", time.Minute, "… but for at most this long (0: do not wait; the background load is still measured and printed as [bg N%])")
@@ -276,7 +284,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	e := &env{sqliteDir: *sqliteDir, maxIdle: *maxIdle, maxOpen: *maxOpen, trace: *trace, verbose: verbose,
+	e := &env{sqliteDir: *sqliteDir, maxIdle: *maxIdle, maxOpen: *maxOpen, trace: *trace, timeline: *timelineOut, verbose: verbose,
 		settleBusy: *settleBusy, settleWait: *settleWait, dropNotify: *noNotify, dueSpread: *dueSpread, mysqlURL: mysqlURL(*mysqlDB)}
 	memOpts := memoryOpts{Jobs: *memJobs, Horizon: *memHorizon, Offset: *memOffset, Spread: *memSpread,
 		Wait: *memWait, Refreshes: *memRefresh}

@@ -58,6 +58,10 @@ type peerRun struct {
 	perSec         float64
 	client, server time.Duration
 	serverMeasured bool
+	// busy is the machine's busy share over the work phase alone (setup
+	// and seeding left out): whether the way waits on round trips or on
+	// the CPUs.
+	busy float64
 }
 
 func cpuPerJob(d time.Duration, n int64) time.Duration {
@@ -93,6 +97,7 @@ func runRiver(ctx context.Context, e *env, bin, dialect string, n int, tuned boo
 	// over its InsertMany.
 	var pgCPU func() *pgCPUUse
 	var pg *pgCPUUse
+	var workFrom, workTo cpuSample
 	var res struct {
 		Phase      string  `json:"phase"`
 		PerSec     float64 `json:"per_sec"`
@@ -108,10 +113,13 @@ func runRiver(ctx context.Context, e *env, bin, dialect string, n int, tuned boo
 		}
 		switch {
 		case res.Phase == "start" && dialect == "postgres":
+			workFrom = sampleCPU()
 			pgCPU = e.pgCPUStart()
 		case res.Phase == "start":
+			workFrom = sampleCPU()
 			pgCPU = func() *pgCPUUse { return nil } // no server: SQLite runs in River's process
 		case res.PerSec > 0 && pgCPU != nil:
+			workTo = sampleCPU()
 			pg = pgCPU()
 		}
 	}
@@ -121,7 +129,8 @@ func runRiver(ctx context.Context, e *env, bin, dialect string, n int, tuned boo
 	if res.PerSec <= 0 || pgCPU == nil {
 		return peerRun{}, fmt.Errorf("River's output %q: no start line and result", lines)
 	}
-	r := peerRun{perSec: res.PerSec, client: cpuPerJob(time.Duration(res.CPUSeconds*float64(time.Second)), int64(n))}
+	r := peerRun{perSec: res.PerSec, client: cpuPerJob(time.Duration(res.CPUSeconds*float64(time.Second)), int64(n)),
+		busy: cpuBetween(workFrom, workTo).Utilization()}
 	if pg != nil {
 		r.server, r.serverMeasured = cpuPerJob(pg.Total, int64(n)), true
 	}
@@ -158,7 +167,7 @@ func peerScenario(ctx context.Context, e *env, dialect string, jobs, runs int, r
 			if p := r.problems(); p != "" {
 				return peerRun{}, fmt.Errorf("exactly-once check: %s", p)
 			}
-			pr := peerRun{perSec: r.PerSec, client: cpuPerJob(r.CPU.Self, r.Done)}
+			pr := peerRun{perSec: r.PerSec, client: cpuPerJob(r.CPU.Self, r.Done), busy: r.CPU.Utilization()}
 			if r.PGCPU != nil {
 				pr.server, pr.serverMeasured = cpuPerJob(r.PGCPU.Total, r.Done), true
 			}
@@ -173,7 +182,7 @@ func peerScenario(ctx context.Context, e *env, dialect string, jobs, runs int, r
 		ways = append(ways, way{"River defaults", rv(false)})
 	}
 	rates := make([][]float64, len(ways))
-	clients, servers := make([][]float64, len(ways)), make([][]float64, len(ways))
+	clients, servers, works := make([][]float64, len(ways)), make([][]float64, len(ways)), make([][]float64, len(ways))
 	// ratios[i]: way i over River tuned, round by round. The machine's speed
 	// drifts over minutes; a ratio of two runs a few seconds apart keeps
 	// less of that drift than the ratio of the medians.
@@ -200,13 +209,14 @@ func peerScenario(ctx context.Context, e *env, dialect string, jobs, runs int, r
 			rates[i] = append(rates[i], pr.perSec)
 			round[i] = pr.perSec
 			clients[i] = append(clients[i], float64(pr.client.Microseconds()))
+			works[i] = append(works[i], pr.busy)
 			server := "server not local"
 			if pr.serverMeasured {
 				servers[i] = append(servers[i], float64(pr.server.Microseconds()))
 				server = fmt.Sprintf("server %4d µs", pr.server.Microseconds())
 			}
-			fmt.Printf("  run %d: [bg %2.0f%%] %-16s %8.0f jobs/s  CPU per job: client %4d µs, %s  machine %2.0f%% (setup included)\n",
-				r, bg*100, w.name, pr.perSec, pr.client.Microseconds(), server, busy*100)
+			fmt.Printf("  run %d: [bg %2.0f%%] %-16s %8.0f jobs/s  CPU per job: client %4d µs, %s  machine %2.0f%% over the work, %2.0f%% with setup\n",
+				r, bg*100, w.name, pr.perSec, pr.client.Microseconds(), server, pr.busy*100, busy*100)
 		}
 		for i := range ways {
 			if round[0] > 0 && round[i] > 0 {
@@ -227,7 +237,7 @@ func peerScenario(ctx context.Context, e *env, dialect string, jobs, runs int, r
 		if len(servers[i]) > 0 {
 			server = fmt.Sprintf("%.0f µs", medianOf(servers[i]))
 		}
-		fmt.Printf("    %-16s %8.0f jobs/s  %-22s  client %4.0f µs/job  server %s/job\n", w.name, medianOf(rates[i]), ratio, medianOf(clients[i]), server)
+		fmt.Printf("    %-16s %8.0f jobs/s  %-22s  client %4.0f µs/job  server %s/job  machine %2.0f%% busy over the work\n", w.name, medianOf(rates[i]), ratio, medianOf(clients[i]), server, 100*medianOf(works[i]))
 	}
 	return true
 }

@@ -44,6 +44,9 @@ type env struct {
 	maxOpen   int // 0: unlimited (database/sql default)
 	trace     bool
 	verbose   bool
+	// timeline: claim and leader runs record their dispatch (timeline.go);
+	// "-" prints the analysis only, else the events go to this file too.
+	timeline string
 
 	dueSpread  time.Duration // due jobs' next_run_at spacing (0: all at one instant)
 	dropNotify bool          // drop the jobs table's NOTIFY trigger after migrating (to measure its cost)

@@ -257,8 +257,15 @@ func runThroughput(ctx context.Context, e *env, o throughputOpts) (throughputRes
 	logs := newLogCounter()
 	logger := slog.New(logs)
 	var tr *tracer
-	if e.trace {
+	var tl *timeline
+	handle := counter.handle
+	if e.trace || e.timeline != "" {
 		tr = newTracer()
+	}
+	if e.timeline != "" {
+		tl = newTimeline(o.dialect)
+		tr.onQuery = tl.query
+		handle = func(ctx context.Context, r sqlease.Run) error { tl.call(); return counter.handle(ctx, r) }
 	}
 
 	n := o.workers
@@ -289,7 +296,7 @@ func runThroughput(ctx context.Context, e *env, o throughputOpts) (throughputRes
 	case "claim":
 		scheds := make([]*scheduler.Scheduler, n)
 		for i := range scheds {
-			cfg := scheduler.Config{Store: stores[i], Holder: fmt.Sprintf("worker-%d", i+1), Handler: counter.handle,
+			cfg := scheduler.Config{Store: stores[i], Holder: fmt.Sprintf("worker-%d", i+1), Handler: handle,
 				Observer: counter, Logger: logger}
 			o.tuning.apply(&cfg)
 			if scheds[i], err = scheduler.New(cfg); err != nil {
@@ -302,7 +309,7 @@ func runThroughput(ctx context.Context, e *env, o throughputOpts) (throughputRes
 			go func() { defer wg.Done(); _ = s.Run(runCtx) }()
 		}
 	case "leader":
-		cfg := scheduler.Config{Store: stores[0], Handler: counter.handle, Observer: counter, Logger: logger}
+		cfg := scheduler.Config{Store: stores[0], Handler: handle, Observer: counter, Logger: logger}
 		o.tuning.apply(&cfg)
 		s, err := scheduler.New(cfg)
 		if err != nil {
@@ -359,6 +366,15 @@ wait:
 		}
 	}
 	res.Elapsed = end.Sub(start)
+	if tl != nil {
+		path := ""
+		if e.timeline != "-" {
+			timelineRuns++
+			path = fmt.Sprintf("%s.%d", e.timeline, timelineRuns)
+		}
+		fmt.Printf("  %s, %s mode, %d jobs:\n", o.dialect, o.mode, res.Done)
+		tl.report(start, end, path)
+	}
 	res.PerSec = float64(res.Done) / res.Elapsed.Seconds()
 	if f := counter.firstRun.Load(); f != 0 {
 		res.FirstRun = time.Unix(0, f).Sub(start)
@@ -375,6 +391,9 @@ wait:
 	for _, st := range stores {
 		st.DB().Close()
 	}
+	if tl != nil && o.dialect == "postgres" {
+		printHOT(ctx, setup)
+	}
 	if tr != nil {
 		s := tr.snapshot()
 		res.Trace = &s
@@ -389,6 +408,9 @@ wait:
 	}
 	return res, nil
 }
+
+// timelineRuns numbers the runs whose timeline was written.
+var timelineRuns int
 
 // benchLeader is the bench's one leader: an elector (holder bench-leader)
 // whose terms run s in leader dispatch; leadStart is set to when the first
