@@ -189,12 +189,18 @@ func runBulk(ctx context.Context, e *env, dialect string, n int, way bulkWay) (f
 	return rate, nil
 }
 
-// medianOf is the median of v (the upper one of an even count), 0 for none.
+// medianOf is the median of v (the mean of the middle two of an even
+// count), 0 for none.
 func medianOf(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
 	}
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
+	if n := len(s); n%2 == 0 {
+		// An even count's median is the mean of the middle two: the upper
+		// one alone leans every even-round figure up.
+		return (s[n/2-1] + s[n/2]) / 2
+	}
 	return s[len(s)/2]
 }
