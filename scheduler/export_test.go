@@ -1,5 +1,7 @@
 package scheduler
 
+import "time"
+
 // SetLoseClaimAnswer makes every claim-mode claim under a worker lease for
 // which lose returns true report a lost connection after it committed, as
 // a claim whose answer the database's ending of the session cut off; the
@@ -7,4 +9,11 @@ package scheduler
 func SetLoseClaimAnswer(lose func(claimed int) bool) (undo func()) {
 	testLoseClaimAnswer = lose
 	return func() { testLoseClaimAnswer = nil }
+}
+
+// SetScheduleReadDelay makes every refresh and reload read of a leader's
+// dispatch loop wait d first; the returned func undoes it.
+func SetScheduleReadDelay(d time.Duration) (undo func()) {
+	testScheduleReadDelay.Store(int64(d))
+	return func() { testScheduleReadDelay.Store(0) }
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sqlease/sqlease"
@@ -35,9 +36,9 @@ const refreshPage = 1000
 // returns the error, so that a leader never holds the lease without
 // dispatching.
 func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err error) {
-	l := &leader{s: s, gate: gate, tok: tok, sched: newSchedule(), failed: map[int64]int{}, running: map[int64]bool{}, ended: map[int64]bool{},
+	l := &leader{s: s, gate: gate, tok: tok, sched: newSchedule(), failed: map[int64]int{}, running: map[int64]bool{}, ended: map[int64]bool{}, endedNext: map[int64]sqlstore.ScheduleEntry{},
 		finished: make(chan sqlstore.ScheduleEntry, s.cfg.MaxConcurrent), claims: make(chan claimResult, cap(s.leaderSem)),
-		claiming: make(chan struct{}, maxClaiming), occPoke: make(chan struct{}, 1)}
+		claiming: make(chan struct{}, maxClaiming), occPoke: make(chan struct{}, 1), reads: make(chan schedRead)}
 	if s.store.Batched() {
 		l.claiming = make(chan struct{}, maxClaimingBatched)
 	}
@@ -115,11 +116,27 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 	defer due.Stop()
 	healthy := true // a failed refresh stops dispatch until one succeeds
 	var failingSince time.Time
+	// A refresh or reload reads in a goroutine (startRefresh, startReload)
+	// and the loop applies what it read when it comes (l.reads): the read
+	// of the rows changed in the last second took 15–28 ms on SQLite at
+	// 1,000 due jobs/s, and every start due meanwhile waited for it.
+	// reading: a read is in flight (then refresh.C is not listened to);
+	// rearmed: the timer was reset meanwhile (a change, a used-up window),
+	// which the read's end then leaves as it is.
+	reading, rearmed := false, false
+	rearm := func(d time.Duration) {
+		rearmed = reading
+		refresh.Reset(d)
+	}
 	// The loop turns at least once per refresh period: a longer silence
 	// means it is stuck (a statement that hangs), which Dispatch reports.
+	// A read in flight counts as the loop standing still, as when the loop
+	// read itself: a read that hangs is reported.
 	s.setLoopBound(2*max(every, s.cfg.RefreshInterval) + 5*time.Second)
 	for {
-		s.loopTurned()
+		if !reading {
+			s.loopTurned()
+		}
 		if healthy {
 			l.claimOccurrences(ctx, &wg)
 			l.dispatchDue(ctx, &wg)
@@ -128,10 +145,14 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 				// next one now, not at the next refresh, or a backlog
 				// larger than the window stalls between windows.
 				l.truncated = false
-				refresh.Reset(0)
+				rearm(0)
 			}
 		}
 		due.Reset(l.untilNext())
+		refreshC := refresh.C
+		if reading {
+			refreshC = nil
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -140,18 +161,16 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 		case f := <-l.finished:
 			// A run finished: schedule its job's next occurrence now rather
 			// than at the next refresh (which re-reads it anyway).
-			l.setRunning(f.ID, false)
-			l.apply(f)
+			l.runEnded(f)
 		case <-due.C:
 		case <-l.occPoke:
 			l.occAt = time.Time{} // claim occurrences now
 		case <-s.cfg.Changes:
-			refresh.Reset(max(s.cfg.RefreshInterval-time.Since(lastRefresh), 0))
-		case <-refresh.C:
+			rearm(max(s.cfg.RefreshInterval-time.Since(lastRefresh), 0))
+		case <-refreshC:
 			lastRefresh = time.Now()
-			reloadDue := func() bool { return l.estNow().After(l.loadedUntil.Add(-s.cfg.ScheduleHorizon / 2)) }
-			var err error
-			if reloadDue() {
+			reading = true
+			if l.reloadDue() {
 				// A reload reads the whole window afresh (as a term's
 				// first does), so a refresh before it is read for
 				// nothing: after a bulk create, every row of the backlog
@@ -159,13 +178,31 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 				// stands for the refresh whose place it takes: what it read
 				// is not read again, but for the overlap before it.
 				l.lastRefresh = l.estNow()
-				err = l.reload(ctx)
-			} else if err = l.refresh(ctx); err == nil && reloadDue() {
-				err = l.reload(ctx)
+				l.startReload(ctx, &wg)
+			} else {
+				l.startRefresh(ctx, &wg)
 			}
+		case r := <-l.reads:
 			if ctx.Err() != nil {
-				return nil
+				return nil // the read's error is the term's end
 			}
+			err := r.err
+			if err == nil {
+				if !r.reload {
+					l.applyChanged(r.rows)
+					if !r.last {
+						break // more pages come
+					}
+				} else {
+					l.applyWindow(r.rows, r.now, r.at)
+				}
+			}
+			l.setReading(false)
+			if err == nil && !r.reload && l.reloadDue() {
+				l.startReload(ctx, &wg)
+				break
+			}
+			reading = false
 			healthy = err == nil
 			if healthy {
 				if !failingSince.IsZero() {
@@ -173,9 +210,13 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 				}
 				failingSince = time.Time{}
 				s.setPhase(PhaseRunning, nil)
-				refresh.Reset(every)
+				if !rearmed {
+					refresh.Reset(every)
+				}
+				rearmed = false
 				break
 			}
+			rearmed = false
 			s.log.Error("schedule_refresh_failed", slog.String("error", err.Error()))
 			if failingSince.IsZero() {
 				failingSince = lastRefresh
@@ -188,6 +229,86 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 			refresh.Reset(min(s.cfg.RefreshInterval, max(s.cfg.DispatchFailureLimit-time.Since(failingSince), time.Millisecond)))
 		}
 	}
+}
+
+// schedRead is what a refresh or reload read, handed to the loop: a
+// reload's window, or one page of a refresh's changed rows.
+type schedRead struct {
+	reload bool
+	rows   []sqlstore.ScheduleEntry
+	now    time.Time // reload: the database's clock as it read
+	at     time.Time // reload: the local clock as the read returned
+	last   bool      // refresh: the last page (also on an error)
+	err    error
+}
+
+// reloadDue reports whether the window is half used up.
+func (l *leader) reloadDue() bool {
+	return l.estNow().After(l.loadedUntil.Add(-l.s.cfg.ScheduleHorizon / 2))
+}
+
+// testScheduleReadDelay, set by tests, makes each refresh and reload read
+// of the dispatch loop (not a term's first) wait that long first: a slow
+// database.
+var testScheduleReadDelay atomic.Int64
+
+func slowRead(ctx context.Context) {
+	if d := time.Duration(testScheduleReadDelay.Load()); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// sendRead hands a read to the loop, unless the term has ended.
+func (l *leader) sendRead(ctx context.Context, r schedRead) bool {
+	select {
+	case l.reads <- r:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// startReload reads the window in a goroutine (reload's read); the loop
+// applies it (applyWindow).
+func (l *leader) startReload(ctx context.Context, wg *sync.WaitGroup) {
+	l.setReading(true)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		slowRead(ctx)
+		entries, now, err := l.s.store.DueWindow(ctx, l.s.cfg.ScheduleHorizon, l.s.cfg.MaxScheduled)
+		l.sendRead(ctx, schedRead{reload: true, rows: entries, now: now, at: time.Now(), last: true, err: err})
+	}()
+}
+
+// startRefresh reads, in a goroutine, every job row with an occurrence to
+// come modified since the previous refresh (see refreshFrom), a page at a
+// time; the loop applies each page (applyChanged). Re-reading the overlap
+// is idempotent (each row sets its entry to the row's current state) and
+// catches a row stamped before hw whose transaction committed after the
+// previous refresh read past it.
+func (l *leader) startRefresh(ctx context.Context, wg *sync.WaitGroup) {
+	t, id := refreshFrom(l.hw, l.hwID, l.lastRefresh, l.s.cfg.RefreshOverlap)
+	l.lastRefresh = l.estNow()
+	l.setReading(true)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			slowRead(ctx)
+			rows, err := l.s.store.Changed(ctx, t, id, refreshPage)
+			last := err != nil || len(rows) < refreshPage
+			if !l.sendRead(ctx, schedRead{rows: rows, last: last, err: err}) || last {
+				return
+			}
+			t, id = rows[len(rows)-1].LastModifiedAt, rows[len(rows)-1].ID
+		}
+	}()
 }
 
 type leader struct {
@@ -232,12 +353,16 @@ type leader struct {
 	// predate their finish, and a one-off job scheduled again from such a
 	// read was claimed for nothing (2 % of a 100,000-job backlog, each
 	// claim retried 5 times).
-	running  map[int64]bool
-	reading  bool
-	ended    map[int64]bool
-	finished chan sqlstore.ScheduleEntry
-	claims   chan claimResult // the outcome of each claim dispatchDue started
-	claiming chan struct{}    // bounds the claims in flight
+	running map[int64]bool
+	reading bool
+	ended   map[int64]bool
+	// endedNext: the next occurrences that runs ending while a read is in
+	// flight handed back.
+	endedNext map[int64]sqlstore.ScheduleEntry
+	finished  chan sqlstore.ScheduleEntry
+	claims    chan claimResult // the outcome of each claim dispatchDue started
+	claiming  chan struct{}    // bounds the claims in flight
+	reads     chan schedRead   // what a refresh or reload read (startRefresh, startReload)
 
 	// Overlap allow jobs' occurrences (allow.go): occAt is when the
 	// leader last claimed those that need an owner; occPoke asks for a
@@ -252,12 +377,20 @@ func (l *leader) isRunning(id int64) bool {
 	return l.running[id] || l.ended[id]
 }
 
+// runsNow reports whether the job runs (ended aside).
+func (l *leader) runsNow(id int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.running[id]
+}
+
 // setReading brackets a reload or refresh (see ended).
 func (l *leader) setReading(on bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reading = on
 	clear(l.ended)
+	clear(l.endedNext)
 }
 
 func (l *leader) setRunning(id int64, on bool) {
@@ -327,7 +460,8 @@ func (l *leader) awaitGate(ctx context.Context) error {
 	}
 }
 
-// reload replaces the schedule with the jobs due within the horizon.
+// reload replaces the schedule with the jobs due within the horizon (a
+// term's first, read in the loop: nothing is dispatched before it).
 func (l *leader) reload(ctx context.Context) error {
 	l.setReading(true)
 	defer l.setReading(false)
@@ -335,14 +469,49 @@ func (l *leader) reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.dbNow, l.localAt = now, time.Now()
+	l.applyWindow(entries, now, time.Now())
+	return nil
+}
+
+// runEnded applies the next occurrence a run's end handed back, also while
+// a refresh reads, which then leaves the job out (and a reload applies it
+// again, in its new window: endedNext).
+func (l *leader) runEnded(f sqlstore.ScheduleEntry) {
+	l.setRunning(f.ID, false)
+	l.applyEntry(f)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.reading {
+		l.endedNext[f.ID] = f
+	}
+}
+
+// applyWindow replaces the schedule with a reload's entries, read when the
+// database's clock said now and the local one at. The jobs that stopped
+// running while it read (ended) keep the entries the loop gave them
+// meanwhile (a claim's retry, their next occurrence, which is applied
+// again in the new window): their rows may predate that, and a loop that
+// read itself set them after the read.
+func (l *leader) applyWindow(entries []sqlstore.ScheduleEntry, now, at time.Time) {
+	l.dbNow, l.localAt = now, at
 	l.loadedUntil = now.Add(l.s.cfg.ScheduleHorizon)
 	l.truncated = len(entries) == l.s.cfg.MaxScheduled
 	if l.truncated {
 		// Full: only what precedes the last entry is known to be complete.
 		l.loadedUntil = entries[len(entries)-1].NextRunAt
 	}
+	var kept []schedEntry
+	l.mu.Lock()
+	for id := range l.ended {
+		if p, ok := l.sched.pos[id]; ok {
+			kept = append(kept, l.sched.items[p])
+		}
+	}
+	l.mu.Unlock()
 	l.sched.reset()
+	for _, e := range kept {
+		l.sched.set(e.id, e.next)
+	}
 	for _, e := range entries {
 		// Entries at the boundary are scheduled too: when more jobs than
 		// fit share one instant, the loaded ones must run (the rest load
@@ -357,38 +526,25 @@ func (l *leader) reload(ctx context.Context) error {
 	if l.hw.IsZero() || now.Before(l.hw) {
 		l.hw, l.hwID = now, 0
 	}
+	for id, e := range l.endedNext {
+		// Unless run or retried since (the retry's entry is kept above).
+		if !l.sched.has(id) && !l.runsNow(id) {
+			l.applyEntry(e)
+		}
+	}
 	for id := range l.failed {
 		if !l.sched.has(id) {
 			delete(l.failed, id)
 		}
 	}
-	return nil
 }
 
-// refresh applies every job row with an occurrence to come modified since
-// the previous refresh (see refreshFrom). Re-reading the overlap is idempotent
-// (each row sets its entry to the row's current state) and catches a row
-// stamped before hw whose transaction committed after the previous refresh
-// read past it.
-func (l *leader) refresh(ctx context.Context) error {
-	t, id := refreshFrom(l.hw, l.hwID, l.lastRefresh, l.s.cfg.RefreshOverlap)
-	l.lastRefresh = l.estNow()
-	l.setReading(true)
-	defer l.setReading(false)
-	for {
-		rows, err := l.s.store.Changed(ctx, t, id, refreshPage)
-		if err != nil {
-			return err
-		}
-		for _, e := range rows {
-			l.apply(e)
-			t, id = e.LastModifiedAt, e.ID
-			if t.After(l.hw) || t.Equal(l.hw) && id > l.hwID {
-				l.hw, l.hwID = t, id
-			}
-		}
-		if len(rows) < refreshPage {
-			return nil
+// applyChanged applies a page of a refresh's rows (startRefresh).
+func (l *leader) applyChanged(rows []sqlstore.ScheduleEntry) {
+	for _, e := range rows {
+		l.apply(e)
+		if t, id := e.LastModifiedAt, e.ID; t.After(l.hw) || t.Equal(l.hw) && id > l.hwID {
+			l.hw, l.hwID = t, id
 		}
 	}
 }
@@ -418,6 +574,11 @@ func (l *leader) apply(e sqlstore.ScheduleEntry) {
 	if l.isRunning(e.ID) {
 		return // its finish is re-read within the overlap window
 	}
+	l.applyEntry(e)
+}
+
+// applyEntry is apply of a job known not to run: its finish's entry.
+func (l *leader) applyEntry(e sqlstore.ScheduleEntry) {
 	delete(l.failed, e.ID)
 	if e.Paused || e.NextRunAt.IsZero() || !e.NextRunAt.Before(l.loadedUntil) {
 		l.sched.remove(e.ID)

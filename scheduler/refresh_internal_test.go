@@ -3,6 +3,8 @@ package scheduler
 import (
 	"testing"
 	"time"
+
+	"github.com/sqlease/sqlease/sqlstore"
 )
 
 // TestRefreshFrom: a refresh re-reads only what a transaction in flight at
@@ -75,5 +77,46 @@ func TestWindowUsedUp(t *testing.T) {
 	l.loadedUntil = now.Add(time.Hour)
 	if l.windowUsedUp() {
 		t.Error("a window whose end is still ahead is used up")
+	}
+}
+
+// TestReloadKeepsWhatEndedWhileItRead: a reload read beside dispatch
+// replaces the schedule, but the jobs that stopped running while it read
+// keep what the loop gave them meanwhile — a claim's retry, and a run's
+// next occurrence, even one past the window the reload replaces — and
+// their rows as read (from before) are left out.
+func TestReloadKeepsWhatEndedWhileItRead(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	l := &leader{s: &Scheduler{cfg: Config{ScheduleHorizon: time.Second, MaxScheduled: 100}}, sched: newSchedule(),
+		failed: map[int64]int{}, running: map[int64]bool{1: true, 2: true}, ended: map[int64]bool{},
+		endedNext: map[int64]sqlstore.ScheduleEntry{}}
+	l.dbNow, l.localAt, l.loadedUntil = now, time.Now(), now.Add(time.Second)
+	l.setReading(true) // the reload's read is in flight
+	// Job 1's run ends, its next occurrence past the current window (so
+	// not scheduled yet); job 2's claim found nothing and is retried soon
+	// (bookClaim).
+	l.runEnded(sqlstore.ScheduleEntry{ID: 1, NextRunAt: now.Add(1500 * time.Millisecond)})
+	if l.sched.has(1) {
+		t.Fatal("an occurrence past the window was scheduled")
+	}
+	l.setRunning(2, false)
+	l.sched.set(2, now.Add(20*time.Millisecond))
+	// The reload read both rows before that, and job 3's.
+	l.applyWindow([]sqlstore.ScheduleEntry{{ID: 1, NextRunAt: now}, {ID: 2, NextRunAt: now}, {ID: 3, NextRunAt: now.Add(100 * time.Millisecond)}},
+		now.Add(600*time.Millisecond), time.Now())
+	l.setReading(false)
+	want := map[int64]time.Time{1: now.Add(1500 * time.Millisecond), 2: now.Add(20 * time.Millisecond), 3: now.Add(100 * time.Millisecond)}
+	for id, at := range want {
+		p, ok := l.sched.pos[id]
+		if !ok {
+			t.Errorf("job %d is not scheduled, want at %s", id, at.Format("05.000"))
+			continue
+		}
+		if got := l.sched.items[p].next; !got.Equal(at) {
+			t.Errorf("job %d scheduled at %s, want %s", id, got.Format("05.000"), at.Format("05.000"))
+		}
+	}
+	if l.sched.Len() != len(want) {
+		t.Errorf("%d entries scheduled, want %d", l.sched.Len(), len(want))
 	}
 }

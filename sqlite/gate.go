@@ -35,6 +35,7 @@ import (
 type writeGate struct {
 	slot    chan struct{}
 	timeout time.Duration // the busy timeout: a writer waits no longer here
+	ckpt    *checkpointer // told of each write; nil: none (checkpoint.go)
 }
 
 func newWriteGate(timeout time.Duration) *writeGate {
@@ -46,6 +47,11 @@ func newWriteGate(timeout time.Duration) *writeGate {
 var errGateTimeout = fmt.Errorf("%w: sqlite: another writer of this process held the database for the busy timeout", sqlease.ErrTransient)
 
 func (g *writeGate) acquire(ctx context.Context) error {
+	if g.ckpt != nil {
+		if err := g.ckpt.hold(ctx); err != nil {
+			return err
+		}
+	}
 	select {
 	case g.slot <- struct{}{}:
 		return nil
@@ -63,7 +69,13 @@ func (g *writeGate) acquire(ctx context.Context) error {
 	}
 }
 
-func (g *writeGate) release() { <-g.slot }
+// release ends a write.
+func (g *writeGate) release() {
+	<-g.slot
+	if g.ckpt != nil {
+		g.ckpt.wrote()
+	}
+}
 
 // writeWords are the statements that write the database or may.
 var writeWords = regexp.MustCompile(`(?i)\b(insert|update|delete|replace|create|drop|alter|pragma|vacuum|reindex|analyze)\b`)
@@ -97,6 +109,14 @@ func writes(query string) bool {
 type connector struct {
 	driver.Connector
 	gate *writeGate
+}
+
+// Close stops the pool's checkpointer: sql.DB.Close calls it.
+func (c connector) Close() error {
+	if c.gate.ckpt != nil {
+		c.gate.ckpt.close()
+	}
+	return nil
 }
 
 func (c connector) Connect(ctx context.Context) (driver.Conn, error) {

@@ -4,7 +4,9 @@
 // transaction begins IMMEDIATE so that read-then-write transactions (the
 // fence) take the write lock up front instead of failing with
 // "database is locked" under contention. Within one process a pool's
-// writers queue in Go rather than in SQLite's busy handler (gate.go).
+// writers queue in Go rather than in SQLite's busy handler (gate.go), and
+// the log is checkpointed mostly by a connection of the pool's own, beside
+// that queue (checkpoint.go).
 //
 // Times are stored as UTC text "YYYY-MM-DD HH:MM:SS.SSS" (millisecond
 // precision, the resolution of SQLite's 'now'), which sorts and compares
@@ -67,7 +69,8 @@ func escapePath(path string) string {
 }
 
 // Open opens (creating if needed) the SQLite database file at path. The
-// pool queues its own writers (gate.go).
+// pool queues its own writers (gate.go) and checkpoints beside them
+// (checkpoint.go); Close stops that too.
 func Open(path string) (*sql.DB, error) {
 	return open(path, DefaultBusyTimeout, DefaultBusyTimeout)
 }
@@ -75,14 +78,23 @@ func Open(path string) (*sql.DB, error) {
 // open is Open with SQLite's busy timeout and the longest wait of a writer
 // for this pool's other writers.
 func open(path string, busy, gateWait time.Duration) (*sql.DB, error) {
+	db, _, err := openWAL(path, busy, gateWait, defaultWAL)
+	return db, err
+}
+
+// openWAL is open with the checkpoints' settings (checkpoint.go); it
+// returns the pool's checkpointer too.
+func openWAL(path string, busy, gateWait time.Duration, wal walSettings) (*sql.DB, *checkpointer, error) {
 	if path == "" {
-		return nil, fmt.Errorf("%w: sqlite database path is empty", sqlease.ErrInvalidConfig)
+		return nil, nil, fmt.Errorf("%w: sqlite database path is empty", sqlease.ErrInvalidConfig)
 	}
-	conn, err := sqlite.NewConnector(DSN(path, busy))
+	conn, err := sqlite.NewConnector(DSN(path, busy) + fmt.Sprintf("&_pragma=wal_autocheckpoint%%28%d%%29", wal.auto))
 	if err != nil {
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+		return nil, nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	db := sql.OpenDB(connector{Connector: conn, gate: newWriteGate(gateWait)})
+	gate := newWriteGate(gateWait)
+	gate.ckpt = newCheckpointer(conn, wal)
+	db := sql.OpenDB(connector{Connector: conn, gate: gate})
 	// Processes opening a fresh file at once race to switch it to WAL, and
 	// the losers get SQLITE_BUSY at once, whatever the busy timeout: retry
 	// the first connection for up to that timeout.
@@ -94,11 +106,11 @@ func open(path string, busy, gateWait time.Duration) (*sql.DB, error) {
 			// 8 kept, a node's 64 concurrent runs opened and closed a
 			// connection for most transactions, a fifth of claim mode's
 			// CPU (the file opens and pragmas of each new connection).
-			return sqlstore.TunePool(db, sqlstore.DefaultMaxIdleConns), nil
+			return sqlstore.TunePool(db, sqlstore.DefaultMaxIdleConns), gate.ckpt, nil
 		}
 		if !errors.Is(Classify(err), sqlease.ErrTransient) || time.Now().After(deadline) {
 			db.Close()
-			return nil, fmt.Errorf("open sqlite %s: %w", path, Classify(err))
+			return nil, nil, fmt.Errorf("open sqlite %s: %w", path, Classify(err))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
