@@ -755,7 +755,9 @@ func (l *leader) claimBatchSelfFenced(ctx context.Context, ids []int64, at map[i
 	}
 	var claimed []sqlstore.Claimed
 	var err error
-	if l.ahead > 0 {
+	if l.ahead > 0 && len(ids) <= maxInlineClaim {
+		// A trickle's batch (a backlog's larger ones hold no entry ahead:
+		// see takes, and they keep the statement measured for them).
 		claimed, err = l.s.store.ClaimStartJobsAheadFenced(ctx, l.tok, ids, l.ahead+claimAheadSlack)
 	} else {
 		claimed, err = l.s.store.ClaimStartJobsFenced(ctx, l.tok, ids)
