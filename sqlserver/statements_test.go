@@ -134,26 +134,28 @@ var documented = map[string]stmt{
 // the store switches to them when they are set. A field sqlstore adds must
 // be entered here or in documented, so that no dialect forgets it silently.
 var empty = map[string]string{
-	"Queries.FenceLimit":             "SQL Server has no setting that ends a transaction left idle (doc.go)",
-	"Queries.FenceLimitReset":        "no FenceLimit, nothing to reset",
-	"Jobs.StartRunOne":               "StartRun's transaction of three statements is used",
-	"Jobs.FinishRunOne":              "FinishRun's transaction of two statements is used",
-	"Jobs.ClaimCandidates":           "ClaimDue is one UPDATE … OUTPUT statement",
-	"Jobs.ClaimLockIDs":              "ClaimDue is one UPDATE … OUTPUT statement",
-	"Jobs.ClaimLockJobs":             "the leader claims one job per transaction: no batch claims",
-	"Jobs.ClaimStart":                "claims start no runs: they start one by one",
-	"Jobs.ClaimStartAfter":           "no ClaimStart, no cursor: claims take the due jobs from the start",
-	"Jobs.ClaimStartJobs":            "the leader claims one job at a time: no batch claims",
-	"Jobs.ClaimStartJobsFenced":      "no ClaimStartJobs: the leader's claims are in fenced transactions",
+	"Queries.FenceLimit":        "SQL Server has no setting that ends a transaction left idle (doc.go)",
+	"Queries.FenceLimitReset":   "no FenceLimit, nothing to reset",
+	"Jobs.StartRunOne":          "StartRun's transaction of three statements is used",
+	"Jobs.FinishRunOne":         "FinishRun's transaction of two statements is used",
+	"Jobs.ClaimCandidates":      "ClaimDue is one UPDATE … OUTPUT statement",
+	"Jobs.ClaimLockIDs":         "ClaimDue is one UPDATE … OUTPUT statement",
+	"Jobs.ClaimLockJobs":        "the leader claims one job per transaction: no batch claims",
+	"Jobs.ClaimStart":           "claims start no runs: they start one by one",
+	"Jobs.ClaimStartAfter":      "no ClaimStart, no cursor: claims take the due jobs from the start",
+	"Jobs.ClaimStartJobs":       "the leader claims one job at a time: no batch claims",
+	"Jobs.ClaimStartJobsFenced": "no ClaimStartJobs: the leader's claims are in fenced transactions",
+	"Jobs.FinishRunsFenced":     "no FinishRuns: the leader's finishes are in fenced transactions",
+	"Jobs.StartRunsFenced":      "no self-fenced statements: the leader starts runs in fenced transactions",
+	"Jobs.StartRuns":            "batch starts take array parameters (PostgreSQL); runs start one by one",
+	"Jobs.FinishRuns":           "batch finishes take array parameters (PostgreSQL); runs finish one by one",
+	"Jobs.StartRunIf":           "batches of single-row statements in one transaction pay off inside the process (SQLite), not over a network",
+	"Jobs.ClaimJobs":            "batch claims take array parameters (PostgreSQL); the leader claims one job per transaction",
+	"Jobs.InsertJobs":           "bulk inserts take array parameters (PostgreSQL); CreateMany inserts one job per statement in one transaction",
+	"Jobs.NextDue":              "claim mode wakes on the next due job only with a change feed (PostgreSQL's LISTEN); here it polls",
+
+	// Claims ahead are the self-fenced claim's (PostgreSQL).
 	"Jobs.ClaimStartJobsAheadFenced": "no ClaimStartJobsFenced: the leader claims what is due, in fenced transactions",
-	"Jobs.FinishRunsFenced":          "no FinishRuns: the leader's finishes are in fenced transactions",
-	"Jobs.StartRunsFenced":           "no self-fenced statements: the leader starts runs in fenced transactions",
-	"Jobs.StartRuns":                 "batch starts take array parameters (PostgreSQL); runs start one by one",
-	"Jobs.FinishRuns":                "batch finishes take array parameters (PostgreSQL); runs finish one by one",
-	"Jobs.StartRunIf":                "batches of single-row statements in one transaction pay off inside the process (SQLite), not over a network",
-	"Jobs.ClaimJobs":                 "batch claims take array parameters (PostgreSQL); the leader claims one job per transaction",
-	"Jobs.InsertJobs":                "bulk inserts take array parameters (PostgreSQL); CreateMany inserts one job per statement in one transaction",
-	"Jobs.NextDue":                   "claim mode wakes on the next due job only with a change feed (PostgreSQL's LISTEN); here it polls",
 }
 
 func dialect(t *testing.T, p string) sqlstore.Dialect {
