@@ -54,6 +54,7 @@ FROM `+prefix+`_jobs, generate_series(1, 20000) g WHERE name = 'model'`); err !=
 		{"ClaimStartJobs", q.ClaimStartJobs, []any{ids, "w", int64(1)}},
 		{"FinishRunsFenced", q.FinishRunsFenced, []any{ids, epochs, holders, nexts, attempts, backoffs, outcomes, errs, sfs, runAttempts, outs, "lead", "w", lease.Epoch}},
 		{"ClaimStartJobsFenced", q.ClaimStartJobsFenced, []any{ids, "w", lease.Epoch, "lead"}},
+		{"ClaimStartJobsAheadFenced", q.ClaimStartJobsAheadFenced, []any{ids, "w", lease.Epoch, "lead", int64(5)}},
 		{"ClaimJobs", q.ClaimJobs, []any{ids, "w", int64(1)}},
 	} {
 		plan := strings.Join(texts(t, st.DB(), "EXPLAIN "+c.text, c.args...), "\n")
@@ -91,6 +92,7 @@ FROM `+prefix+`_jobs, generate_series(1, 20000) g WHERE name = 'model'`); err !=
 			{"ClaimStartAfter", q.ClaimStartAfter, `'w', 512, 0, '-infinity', 0`},
 			{"ClaimStartJobs", q.ClaimStartJobs, `ARRAY[` + strings.Join(ids, ",") + `]::bigint[], 'w', 1`},
 			{"ClaimStartJobsFenced", q.ClaimStartJobsFenced, `ARRAY[` + strings.Join(ids, ",") + `]::bigint[], 'w', ` + fmt.Sprint(lease.Epoch) + `, 'lead'`},
+			{"ClaimStartJobsAheadFenced", q.ClaimStartJobsAheadFenced, `ARRAY[` + strings.Join(ids, ",") + `]::bigint[], 'w', ` + fmt.Sprint(lease.Epoch) + `, 'lead', 5`},
 		} {
 			plan := preparedPlan(t, st.DB(), mode, "EXPLAIN (ANALYZE, TIMING OFF)", c.text, c.args)
 			claimed := false

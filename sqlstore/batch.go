@@ -101,7 +101,8 @@ func (s *Store) ClaimStartJobsFenced(ctx context.Context, tok sqlease.Token, ids
 
 // scanClaimStarts appends the rows of ClaimStart or ClaimStartJobs to out,
 // or to bad (see scanClaim); the runs started have runEpoch as their epoch,
-// or the new lock epoch when it is 0.
+// or the new lock epoch when it is 0, and start at the claim's now, or at
+// their occurrence when it is later (ClaimStartJobsAheadFenced).
 func scanClaimStarts(rows *sql.Rows, err error, out *[]Claimed, bad *[]CorruptClaim, runEpoch int64) error {
 	var now dbTime
 	var reclaimed, oneOffDue, started bool
@@ -116,7 +117,7 @@ func scanClaimStarts(rows *sql.Rows, err error, out *[]Claimed, bad *[]CorruptCl
 				epoch = j.LockEpoch
 			}
 			c.Started = &sqlease.Run{JobID: j.ID, Job: j.Name, ScheduledFor: j.NextRunAt, Attempt: attempt,
-				Holder: j.LockedBy, Epoch: epoch, Outcome: sqlease.OutcomeRunning, StartedAt: now.T}
+				Holder: j.LockedBy, Epoch: epoch, Outcome: sqlease.OutcomeRunning, StartedAt: later(now.T, j.NextRunAt)}
 		}
 		return keepClaim(out, bad, c, err)
 	})

@@ -182,6 +182,13 @@ type JobQueries struct {
 	// (FOR SHARE, as Queries.FenceLock) in the same statement: it returns no
 	// row when the fence fails. See Store.ClaimStartJobsFenced.
 	ClaimStartJobsFenced string
+	// ClaimStartJobsAheadFenced, optional (with ClaimStartJobsFenced):
+	// ClaimStartJobsFenced with one more argument, (…, ahead_ms): it also
+	// claims a job due within ahead_ms of now (not_before, a retry's
+	// backoff, must be over now), and starts a one-off job's run with
+	// started_at = the later of now and next_run_at. See
+	// Store.ClaimStartJobsAheadFenced.
+	ClaimStartJobsAheadFenced string
 	// StartRuns, optional (with FinishRuns; see Store.Batched), starts many
 	// runs in one statement. Arguments are arrays of equal length, one
 	// element per run: (job_id, lock_epoch, scheduled_for, attempt, job_name,

@@ -126,6 +126,7 @@ func Run(t *testing.T, h Harness) {
 		{"SkippedAndCancelled", testSkippedAndCancelled},
 		{"FinishRunSkipping", testFinishRunSkipping},
 		{"NextDue", testNextDue},
+		{"ClaimAhead", testClaimAhead},
 		{"JobLifecycle", func(t *testing.T, s *sqlstore.Store) { testJobLifecycle(t, s, h.TimeResolution) }},
 		{"Linearizable", testLinearizable},
 	}

@@ -57,12 +57,17 @@ func trickleScenario(ctx context.Context, e *env, dialect string, modes []string
 			if res.Server != nil {
 				// Statements and transactions per job (pg_stat_statements
 				// counts BEGIN and COMMIT as statements too).
-				var calls int64
+				// Claims: the statements that lock due jobs (SKIP LOCKED);
+				// a leader claiming ahead serves several jobs with one.
+				var calls, claims int64
 				for _, st := range res.Server.Stmts {
 					calls += st.Calls
+					if strings.Contains(st.Query, "SKIP LOCKED") {
+						claims += st.Calls
+					}
 				}
-				stmts = fmt.Sprintf("  statements/job %.2f, commits/job %.2f", float64(calls)/float64(max(res.Done, 1)),
-					float64(res.Server.XactCommit)/float64(max(res.Done, 1)))
+				stmts = fmt.Sprintf("  statements/job %.2f (claims %.2f), commits/job %.2f", float64(calls)/float64(max(res.Done, 1)),
+					float64(claims)/float64(max(res.Done, 1)), float64(res.Server.XactCommit)/float64(max(res.Done, 1)))
 			}
 			fmt.Printf("  run %d: [bg %2.0f%%] %-7s %6d jobs in %s (%.0f/s)  CPU per job: client %s, server %s  machine %s%s\n",
 				r, bg*100, mode, res.Done, res.Elapsed.Round(time.Millisecond), res.PerSec, fmtDur(time.Duration(client)), srv,

@@ -1,0 +1,246 @@
+package scheduler_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlease/sqlease"
+	"github.com/sqlease/sqlease/internal/dbtest"
+	"github.com/sqlease/sqlease/scheduler"
+	"github.com/sqlease/sqlease/sqlstore"
+)
+
+// aheadGate is the acting gate of one term on a real store whose leases
+// are the store's (so the leader's claims fence themselves and reach
+// ahead, as under election.Elector), and which the test can close.
+type aheadGate struct {
+	st     *sqlstore.Store
+	tok    sqlease.Token
+	mu     sync.Mutex
+	closed bool
+}
+
+func (g *aheadGate) Ensure(tok sqlease.Token) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if tok != g.tok || g.closed {
+		return sqlease.ErrNotLeader
+	}
+	return nil
+}
+
+func (g *aheadGate) Fenced(ctx context.Context, tok sqlease.Token, fn func(*sql.Tx) error) error {
+	if err := g.Ensure(tok); err != nil {
+		return err
+	}
+	return g.st.Fenced(ctx, tok, fn)
+}
+
+func (g *aheadGate) LeaseStore() sqlease.LeaseStore { return g.st }
+
+func (g *aheadGate) PriorTermsEnd(sqlease.Token) time.Time { return time.Time{} }
+
+func (g *aheadGate) setClosed(c bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = c
+}
+
+// aheadStart is one call of the handler: when, on this host's clock (the
+// database's too: they share it), and the run it was given.
+type aheadStart struct {
+	at  time.Time
+	run sqlease.Run
+}
+
+type aheadRecorder struct {
+	mu     sync.Mutex
+	starts []aheadStart
+	on     func(sqlease.Run) // called first, if set
+}
+
+func (r *aheadRecorder) handle(_ context.Context, run sqlease.Run) error {
+	at := time.Now()
+	r.mu.Lock()
+	on := r.on
+	r.mu.Unlock()
+	if on != nil {
+		on(run)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.starts = append(r.starts, aheadStart{at: at, run: run})
+	return nil
+}
+
+func (r *aheadRecorder) of(job string) []aheadStart {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []aheadStart
+	for _, s := range r.starts {
+		if s.run.Job == job {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// createDue creates one-off jobs due at the given times, through a
+// scheduler of its own.
+func createDue(t *testing.T, st *sqlstore.Store, jobs map[string]time.Time) {
+	t.Helper()
+	admin := newSched(t, scheduler.Config{Store: st, Holder: "admin"})
+	for name, at := range jobs {
+		if _, _, err := admin.Create(t.Context(), sqlease.Job{Name: name, Schedule: sqlease.Schedule{At: at},
+			Retry: sqlease.Retry{MaxAttempts: 3}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// leadAheadTerm runs s.Lead under a fresh lease term of holder on st until the
+// returned stop is called; stop waits for Lead to return.
+func leadAheadTerm(t *testing.T, st *sqlstore.Store, s *scheduler.Scheduler, holder string) (*aheadGate, func()) {
+	t.Helper()
+	lease, err := st.Acquire(t.Context(), "lead", holder, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &aheadGate{st: st, tok: lease.Token()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := s.Lead(ctx, g, g.tok); err != nil {
+			t.Errorf("Lead: %v", err)
+		}
+	}()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return g, stop
+}
+
+// On PostgreSQL a leader at a trickle claims the jobs falling due in the
+// next few milliseconds with the one due now, and starts each at its own
+// due time: never before it, the run's started_at never later than the
+// action's start nor before its occurrence, each job once.
+func TestLeaderClaimsAhead(t *testing.T) {
+	st := dbtest.Postgres(t)
+	base := time.Now().Add(1500 * time.Millisecond).Truncate(time.Millisecond)
+	const n = 60
+	jobs := map[string]time.Time{}
+	for i := range n {
+		jobs[fmt.Sprintf("j%02d", i)] = base.Add(time.Duration(i) * time.Millisecond)
+	}
+	createDue(t, st, jobs)
+	rec := &aheadRecorder{}
+	s := newSched(t, scheduler.Config{Store: st, Holder: "leader", Handler: rec.handle})
+	_, stop := leadAheadTerm(t, st, s, "leader")
+	dbtest.WaitFor(t, 20*time.Second, "every job to run", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.starts) >= n
+	})
+	stop()
+	ahead := 0
+	for name, due := range jobs {
+		starts := rec.of(name)
+		if len(starts) != 1 {
+			t.Fatalf("job %s started %d times", name, len(starts))
+		}
+		if starts[0].at.Before(due) {
+			t.Errorf("job %s started %s before it was due", name, due.Sub(starts[0].at))
+		}
+		runs, err := st.Runs(t.Context(), name, 10)
+		if err != nil || len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeSucceeded {
+			t.Fatalf("runs of %s: %+v, %v", name, runs, err)
+		}
+		r := runs[0]
+		if r.StartedAt.Before(r.ScheduledFor) || r.StartedAt.After(starts[0].at) {
+			t.Errorf("run of %s: started_at %s, scheduled for %s, action started %s: want between", name,
+				r.StartedAt.Format(time.StampMicro), r.ScheduledFor.Format(time.StampMicro), starts[0].at.Format(time.StampMicro))
+		}
+		if r.StartedAt.Equal(r.ScheduledFor) {
+			ahead++ // claimed ahead: a claim's own now is never exactly it
+		}
+	}
+	// Jobs 1 ms apart, claimed up to 5 ms ahead: many are (about half on
+	// a loaded machine, whose loop falls behind).
+	if ahead < n/10 {
+		t.Fatalf("%d of %d runs claimed ahead of their due time; want many", ahead, n)
+	}
+	t.Logf("%d of %d runs claimed ahead", ahead, n)
+}
+
+// A run claimed ahead starts only while its term lasts and its gate is
+// open: a term that ends first leaves its attempt to the next leader, which
+// marks it abandoned and runs the occurrence again; a gate closed at its
+// due time holds it until the gate opens again under the same term.
+func TestLeaderClaimedAheadStartsOnlyInTerm(t *testing.T) {
+	for _, end := range []bool{true, false} {
+		name := map[bool]string{true: "TermEnds", false: "GateClosed"}[end]
+		t.Run(name, func(t *testing.T) {
+			st := dbtest.Postgres(t)
+			base := time.Now().Add(1500 * time.Millisecond).Truncate(time.Millisecond)
+			createDue(t, st, map[string]time.Time{"first": base, "second": base.Add(4 * time.Millisecond)})
+			rec := &aheadRecorder{}
+			s := newSched(t, scheduler.Config{Store: st, Holder: "leader", Handler: rec.handle})
+			gate, stop := leadAheadTerm(t, st, s, "leader")
+			var closing sync.WaitGroup
+			closing.Add(1)
+			rec.mu.Lock()
+			rec.on = func(r sqlease.Run) {
+				if r.Job != "first" || r.Epoch != gate.tok.Epoch {
+					return
+				}
+				gate.setClosed(true)
+				if end {
+					go stop() // Lead waits for this run to return
+				}
+				closing.Done()
+			}
+			rec.mu.Unlock()
+			closing.Wait()
+			epoch1 := gate.tok.Epoch
+			time.Sleep(time.Until(base.Add(200 * time.Millisecond)))
+			if got := rec.of("second"); len(got) != 0 {
+				t.Fatalf("job second started with its gate closed (term %d, attempt %d)", got[0].run.Epoch, got[0].run.Attempt)
+			}
+			runs, err := st.Runs(t.Context(), "second", 10)
+			if err != nil || len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeRunning || runs[0].Epoch != epoch1 {
+				t.Fatalf("job second was not claimed ahead with first (its runs: %+v, %v)", runs, err)
+			}
+			if !end {
+				gate.setClosed(false)
+				dbtest.WaitFor(t, 10*time.Second, "second to start once the gate opens", func() bool { return len(rec.of("second")) > 0 })
+				stop()
+				got := rec.of("second")
+				if len(got) != 1 || got[0].run.Epoch != epoch1 || got[0].run.Attempt != 1 {
+					t.Fatalf("job second's starts: %+v; want attempt 1 once, under term %d", got, epoch1)
+				}
+				return
+			}
+			stop()
+			if err := st.Release(t.Context(), gate.tok); err != nil {
+				t.Fatal(err)
+			}
+			s2 := newSched(t, scheduler.Config{Store: st, Holder: "next", Handler: rec.handle})
+			_, stop2 := leadAheadTerm(t, st, s2, "next")
+			dbtest.WaitFor(t, 10*time.Second, "the next leader to run second", func() bool { return len(rec.of("second")) > 0 })
+			stop2()
+			got := rec.of("second")
+			if len(got) != 1 || got[0].run.Epoch == epoch1 || got[0].run.Attempt != 2 {
+				t.Fatalf("job second's starts: %+v; want attempt 2 once, under the next term", got)
+			}
+			runs, err = st.Runs(t.Context(), "second", 10)
+			if err != nil || len(runs) != 2 || runs[1].Attempt != 1 || runs[1].Outcome != sqlease.OutcomeAbandoned {
+				t.Fatalf("job second's runs: %+v, %v; want attempt 1 abandoned", runs, err)
+			}
+		})
+	}
+}
