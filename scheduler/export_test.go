@@ -17,3 +17,10 @@ func SetScheduleReadDelay(d time.Duration) (undo func()) {
 	testScheduleReadDelay.Store(int64(d))
 	return func() { testScheduleReadDelay.Store(0) }
 }
+
+// SetClaimAhead makes leaders started after it claim ahead by d instead
+// of claimAhead; the returned func undoes it.
+func SetClaimAhead(d time.Duration) (undo func()) {
+	testClaimAhead.Store(int64(d))
+	return func() { testClaimAhead.Store(0) }
+}

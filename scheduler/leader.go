@@ -55,6 +55,9 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 			l.selfFenced = true
 			if s.store.HasClaimAhead() {
 				l.ahead = claimAhead
+				if d := time.Duration(testClaimAhead.Load()); d > 0 {
+					l.ahead = d
+				}
 			}
 			direct = func(ctx context.Context, reqs []sqlstore.FinishReq) ([]bool, error) {
 				if err := gate.Ensure(tok); err != nil {
@@ -716,6 +719,11 @@ func (l *leader) dispatchDue(ctx context.Context, wg *sync.WaitGroup) {
 // 0.2 ms later (its claims of up to maxInlineClaim rows take longer, and
 // the due entry waits for them), too near the on-time goal's 5 ms.
 const claimAhead = 5 * time.Millisecond
+
+// testClaimAhead, set by tests, replaces claimAhead: a scenario that must
+// act between a claim and the start of a run claimed ahead needs more than
+// 5 ms to do so reliably on a loaded machine.
+var testClaimAhead atomic.Int64
 
 // claimAheadSlack is how much further than claimAhead the claim statement
 // lets the database claim: the leader's clock is an estimate (it only
