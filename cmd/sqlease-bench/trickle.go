@@ -26,6 +26,7 @@ func trickleScenario(ctx context.Context, e *env, dialect string, modes []string
 	fmt.Printf("\n== trickle — %s, %d one-off no-op jobs falling due one every %s (%.0f/s), interleaved: %s (claim: 1 worker)\n", dialect, jobs, step, rate,
 		strings.Join(modes, ", "))
 	clients, servers, utils := make([][]float64, len(modes)), make([][]float64, len(modes)), make([][]float64, len(modes))
+	results := make([][]throughputResult, len(modes))
 	for r := 1; r <= runs; r++ {
 		for i, mode := range modes {
 			bg := settle(e.settleBusy, e.settleWait)
@@ -48,6 +49,7 @@ func trickleScenario(ctx context.Context, e *env, dialect string, modes []string
 				servers[i] = append(servers[i], server)
 			}
 			clients[i] = append(clients[i], client)
+			results[i] = append(results[i], res)
 			utils[i] = append(utils[i], res.CPU.Utilization())
 			srv := "n/a"
 			if server >= 0 {
@@ -81,6 +83,22 @@ func trickleScenario(ctx context.Context, e *env, dialect string, modes []string
 			line += fmt.Sprintf("  server %s/job", summarize(servers[i]).format(fdur))
 		}
 		fmt.Printf("%s  machine %s\n", line, summarize(utils[i]).format(fpct))
+	}
+	// Where the server's time went, in each mode's median run by client
+	// CPU: a trickle's cost is mostly the database's.
+	for i, mode := range modes {
+		mi := medianIndex(clients[i])
+		m := results[i][mi]
+		if m.PGCPU == nil && m.Server == nil {
+			continue
+		}
+		fmt.Printf("  %s, run %d:\n", mode, mi+1)
+		if m.PGCPU != nil {
+			printPGCPU(m.PGCPU, m.Done, mi+1)
+		}
+		if m.Server != nil {
+			printPGSS(m.Server, m.Done, dialect)
+		}
 	}
 	return true
 }
