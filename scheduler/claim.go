@@ -130,8 +130,10 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 	var fin *finisher
 	if s.store.Batched() {
 		// One writer: finishes that arrive while it writes form the next
-		// group, and groups are largest with one statement in flight.
-		fin = startFinisher(s.store, s.cfg.MaxConcurrent, unfenced, s.cfg.Observer)
+		// group, and groups are largest with one statement in flight. At
+		// a trickle a small group waits a little for more (finishLinger),
+		// as the leader's does: one statement per run or two otherwise.
+		fin = startFinisherDirect(s.store, s.cfg.MaxConcurrent, unfenced, nil, finishLinger, s.cfg.Observer)
 		defer fin.stop() // after drain: every run has finished by then
 	}
 	workers := newRunWorkers()

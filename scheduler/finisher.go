@@ -29,10 +29,14 @@ const maxFinishGroup = 512
 // Waiting on a channel per run cost two goroutine switches per run, a
 // sixth of claim mode's client CPU.
 type finisher struct {
-	store   *sqlstore.Store
-	fence   fence
-	direct  directFinish  // if not nil, tried before fence
-	linger  time.Duration // how long a small group waits for more (see finishLinger)
+	store  *sqlstore.Store
+	fence  fence
+	direct directFinish  // if not nil, tried before fence
+	linger time.Duration // how long a small group waits for more (see finishLinger)
+	// enough queued runs end a linger: finishLingerBelow, or fewer when
+	// fewer may be pending — a full queue's next run waits for a place
+	// with its slot, and so would every claim.
+	enough  int
 	obs     Observer
 	pending chan struct{} // bounds the runs queued for their finish write
 	kick    chan struct{} // 1-buffered: the queue has items
@@ -79,7 +83,7 @@ func startFinisher(store *sqlstore.Store, maxPending int, fence fence, obs Obser
 // tells which; a group of fewer than finishLingerBelow runs waits linger
 // for more first.
 func startFinisherDirect(store *sqlstore.Store, maxPending int, fence fence, direct directFinish, linger time.Duration, obs Observer) *finisher {
-	f := &finisher{store: store, fence: fence, direct: direct, linger: linger, obs: obs, pending: make(chan struct{}, maxPending),
+	f := &finisher{store: store, fence: fence, direct: direct, linger: linger, enough: min(finishLingerBelow, maxPending), obs: obs, pending: make(chan struct{}, maxPending),
 		kick: make(chan struct{}, 1), urge: make(chan struct{}, 1), quit: make(chan struct{})}
 	f.wg.Add(1)
 	go f.loop()
@@ -111,7 +115,7 @@ func (f *finisher) finish(it finishItem, handOff func()) {
 		f.by = it.by
 	}
 	// Enough for a group: a linger under way ends (urge).
-	sooner = sooner || len(f.queue) == finishLingerBelow
+	sooner = sooner || len(f.queue) == f.enough
 	f.mu.Unlock()
 	if sooner {
 		select {
@@ -139,7 +143,7 @@ func (f *finisher) loop() {
 			}
 			return
 		}
-		if f.linger > 0 && f.queued() < finishLingerBelow {
+		if f.linger > 0 && f.queued() < f.enough {
 			// A trickle: wait a little for the runs finishing next, so
 			// that one statement writes them together — but not past
 			// finishLead before a queued run's job falls due again (by):
@@ -156,7 +160,7 @@ func (f *finisher) loop() {
 		wait:
 			for {
 				d := time.Until(f.lingerEnd(end))
-				if d <= 0 || f.queued() >= finishLingerBelow {
+				if d <= 0 || f.queued() >= f.enough {
 					break
 				}
 				if linger == nil {
@@ -180,7 +184,7 @@ func (f *finisher) loop() {
 	}
 }
 
-// finishLinger is how long the leader's finisher lets a group of fewer
+// finishLinger is how long a finisher lets a group of fewer
 // than finishLingerBelow runs wait for more before writing it. A run's
 // slot is handed on before its write (finish), so the wait delays no
 // start, only the release of the run's job and its recorded finished_at;

@@ -132,3 +132,38 @@ func TestFinisherDoesNotLingerForADueJob(t *testing.T) {
 	}
 	d.f.stop()
 }
+
+// TestFinisherLingerEndsWhenItsQueueIsFull: with fewer places for pending
+// finishes than finishLingerBelow (a small MaxConcurrent), a full queue
+// ends the linger. Otherwise the next run to finish waited for a place
+// holding its execution slot, and with every slot so held no claim was
+// made until the linger ran out: a backlog drained at one group per
+// linger. The linger here is an hour.
+func TestFinisherLingerEndsWhenItsQueueIsFull(t *testing.T) {
+	const places = 3
+	written := make(chan int64, places)
+	direct := func(_ context.Context, reqs []sqlstore.FinishReq) ([]bool, error) {
+		done := make([]bool, len(reqs))
+		for i := range done {
+			done[i] = true
+		}
+		return done, nil
+	}
+	fence := func(context.Context, func(*sql.Tx) error) error { return errors.New("the direct write failed") }
+	f := startFinisherDirect(nil, places, fence, direct, time.Hour, nopObs{})
+	defer f.stop()
+	for id := range int64(places) {
+		f.finish(finishItem{req: sqlstore.FinishReq{Lock: sqlstore.Lock{JobID: id}, Run: sqlease.Run{Job: "j"}, Finish: sqlstore.Finish{Outcome: sqlease.OutcomeSucceeded}},
+			log: &runLog{l: slog.New(slog.DiscardHandler)}, done: func(time.Time) { written <- id }}, nil)
+		if id == 0 {
+			time.Sleep(100 * time.Millisecond) // the writer begins its linger
+		}
+	}
+	for range places {
+		select {
+		case <-written:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a full queue of %d finishes not written (lingering for an hour)", places)
+		}
+	}
+}
