@@ -22,7 +22,8 @@ import (
 // other transaction then asks for the job's row. The store's side must be
 // the victim: InnoDB picks the transaction with the smaller weight (the
 // other one first locks the padding rows), PostgreSQL the backend whose
-// deadlock_timeout runs out first (DeleteJob waits 300 ms longer), SQL
+// deadlock_timeout runs out first (DeleteJob waits 300 ms longer, from when
+// the server shows it waiting: awaitLockWait), SQL
 // Server the session of the lower DEADLOCK_PRIORITY.
 func testOwnTxDeadlockVictim(t *testing.T, s *sqlstore.Store) {
 	if s.Dialect().RolledBack == nil {
@@ -80,6 +81,11 @@ func testOwnTxDeadlockVictim(t *testing.T, s *sqlstore.Store) {
 	// also lock the next name in the index, the victim's (InnoDB), and
 	// the store would then wait for the job, not the run.
 	pad := ` FROM ` + jobs + ` WHERE id >= ` + ph(1) + ` AND id <= ` + ph(2)
+	if s.Dialect().Name == "mysql" {
+		// MariaDB ends a transaction of the pool idle for a second
+		// (idleTransactionLimit): this one waits longer between statements.
+		exec("idle limit", `SET /*M!100300 SESSION idle_transaction_timeout = 0, */ @sqlease_storetest = NULL`)
+	}
 	if s.Dialect().Name == "sqlserver" {
 		exec("deadlock priority", `SET DEADLOCK_PRIORITY HIGH`)
 		exec("lock the padding", `UPDATE `+jobs+` SET name = name`+strings.TrimPrefix(pad, ` FROM `+jobs), lo, hi)
@@ -90,11 +96,7 @@ func testOwnTxDeadlockVictim(t *testing.T, s *sqlstore.Store) {
 
 	deleted := make(chan error, 1)
 	go func() { deleted <- s.DeleteJob(ctx, "victim") }()
-	select {
-	case err := <-deleted:
-		t.Fatalf("DeleteJob returned (%v) while another transaction held its job's run", err)
-	case <-time.After(300 * time.Millisecond):
-	}
+	awaitLockWait(t, s, jobs, runs, deleted)
 	// The cycle: the store holds the job and waits for the run; this asks
 	// for the job. The store's transaction is rolled back and run again,
 	// which then waits for this one to end.
@@ -123,5 +125,69 @@ func testOwnTxDeadlockVictim(t *testing.T, s *sqlstore.Store) {
 	}
 	if _, err := s.Job(ctx, "victim"); !errors.Is(err, sqlease.ErrNoJob) {
 		t.Fatalf("the job after DeleteJob: %v, want ErrNoJob", err)
+	}
+}
+
+// awaitLockWait returns once the server shows DeleteJob waiting for the
+// run's row — in its update of runs (PostgreSQL), in its delete of the job
+// (MariaDB: the runs' foreign key) — so that
+// the cycle is closed only once it is half made (on a starved machine a
+// fixed pause could end before DeleteJob reached the row, and the test
+// would pass without a deadlock). Where the server does not show its waits
+// to the test's user (SQL Server without VIEW SERVER STATE, MariaDB without
+// PROCESS), it pauses 300 ms instead and says so.
+func awaitLockWait(t *testing.T, s *sqlstore.Store, jobs, runs string, deleted <-chan error) {
+	t.Helper()
+	var q string
+	switch s.Dialect().Name {
+	case "postgres":
+		q = `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()
+	AND (position($1 in query) > 0 OR position($2 in query) > 0)`
+	case "mysql":
+		// The DELETE of the job waits (the runs' foreign key). Its own
+		// user's sessions are visible to the test's user; InnoDB's lock
+		// waits (INNODB_TRX) need the PROCESS privilege.
+		q = `SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE CONCAT('DELETE FROM ', ?, ' %') AND ? <> ''`
+	case "sqlserver":
+		q = `SELECT count(*) FROM sys.dm_exec_requests r CROSS APPLY sys.dm_exec_sql_text(r.sql_handle) x WHERE r.blocking_session_id <> 0 AND r.session_id <> @@SPID
+	AND (CHARINDEX(@p1, x.text) > 0 OR CHARINDEX(@p2, x.text) > 0)`
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-deleted:
+			t.Fatalf("DeleteJob returned (%v) while another transaction held its job's run", err)
+		default:
+		}
+		var n int
+		err := errors.New("no query for this dialect")
+		if q != "" {
+			err = s.DB().QueryRowContext(t.Context(), q, jobs, runs).Scan(&n)
+		}
+		if err != nil {
+			t.Logf("the server's lock waits are not readable here (%v): pausing 300 ms for DeleteJob to reach the run's row", err)
+			select {
+			case err := <-deleted:
+				t.Fatalf("DeleteJob returned (%v) while another transaction held its job's run", err)
+			case <-time.After(300 * time.Millisecond):
+			}
+			return
+		}
+		if n > 0 {
+			if s.Dialect().Name == "postgres" {
+				// PostgreSQL's victim is the waiter whose deadlock_timeout
+				// runs out first: DeleteJob's, by this margin.
+				select {
+				case err := <-deleted:
+					t.Fatalf("DeleteJob returned (%v) while another transaction held its job's run", err)
+				case <-time.After(300 * time.Millisecond):
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("DeleteJob never waited for the run's row that another transaction holds (not seen waiting in 30 s)")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
