@@ -22,11 +22,19 @@ type placer struct {
 	n           *Node
 	mtok        sqlease.Token
 	ctx         context.Context
-	unplacedFor int // intervals in a row with singletons unplaced
-	stuck       int // unplaced singletons none of which this node could place (none registered here)
-	lastHeld    int // this node's count in the placement at the last read of its assignments
-	reads       int // placement reads, for the periodic re-read of the assignments
-	terms       []*term
+	unplacedFor int // readings in a row with singletons unplaced
+	// unplacedSince: the first of those readings. Readings come every
+	// renew interval and at every kick (a takeover, a body's end), so
+	// counting readings alone let a burst of kicks pass for "nobody else
+	// takes them" within milliseconds of a member's takeover: the node
+	// took all of the dead member's singletons, started one and gave it
+	// away at once — moved twice (CI under load,
+	// TestSingletonsMoveOnceOnKillAndJoin).
+	unplacedSince time.Time
+	stuck         int // unplaced singletons none of which this node could place (none registered here)
+	lastHeld      int // this node's count in the placement at the last read of its assignments
+	reads         int // placement reads, for the periodic re-read of the assignments
+	terms         []*term
 
 	mu       sync.Mutex
 	watching map[string]bool // advisory mode: the live members whose session lock is watched
@@ -59,6 +67,14 @@ func (p *placer) end() {
 		}()
 	}
 	wg.Wait()
+}
+
+// unplacedLong reports whether singletons have been unplaced long enough
+// to be taken beyond this node's share: three readings in a row, over
+// three renew intervals at least (every live node has read the placement
+// since, and taken its share).
+func (p *placer) unplacedLong() bool {
+	return p.unplacedFor > 2 && time.Since(p.unplacedSince) >= 3*p.n.cfg.RenewInterval
 }
 
 // reconcile acts on one reading of the placement and returns when to look
@@ -111,9 +127,11 @@ func (p *placer) reconcile() time.Duration {
 	}
 	placed := 0
 	if v.Unplaced > 0 && len(names) > 0 && (dirty || waiting || v.Unplaced > p.stuck) {
-		p.unplacedFor++
+		if p.unplacedFor++; p.unplacedFor == 1 {
+			p.unplacedSince = time.Now()
+		}
 		want := share - held
-		if p.unplacedFor > 2 {
+		if p.unplacedLong() {
 			want = v.Unplaced // nobody else takes them: beyond the share
 		}
 		// Nodes placing at once may pick the same candidates (MariaDB
@@ -147,7 +165,7 @@ func (p *placer) reconcile() time.Duration {
 			// TestSingletonsMoveOnceOnKillAndJoin).
 			p.unplacedFor = 0
 		}
-		if placed == 0 && p.unplacedFor > 2 && !waiting {
+		if placed == 0 && p.unplacedLong() && !waiting {
 			// None of them is registered here: do not try every interval.
 			p.stuck = v.Unplaced
 		}
