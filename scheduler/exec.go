@@ -764,7 +764,8 @@ func (t *lockTrust) stop() {
 // arms its trust timer (which fires at once if the deadline passed, as
 // after a pause of the process) and starts its heartbeat loop, exactly as
 // the run's own timer did; the group is then gone, and a run that starts
-// later under the same lock time begins a new one.
+// later under the same lock time begins a new one. A group outlives its
+// runs until then (leave).
 type beatGroups struct {
 	mu sync.Mutex
 	m  map[beatKey]*beatGroup
@@ -837,9 +838,12 @@ func (b *beatGroups) fire(s *Scheduler, g *beatGroup) {
 	}
 }
 
-// leave takes r, whose context has ended, out of its group, stopping the
-// group's timer when r was its last run; when the group fired already, it
-// waits for r's heartbeat loop to end (its last write).
+// leave takes r, whose context has ended, out of its group; when the group
+// fired already, it waits for r's heartbeat loop to end (its last write).
+// An emptied group stays until its timer fires (at most one interval), so
+// that the claim's runs that start after others ended join it: removed
+// with its last run, a claim of short runs started one after another made
+// a group and a timer per run.
 func (b *beatGroups) leave(r *runBeat) {
 	b.mu.Lock()
 	if r.done != nil {
@@ -847,14 +851,7 @@ func (b *beatGroups) leave(r *runBeat) {
 		<-r.done
 		return
 	}
-	g := r.group
-	delete(g.runs, r)
-	if len(g.runs) == 0 {
-		g.timer.Stop() // should it be firing, it finds no run
-		if b.m[g.key] == g {
-			delete(b.m, g.key)
-		}
-	}
+	delete(r.group.runs, r)
 	b.mu.Unlock()
 }
 
