@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// A claim's group outlives its runs until its timer fires: a run of the
-// claim that starts after the others ended joins it (no timer of its
-// own), a run of another claim does not, and the group is gone once its
-// timer fired.
+// The latest claim's group outlives its runs until its timer fires: a run
+// of the claim that starts after the others ended joins it (no timer of
+// its own), a run of another claim does not; an emptied group that is not
+// the latest goes at once, and the latest once its timer fired.
 func TestBeatGroupOutlivesItsRunsUntilItFires(t *testing.T) {
 	var b beatGroups
 	s := &Scheduler{}
@@ -30,6 +30,12 @@ func TestBeatGroupOutlivesItsRunsUntilItFires(t *testing.T) {
 		t.Error("a run of another claim joined the first claim's group")
 	}
 	b.leave(r2)
+	b.mu.Lock()
+	n := len(b.m)
+	b.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d groups pending, want 1: the first claim's, emptied and not the last made, goes at once", n)
+	}
 	b.leave(r3)
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -769,6 +769,8 @@ func (t *lockTrust) stop() {
 type beatGroups struct {
 	mu sync.Mutex
 	m  map[beatKey]*beatGroup
+	// last is the group made last, which stays while empty (leave).
+	last *beatGroup
 }
 
 // beatKey is what fixes a run's first beat: its deadline and its
@@ -811,8 +813,12 @@ func (b *beatGroups) join(s *Scheduler, r *runBeat, every time.Duration) {
 		if b.m == nil {
 			b.m = make(map[beatKey]*beatGroup)
 		}
+		if p := b.last; p != nil {
+			b.dropEmpty(p)
+		}
 		g = &beatGroup{key: key, runs: make(map[*runBeat]struct{})}
 		b.m[key] = g
+		b.last = g
 		g.timer = time.AfterFunc(min(every, r.trust.left()/2), func() { b.fire(s, g) })
 	}
 	g.runs[r] = struct{}{}
@@ -824,6 +830,9 @@ func (b *beatGroups) fire(s *Scheduler, g *beatGroup) {
 	b.mu.Lock()
 	if b.m[g.key] == g {
 		delete(b.m, g.key)
+	}
+	if b.last == g {
+		b.last = nil
 	}
 	runs := make([]*runBeat, 0, len(g.runs))
 	for r := range g.runs {
@@ -840,10 +849,12 @@ func (b *beatGroups) fire(s *Scheduler, g *beatGroup) {
 
 // leave takes r, whose context has ended, out of its group; when the group
 // fired already, it waits for r's heartbeat loop to end (its last write).
-// An emptied group stays until its timer fires (at most one interval), so
-// that the claim's runs that start after others ended join it: removed
-// with its last run, a claim of short runs started one after another made
-// a group and a timer per run.
+// An emptied group goes, its timer stopped, unless it is the last one made:
+// that one stays until its timer fires (at most one interval) or another
+// group is made, so that the latest claim's runs that start after others
+// ended join it — removed with its last run, a claim of short runs started
+// one after another made a group and a timer per run — while at most one
+// empty group waits, however many small claims a trickle makes.
 func (b *beatGroups) leave(r *runBeat) {
 	b.mu.Lock()
 	if r.done != nil {
@@ -851,8 +862,23 @@ func (b *beatGroups) leave(r *runBeat) {
 		<-r.done
 		return
 	}
-	delete(r.group.runs, r)
+	g := r.group
+	delete(g.runs, r)
+	if g != b.last {
+		b.dropEmpty(g)
+	}
 	b.mu.Unlock()
+}
+
+// dropEmpty removes g, its timer stopped, when no run is in it; under mu.
+func (b *beatGroups) dropEmpty(g *beatGroup) {
+	if len(g.runs) > 0 {
+		return
+	}
+	g.timer.Stop() // should it be firing, it finds no run
+	if b.m[g.key] == g {
+		delete(b.m, g.key)
+	}
 }
 
 // heartbeat extends the run's lock until ctx ends. Each beat may take at
