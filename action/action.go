@@ -259,12 +259,12 @@ func ValidateJSON(raw json.RawMessage) error {
 // Handle runs the action stored with the run (run.Action): Parse, then
 // Spec.Run. It fits scheduler.Config.Handler in the daemon.
 func Handle(ctx context.Context, run sqlease.Run) error {
-	s, err := parseCached(run.Action)
+	s, prep, err := parsePrepared(run.Action)
 	if err != nil {
 		return err
 	}
 	if s.HTTP != nil {
-		return s.HTTP.run(ctx, run)
+		return s.HTTP.runPrepared(ctx, run, prep)
 	}
 	return s.Exec.run(ctx, run)
 }
@@ -275,7 +275,14 @@ func Handle(ctx context.Context, run sqlease.Run) error {
 // A Spec is never written after Parse, so runs share it.
 var parsed struct {
 	sync.RWMutex
-	m map[string]Spec
+	m map[string]parsedSpec
+}
+
+// parsedSpec is a cached action and, for an HTTP action, what its runs
+// share (httpPrep).
+type parsedSpec struct {
+	spec Spec
+	http *httpPrep
 }
 
 // Bounds of the parsed cache: it is emptied when full, and a large action
@@ -287,23 +294,36 @@ const (
 
 // parseCached is Parse, from the cache where it can.
 func parseCached(raw json.RawMessage) (Spec, error) {
+	s, _, err := parsePrepared(raw)
+	return s, err
+}
+
+// parsePrepared is parseCached with an HTTP action's httpPrep (nil for an
+// action too large to cache: runPrepared then prepares it for the run).
+func parsePrepared(raw json.RawMessage) (Spec, *httpPrep, error) {
 	parsed.RLock()
-	s, ok := parsed.m[string(raw)]
+	c, ok := parsed.m[string(raw)]
 	parsed.RUnlock()
 	if ok {
-		return s, nil
+		return c.spec, c.http, nil
 	}
 	s, err := Parse(raw)
 	if err != nil || len(raw) > maxParsedLen {
-		return s, err
+		return s, nil, err
+	}
+	c = parsedSpec{spec: s}
+	if s.HTTP != nil {
+		if c.http, err = s.HTTP.prepare(); err != nil {
+			return Spec{}, nil, fmt.Errorf("http action: %w", err)
+		}
 	}
 	parsed.Lock()
 	if parsed.m == nil || len(parsed.m) >= maxParsed {
-		parsed.m = make(map[string]Spec)
+		parsed.m = make(map[string]parsedSpec)
 	}
-	parsed.m[string(raw)] = s
+	parsed.m[string(raw)] = c
 	parsed.Unlock()
-	return s, nil
+	return s, c.http, nil
 }
 
 // Validate checks s as Parse does (a zero method or timeout takes its

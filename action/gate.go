@@ -29,12 +29,20 @@ var errGateClosed = errors.New("the run's gate closed before the request was wri
 // gatedConn checks its armed gate before every write.
 type gatedConn struct {
 	net.Conn
-	gate atomic.Pointer[func() error]
+	gate atomic.Pointer[connGate]
+}
+
+// connGate is one request's gate: the run whose check (scheduler.Ensure)
+// every write of its request passes, and the trace that arms it on the
+// connection the request gets — one allocation for both.
+type connGate struct {
+	run   context.Context
+	trace httptrace.ClientTrace
 }
 
 func (c *gatedConn) Write(p []byte) (int, error) {
 	if g := c.gate.Load(); g != nil {
-		if err := (*g)(); err != nil {
+		if err := scheduler.Ensure(g.run); err != nil {
 			// The transport closes a connection whose write failed.
 			return 0, fmt.Errorf("%w: %w", errGateClosed, err)
 		}
@@ -51,6 +59,12 @@ func gatedTransport() *http.Transport {
 	// every delivery past the second opens (and a TIME_WAIT closes) one.
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 512
+	// No "Accept-Encoding: gzip" of the transport's own, and so no gzip
+	// reader around a response it would decompress: a webhook's answer is
+	// short, and the run's output is the body as sent. (A header the
+	// action sets itself is sent as it is, as before: the transport never
+	// decompressed what it did not ask for.)
+	t.DisableCompression = true
 	// Where actions may connect: DestinationPolicy, checked per address.
 	t.Proxy = policedProxy
 	// HTTP/1.1 only: a connection carries one request at a time, so that
@@ -77,16 +91,15 @@ const (
 
 // withGate arms the connection a request gets with the run's check.
 func withGate(ctx, run context.Context) context.Context {
-	check := func() error { return scheduler.Ensure(run) }
-	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(info httptrace.GotConnInfo) {
-			conn := info.Conn
-			if tc, ok := conn.(*tls.Conn); ok {
-				conn = tc.NetConn() // HTTPS: the gate is beneath TLS
-			}
-			if c, ok := conn.(*gatedConn); ok {
-				c.gate.Store(&check)
-			}
-		},
-	})
+	g := &connGate{run: run}
+	g.trace.GotConn = func(info httptrace.GotConnInfo) {
+		conn := info.Conn
+		if tc, ok := conn.(*tls.Conn); ok {
+			conn = tc.NetConn() // HTTPS: the gate is beneath TLS
+		}
+		if c, ok := conn.(*gatedConn); ok {
+			c.gate.Store(g)
+		}
+	}
+	return httptrace.WithClientTrace(ctx, &g.trace)
 }

@@ -89,36 +89,88 @@ func (h *HTTP) validate() error {
 	return validateTimeout("action.http.timeout", h.Timeout)
 }
 
+// httpPrep is what every run of one HTTP action shares, built once when
+// the action is parsed (parsePrepared): the request without its context,
+// headers or body (its URL parsed once: parsing it for every delivery, in
+// http.NewRequestWithContext and again for its password, was two of each
+// run's allocations), the action's own headers under their canonical
+// names, and the secrets its URL and headers carry. It is never written
+// after prepare: runs share it, and share its URL read-only (a
+// RoundTripper does not modify its request).
+type httpPrep struct {
+	tmpl    *http.Request // method, URL and Host (a Host header wins)
+	headers []headerValue // the action's headers, less Host and the reserved ones
+	secrets []string      // the URL's password, the values of secret-named headers
+	getBody func() (io.ReadCloser, error)
+}
+
+type headerValue struct{ key, value string }
+
+// prepare builds h's httpPrep; h is valid.
+func (h *HTTP) prepare() (*httpPrep, error) {
+	tmpl, err := http.NewRequest(h.method(), h.URL, nil)
+	if err != nil {
+		return nil, err
+	}
+	p := &httpPrep{tmpl: tmpl, secrets: urlPasswords(h.URL)}
+	for name, value := range h.Headers {
+		if SecretHeader(name) {
+			p.secrets = append(p.secrets, credentialParts(value)...)
+		}
+		if reservedHeader(name) {
+			continue // the run's values always win
+		}
+		key := http.CanonicalHeaderKey(name)
+		if key == "Host" {
+			tmpl.Host = value
+			continue
+		}
+		p.headers = append(p.headers, headerValue{key, value})
+	}
+	if h.Body != "" {
+		// As http.NewRequestWithContext sets it for a *strings.Reader: a
+		// fresh reader of the body, for a request the transport sends again
+		// on a new connection.
+		body := h.Body
+		p.getBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(body)), nil }
+	}
+	return p, nil
+}
+
 func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
+	return h.runPrepared(ctx, run, nil)
+}
+
+// runPrepared sends h for run; p is h's httpPrep, or nil to prepare it now.
+func (h *HTTP) runPrepared(ctx context.Context, run sqlease.Run, p *httpPrep) error {
+	if p == nil {
+		var err error
+		if p, err = h.prepare(); err != nil {
+			return fmt.Errorf("http action: %w", err)
+		}
+	}
 	actx, cancel, timedOut := withTimeout(ctx, h.Timeout)
 	defer cancel()
-	method := h.method()
-	var body io.Reader
-	if h.Body != "" {
-		body = strings.NewReader(h.Body)
+	method := p.tmpl.Method
+	req := p.tmpl.WithContext(withGate(actx, ctx))
+	if p.getBody != nil {
+		req.Body, _ = p.getBody()
+		req.GetBody = p.getBody
+		req.ContentLength = int64(len(h.Body))
 	}
-	req, err := http.NewRequestWithContext(withGate(actx, ctx), method, h.URL, body)
-	if err != nil {
-		return fmt.Errorf("http action: %w", err)
+	// The run's values, under their canonical names, after the action's
+	// own headers, share one array.
+	values := append(runValues(run), callbackValues(ctx, run)...)
+	req.Header = make(http.Header, len(p.headers)+len(h.SecretHeaders)+len(values)+3) // grown once
+	one := make([]string, len(p.headers)+len(values))
+	for i, hv := range p.headers {
+		one[i] = hv.value
+		req.Header[hv.key] = one[i : i+1 : i+1]
 	}
-	req.Header = make(http.Header, len(h.Headers)+len(h.SecretHeaders)+10) // grown once
 	// What the run's output and error must not show: credentials in the
 	// URL and in headers, the secrets the node resolved.
 	// (net/http derives "Authorization: Basic …" from the URL's password.)
-	secrets := append(append(nodeSecrets(), urlPasswords(h.URL)...), runSecrets(ctx)...)
-	for name, value := range h.Headers {
-		if SecretHeader(name) {
-			secrets = append(secrets, credentialParts(value)...)
-		}
-		if reservedHeader(name) {
-			continue // the run's values below always win
-		}
-		if http.CanonicalHeaderKey(name) == "Host" {
-			req.Host = value
-			continue
-		}
-		req.Header.Set(name, value)
-	}
+	secrets := append(append(nodeSecrets(), p.secrets...), runSecrets(ctx)...)
 	for name, ref := range h.SecretHeaders {
 		if reservedHeader(name) {
 			continue
@@ -136,9 +188,7 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 	if req.Header.Get("User-Agent") == "" {
 		req.Header["User-Agent"] = []string{"sqlease"}
 	}
-	// The run's values, under their canonical names, share one array.
-	values := append(runValues(run), callbackValues(ctx, run)...)
-	one := make([]string, len(values))
+	one = one[len(p.headers):]
 	for i, v := range values {
 		if v.header == "Sqlease-Checkpoint" && len(v.value) > MaxCheckpointHeaderBytes && runAccessOf(ctx).Token != "" {
 			v.header, v.value = "Sqlease-Checkpoint-Size", strconv.Itoa(len(v.value))
@@ -186,7 +236,8 @@ func (h *HTTP) run(ctx context.Context, run sqlease.Run) error {
 	// The output is the status line and the body's tail; the error's
 	// detail is the body's first line (read with room for a secret across
 	// its end, redacted before it is cut).
-	fmt.Fprintf(out, "%s %s\n", resp.Proto, resp.Status)
+	var line [64]byte // on the stack: fmt.Fprintf boxed both strings
+	_, _ = out.Write(append(append(append(append(line[:0], resp.Proto...), ' '), resp.Status...), '\n'))
 	var head bytes.Buffer
 	headMax := MaxErrorOutput + 1 + set.maxForm()
 	read := int64(maxDrain)

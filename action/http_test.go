@@ -3,6 +3,7 @@ package action
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -256,5 +257,57 @@ func TestRunValuesCanonical(t *testing.T) {
 	}
 	if len(values) != 11 {
 		t.Errorf("%d values, want the 9 of API.md and the two set by name", len(values))
+	}
+}
+
+// TestHTTPPreparedActionSharedByRuns: the runs of one action share what
+// Handle prepared once (its parsed URL, its headers, its body's source),
+// and each still sends the whole request with its own identity —
+// concurrently, under -race — and no Accept-Encoding the action did not
+// set (the transport asks for no compression of its own).
+func TestHTTPPreparedActionSharedByRuns(t *testing.T) {
+	srv, seen := recordingServer(t, http.StatusNoContent, "")
+	raw := []byte(`{"http": {"url": "` + srv.URL + `/prepared?q=1", "method": "put", "body": "the body",
+		"headers": {"x-team": "billing", "Host": "hooks.example", "sqlease-job": "forged"}}}`)
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run := testRun(t)
+			run.Job = fmt.Sprintf("job-%d", i)
+			run.Action = raw
+			errs <- Handle(context.Background(), run)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Handle = %v", err)
+		}
+	}
+	reqs := seen()
+	if len(reqs) != n {
+		t.Fatalf("%d requests, want %d", len(reqs), n)
+	}
+	jobs := map[string]bool{}
+	for _, r := range reqs {
+		if r.method != "PUT" || r.path != "/prepared?q=1" || r.host != "hooks.example" || r.body != "the body" || r.header.Get("X-Team") != "billing" {
+			t.Errorf("got %s %s host %q body %q X-Team %q", r.method, r.path, r.host, r.body, r.header.Get("X-Team"))
+		}
+		if v, ok := r.header["Accept-Encoding"]; ok {
+			t.Errorf("Accept-Encoding %q sent; the action set none", v)
+		}
+		if got := r.header.Values("Sqlease-Job"); len(got) != 1 {
+			t.Errorf("Sqlease-Job %q, want one value", got)
+		} else {
+			jobs[got[0]] = true
+		}
+	}
+	if len(jobs) != n {
+		t.Errorf("%d distinct Sqlease-Job values, want %d: %v", len(jobs), n, jobs)
 	}
 }

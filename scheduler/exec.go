@@ -486,6 +486,9 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		// heartbeats did.
 		trust = newLockTrust(c.SentAt, c.LockTimeout, func() { cancel(errLockLost) })
 		defer trust.stop()
+		if !trust.ok() {
+			cancel(errLockLost) // its deadline passed already
+		}
 	}
 	runCtx = context.WithValue(runCtx, gateKey{}, &runGate{ensure: ensure, until: d.until, trust: trust, ctx: runCtx,
 		sched: s, lock: c.Lock, run: r, fenced: d.fenced})
@@ -494,15 +497,13 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		out = &outputSlot{limit: s.cfg.OutputLimit}
 		runCtx = context.WithValue(runCtx, outputKey{}, out)
 	}
-	var hb *time.Timer
-	var hbDone chan struct{}
+	var beat *runBeat
 	if d.heartbeat {
-		// The heartbeat loop starts only when the first beat is due, so a
-		// short run costs no goroutine and no ticker for it.
-		hbDone = make(chan struct{})
-		// The first beat comes sooner when a slow start left the lock
-		// less than two intervals: halfway to the deadline.
-		hb = time.AfterFunc(min(s.heartbeatEvery(c), trust.left()/2), func() { s.heartbeat(runCtx, cancel, c, trust, log, hbDone) })
+		// The heartbeat loop, and the trust's timer, start only when the
+		// first beat is due (beatGroups), so a short run costs no
+		// goroutine and no timer for them.
+		beat = &runBeat{ctx: runCtx, cancel: cancel, c: c, trust: trust, log: log}
+		s.beats.join(s, beat, s.heartbeatEvery(c))
 	}
 
 	started := time.Now()
@@ -516,8 +517,8 @@ func (s *Scheduler) runStarted(ctx context.Context, c *sqlstore.Claimed, r sqlea
 		herr = s.callHandler(runCtx, r)
 	}
 	cancel(nil)
-	if hb != nil && !hb.Stop() {
-		<-hbDone // it started: wait for its last write
+	if beat != nil {
+		s.beats.leave(beat) // its heartbeat started: waits for its last write
 	}
 	took := time.Since(started)
 
@@ -681,24 +682,37 @@ func lockMargin(lockTimeout time.Duration) time.Duration { return lockTimeout / 
 
 // lockTrust is a claim-mode run's local deadline: the send time of its last
 // successful heartbeat (at first, of its claim) + lock_timeout - margin, on
-// the monotonic clock. onExpiry runs when it passes without a renewal.
+// the monotonic clock. onExpiry runs when it passes without a renewal,
+// once its timer is armed (arm) — which the run's first heartbeat does, due
+// before the deadline: until then a check of the deadline is the clock's
+// (ok), and a run that ends first arms no timer.
 type lockTrust struct {
-	ttl   time.Duration // lock_timeout - margin
-	mu    sync.Mutex
-	until time.Time
-	timer *time.Timer
+	ttl      time.Duration // lock_timeout - margin
+	onExpiry func()
+	mu       sync.Mutex
+	until    time.Time
+	timer    *time.Timer // nil until armed
 }
 
 // newLockTrust starts the deadline of a lock taken by a statement sent at
-// from (zero: now); onExpiry runs at once when it has passed already.
+// from (zero: now).
 func newLockTrust(from time.Time, lockTimeout time.Duration, onExpiry func()) *lockTrust {
 	if from.IsZero() {
 		from = time.Now()
 	}
-	t := &lockTrust{ttl: lockTimeout - lockMargin(lockTimeout)}
+	t := &lockTrust{ttl: lockTimeout - lockMargin(lockTimeout), onExpiry: onExpiry}
 	t.until = from.Add(t.ttl)
-	t.timer = time.AfterFunc(time.Until(t.until), onExpiry)
 	return t
+}
+
+// arm starts the timer that runs onExpiry at the deadline: at once when it
+// has passed already.
+func (t *lockTrust) arm() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.timer == nil {
+		t.timer = time.AfterFunc(time.Until(t.until), t.onExpiry)
+	}
 }
 
 // renewed moves the deadline on after a heartbeat sent at sentAt succeeded.
@@ -707,7 +721,7 @@ func (t *lockTrust) renewed(sentAt time.Time) {
 	defer t.mu.Unlock()
 	if u := sentAt.Add(t.ttl); u.After(t.until) {
 		t.until = u
-		if t.timer.Stop() {
+		if t.timer != nil && t.timer.Stop() {
 			t.timer.Reset(time.Until(u))
 		}
 	}
@@ -729,7 +743,143 @@ func (t *lockTrust) left() time.Duration {
 
 func (t *lockTrust) ok() bool { return t.left() > 0 }
 
-func (t *lockTrust) stop() { t.timer.Stop() }
+func (t *lockTrust) stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+}
+
+// beatGroups holds the first heartbeat of the claim-mode runs in flight,
+// one timer for the runs whose locks one claim took. Those share the
+// claim's send time and lock_timeout, so their local deadline (lockTrust)
+// and the instant their first beat is due: one timer stands for every
+// run's first beat, and a run that ends before it — most do: a webhook
+// answers in milliseconds, the first beat is due at a quarter of
+// lock_timeout — arms no timer of its own and starts no goroutine. (A
+// heartbeat timer and a trust timer armed and stopped per run were each
+// about a microsecond of a daemon's CPU per delivery, with the runtime's
+// timer-heap upkeep.) When the group's timer fires, each run still running
+// arms its trust timer (which fires at once if the deadline passed, as
+// after a pause of the process) and starts its heartbeat loop, exactly as
+// the run's own timer did; the group is then gone, and a run that starts
+// later under the same lock time begins a new one. A group outlives its
+// runs until then (leave).
+type beatGroups struct {
+	mu sync.Mutex
+	m  map[beatKey]*beatGroup
+	// last is the group made last, which stays while empty (leave).
+	last *beatGroup
+}
+
+// beatKey is what fixes a run's first beat: its deadline and its
+// heartbeat interval.
+type beatKey struct {
+	until time.Time
+	every time.Duration
+}
+
+type beatGroup struct {
+	key   beatKey
+	timer *time.Timer
+	runs  map[*runBeat]struct{}
+}
+
+// runBeat is one run's part in its group: what its heartbeat loop needs.
+type runBeat struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	c      *sqlstore.Claimed
+	trust  *lockTrust
+	log    *runLog
+	group  *beatGroup
+	// done is made, under beatGroups.mu, when the group fires; the
+	// heartbeat loop closes it when it ends.
+	done chan struct{}
+}
+
+// join adds r to its group, making one whose first beat is due after
+// min(every, half the time left to the deadline) — sooner when a slow start
+// left the lock less than two intervals. A run that joins an existing group
+// beats no later than that from its own start: the group's instant was
+// taken by an earlier start, with as much time left or more.
+func (b *beatGroups) join(s *Scheduler, r *runBeat, every time.Duration) {
+	key := beatKey{until: r.trust.deadline(), every: every}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	g := b.m[key]
+	if g == nil {
+		if b.m == nil {
+			b.m = make(map[beatKey]*beatGroup)
+		}
+		if p := b.last; p != nil {
+			b.dropEmpty(p)
+		}
+		g = &beatGroup{key: key, runs: make(map[*runBeat]struct{})}
+		b.m[key] = g
+		b.last = g
+		g.timer = time.AfterFunc(min(every, r.trust.left()/2), func() { b.fire(s, g) })
+	}
+	g.runs[r] = struct{}{}
+	r.group = g
+}
+
+// fire starts the heartbeat of every run still in g.
+func (b *beatGroups) fire(s *Scheduler, g *beatGroup) {
+	b.mu.Lock()
+	if b.m[g.key] == g {
+		delete(b.m, g.key)
+	}
+	if b.last == g {
+		b.last = nil
+	}
+	runs := make([]*runBeat, 0, len(g.runs))
+	for r := range g.runs {
+		r.done = make(chan struct{})
+		runs = append(runs, r)
+	}
+	g.runs = nil
+	b.mu.Unlock()
+	for _, r := range runs {
+		r.trust.arm()
+		go s.heartbeat(r.ctx, r.cancel, r.c, r.trust, r.log, r.done)
+	}
+}
+
+// leave takes r, whose context has ended, out of its group; when the group
+// fired already, it waits for r's heartbeat loop to end (its last write).
+// An emptied group goes, its timer stopped, unless it is the last one made:
+// that one stays until its timer fires (at most one interval) or another
+// group is made, so that the latest claim's runs that start after others
+// ended join it — removed with its last run, a claim of short runs started
+// one after another made a group and a timer per run — while at most one
+// empty group waits, however many small claims a trickle makes.
+func (b *beatGroups) leave(r *runBeat) {
+	b.mu.Lock()
+	if r.done != nil {
+		b.mu.Unlock()
+		<-r.done
+		return
+	}
+	g := r.group
+	delete(g.runs, r)
+	if g != b.last {
+		b.dropEmpty(g)
+	}
+	b.mu.Unlock()
+}
+
+// dropEmpty removes g, its timer stopped, when no run is in it; under mu.
+func (b *beatGroups) dropEmpty(g *beatGroup) {
+	if len(g.runs) > 0 {
+		return
+	}
+	g.timer.Stop() // should it be firing, it finds no run
+	if b.m[g.key] == g {
+		delete(b.m, g.key)
+	}
+}
 
 // heartbeat extends the run's lock until ctx ends. Each beat may take at
 // most the time left before the run's local deadline; the run is cancelled

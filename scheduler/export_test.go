@@ -24,3 +24,10 @@ func SetClaimAhead(d time.Duration) (undo func()) {
 	testClaimAhead.Store(int64(d))
 	return func() { testClaimAhead.Store(0) }
 }
+
+// BeatGroups returns how many claims' first heartbeats s has pending.
+func BeatGroups(s *Scheduler) int {
+	s.beats.mu.Lock()
+	defer s.beats.mu.Unlock()
+	return len(s.beats.m)
+}

@@ -356,6 +356,8 @@ type Scheduler struct {
 	// localWrites: this Scheduler's API wrote a job that may be due
 	// (wrote); its claim loop claims at once.
 	localWrites chan struct{}
+
+	beats beatGroups // claim mode: the first heartbeat of the runs in flight (exec.go)
 }
 
 // DispatchState is how leader-mode dispatch is doing (Scheduler.Dispatch).

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -165,6 +166,7 @@ type daemonRun struct {
 	nodeCPU, dbCPU, recvCPU time.Duration // per delivery; dbCPU 0 where unknown
 	machine                 float64       // busy share of the machine
 	nodePeak                int64         // the nodes' largest peak RSS (VmHWM), bytes
+	conns                   int64         // connections the nodes opened to the receiver
 }
 
 func runDaemon(ctx context.Context, e *env, bin, dialect string, n, nodes int, dispatch string) (res daemonRun, err error) {
@@ -182,7 +184,14 @@ func runDaemon(ctx context.Context, e *env, bin, dialect string, n, nodes int, d
 	if err != nil {
 		return res, err
 	}
-	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
+	// Connections the nodes opened to the receiver: about the number of
+	// runs sending at once, when the nodes reuse them.
+	var conns atomic.Int64
+	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}}
 	go func() { _ = srv.Serve(l) }()
 	defer srv.Close()
 	var addrs []string
@@ -282,6 +291,7 @@ func runDaemon(ctx context.Context, e *env, bin, dialect string, n, nodes int, d
 	sort.Float64s(delays)
 	q := func(p float64) time.Duration { return time.Duration(delays[int(p*float64(len(delays)-1))]) }
 	res.perSec, res.p50, res.p99 = float64(n)/last.Sub(due).Seconds(), q(0.5), q(0.99)
+	res.conns = conns.Load()
 	return res, nil
 }
 
@@ -317,8 +327,8 @@ func daemonScenario(ctx context.Context, e *env, dialect string, n, nodes, runs 
 			if res.dbCPU > 0 {
 				db = fmtDur(res.dbCPU)
 			}
-			fmt.Printf("  run %d: --dispatch %-6s %7.0f deliveries/s  scheduled_for → arrival p50 %s p99 %s  CPU per delivery: node %s, database %s, receiver %s (machine %.0f%% busy); node peak RSS %s\n",
-				r, dispatch, res.perSec, fmtDur(res.p50), fmtDur(res.p99), fmtDur(res.nodeCPU), db, fmtDur(res.recvCPU), 100*res.machine, mib(res.nodePeak))
+			fmt.Printf("  run %d: --dispatch %-6s %7.0f deliveries/s  scheduled_for → arrival p50 %s p99 %s  CPU per delivery: node %s, database %s, receiver %s (machine %.0f%% busy); node peak RSS %s; %d connections to the receiver\n",
+				r, dispatch, res.perSec, fmtDur(res.p50), fmtDur(res.p99), fmtDur(res.nodeCPU), db, fmtDur(res.recvCPU), 100*res.machine, mib(res.nodePeak), res.conns)
 		}
 		if len(rates) > 0 {
 			sort.Float64s(rates)
