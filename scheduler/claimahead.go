@@ -24,7 +24,14 @@ import (
 // occurrence), before it starts; a term that ends before then leaves the
 // attempt to be reclaimed as any claim whose holder stopped. Under a
 // backlog it claims no job ahead: the due ones fill the claim's limit
-// first (due index order).
+// first (due index order). Measured on PostgreSQL, 1,000 jobs/s, against
+// the commit before, alternating, 3 rounds each (medians; a shared
+// machine): statements per job 1.08 → 0.28, client CPU 279 → 146 µs per
+// job, server 329 → 176 µs (-bench trickle); start delay p99 18.2 → 8.2 ms
+// (-bench ontime -backlog 0 -ontime-ways claim). 10 ms: 0.24 statements
+// per job, but client CPU within the noise of 5 ms (medians of 6 rounds
+// each: 129 and 133 µs): what is left is paid per job (its own wakeup at
+// its due time, its run), not per claim.
 const workerClaimAhead = 5 * time.Millisecond
 
 // testWorkerClaimAhead, set by tests, replaces workerClaimAhead: a scenario
