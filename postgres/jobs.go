@@ -64,7 +64,7 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		// nothing of it acts on that lock; without this the job waited for
 		// lock_timeout.
 		"{ownterm}", "(j.lock_lease_epoch < $3 OR j.lock_lease_epoch = $3 AND j.locked_by = $2)")
-	return withClaimAhead(withStartFenced(prefix, withOccurrences(prefix, withCheckpoints(prefix, withOutput(prefix, sqlstore.JobQueries{
+	return withClaimStartAhead(prefix, withClaimAhead(withStartFenced(prefix, withOccurrences(prefix, withCheckpoints(prefix, withOutput(prefix, sqlstore.JobQueries{
 		Migrations: []string{
 			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
 	id                    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -359,7 +359,7 @@ FROM n`),
 		Changed: r.Replace(`SELECT id, paused, GREATEST(next_run_at, COALESCE(not_before, next_run_at)), last_modified_at FROM {jobs}
 WHERE last_modified_at >= $1 AND (last_modified_at, id) > ($2, $3) AND next_run_at IS NOT NULL
 ORDER BY last_modified_at, id LIMIT $4`),
-	})))))
+	}))))))
 }
 
 // finishRuns is JobQueries.FinishRuns.

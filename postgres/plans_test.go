@@ -160,6 +160,7 @@ FROM `+prefix+`_jobs, generate_series(1, $2::int) g WHERE name = 'model'`, due, 
 		for _, c := range []struct{ name, text, args string }{
 			{"ClaimStart", q.ClaimStart, `'w', 256, 0`},
 			{"ClaimStartAfter", q.ClaimStartAfter, `'w', 256, 0, '-infinity', 0`},
+			{"ClaimStartAhead", q.ClaimStartAhead, `'w', 256, 0, 5`},
 			{"ClaimDue", q.ClaimDue, `'w', 256, 0`},
 			{"DueWindow", q.DueWindow, `1000, 5000`},
 		} {

@@ -202,12 +202,17 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 		from.occNow = hinted
 		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, workers, w, &from, hints)
 		wait := s.cfg.PollInterval
+		if from.nextKnown {
+			// The claim said when the next job falls due past what it
+			// claimed, at its own now (claim ahead): no NextDue.
+			nextDue, learnNext = from.nextAt, false
+		}
 		switch {
 		case asked > 0 && claimed == asked || from.again:
 			// As many were due as there was room for (more may be), or
 			// a claim from the cursor ran short (jobs behind it may be due).
 			wait = 0
-		case canLearn && (learnNext || atDue || claimed > 0 && !hinted):
+		case canLearn && !from.nextKnown && (learnNext || atDue || claimed > 0 && !hinted):
 			learnNext = false
 			learn()
 			if gap := time.Since(sent); nextDue.IsZero() || time.Until(nextDue) > gap {
@@ -233,6 +238,7 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 // that statement did not start, take the per-job path.
 func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, workers *runWorkers, w *workerTerm, from *claimFrom, hints *dueHints) (int, int) {
 	from.again = false // until a claim says otherwise
+	from.nextKnown, from.nextAt, from.due = false, time.Time{}, sqlstore.DueAfter{}
 	if !s.begin() {
 		return 0, 0
 	}
@@ -277,7 +283,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		// that has expired would be another worker's already.
 		if err = w.gate.Ensure(w.tok); err == nil {
 			if fin != nil {
-				claimed, err = s.store.ClaimAndStartUnder(ctx, w.tok, slots, from.after)
+				claimed, err = s.claimAndStart(ctx, w, slots, from)
 			} else {
 				claimed, err = s.store.ClaimDueUnder(ctx, w.tok, slots)
 			}
@@ -291,7 +297,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		ensure = func() error { return w.gate.Ensure(w.tok) }
 		until = untilOf(w.gate, w.tok)
 	case fin != nil:
-		claimed, err = s.store.ClaimAndStart(ctx, s.cfg.Holder, slots, from.after)
+		claimed, err = s.claimAndStart(ctx, nil, slots, from)
 	default:
 		claimed, err = s.store.ClaimDue(ctx, s.cfg.Holder, slots)
 	}
@@ -313,6 +319,12 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		claimed = append(claimed, s.claimOccurrencesDue(ctx, w, from, stored, slots-len(claimed))...)
 	}
 	got := time.Now() // when the claim's answer, and its database now, arrived
+	if d := from.due; err == nil && d.Known {
+		from.nextKnown = true
+		if !d.At.IsZero() {
+			from.nextAt = got.Add(d.At.Sub(d.Now))
+		}
+	}
 	for i := len(claimed); i < slots; i++ {
 		<-s.sem
 	}
@@ -330,12 +342,20 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 	started := s.startBatch(runCtx, claimed, fin != nil)
 	for i := range claimed {
 		c := &claimed[i]
+		// A job claimed ahead (claimAndStart) starts at its due time: the
+		// database's now has passed its occurrence by then, as the
+		// answer arrived after the claim's now.
+		var startAt time.Time
+		if !c.Now.IsZero() && c.NextRunAt.After(c.Now) {
+			startAt = got.Add(c.NextRunAt.Sub(c.Now))
+		}
 		wg.Add(1)
 		s.inflight.Add(1)
 		if w != nil {
 			w.hold(c.ID, 1)
 		}
 		workers.run(func() {
+			at := got // the local instant of c.Now
 			var once sync.Once
 			release := func() { once.Do(func() { <-s.sem }) }
 			done := func(next time.Time) {
@@ -345,7 +365,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 				// The job's next occurrence, as this run's finish wrote
 				// it: claim it when it falls due (at once for a job that
 				// fell behind), not at the next poll.
-				if t, ok := localDue(next, c.Now, got); ok && ctx.Err() == nil {
+				if t, ok := localDue(next, c.Now, at); ok && ctx.Err() == nil {
 					hints.add(t)
 				}
 				s.inflight.Done()
@@ -361,10 +381,22 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 			}()
 			d := dispatch{epoch: c.Lock.Epoch, fenced: unfenced, ensure: ensure, until: until, heartbeat: true, batch: fin, queued: &queued, done: done, release: release,
 				stored: stored, spawned: func(next time.Time) {
-					if t, ok := localDue(next, c.Now, got); ok && ctx.Err() == nil {
+					if t, ok := localDue(next, c.Now, at); ok && ctx.Err() == nil {
 						hints.add(t)
 					}
 				}}
+			if !startAt.IsZero() {
+				if !s.awaitClaimedStart(runCtx, w, startAt) {
+					// Not started: its claim (and the run it recorded) is
+					// left to be reclaimed, as any claim whose holder
+					// stopped (orphan once the term's lease has expired,
+					// else stale after lock_timeout).
+					return
+				}
+				// The database's clock has reached at least this: what
+				// execute and the finish reckon from, as from a claim's now.
+				c.Now, at = c.NextRunAt.Add(time.Since(startAt)), time.Now()
+			}
 			if r := started[i]; r != nil {
 				next = s.runStarted(runCtx, c, *r, d, s.runLogger(c))
 				return
@@ -397,6 +429,12 @@ type claimFrom struct {
 	// occAgain: a hinted read found nothing, and the next poll reads
 	// again (see claimOccurrencesDue).
 	occAgain bool
+	// due is what the last claim, if it claimed ahead, said of the next
+	// job due past its window; nextKnown: it said it, and nextAt is that
+	// job's local due time (zero: none).
+	due       sqlstore.DueAfter
+	nextKnown bool
+	nextAt    time.Time
 }
 
 // update moves the cursor after a claim sent at sent that asked for asked
@@ -429,6 +467,9 @@ func (s *Scheduler) startBatch(ctx context.Context, claimed []sqlstore.Claimed, 
 		if c.Started != nil {
 			started[i] = c.Started
 			continue
+		}
+		if c.NextRunAt.After(c.Now) {
+			continue // claimed ahead: execute starts it at its due time
 		}
 		if req, ok := fastStart(c); ok {
 			reqs = append(reqs, req)

@@ -156,6 +156,7 @@ var empty = map[string]string{
 
 	// Claims ahead are the self-fenced claim's (PostgreSQL).
 	"Jobs.ClaimStartJobsAheadFenced": "no ClaimStartJobsFenced: the leader claims what is due, in fenced transactions",
+	"Jobs.ClaimStartAhead":           "no ClaimStart: claim-mode workers claim what is due",
 }
 
 func dialect(t *testing.T, p string) sqlstore.Dialect {

@@ -189,6 +189,14 @@ type JobQueries struct {
 	// started_at = the later of now and next_run_at. See
 	// Store.ClaimStartJobsAheadFenced.
 	ClaimStartJobsAheadFenced string
+	// ClaimStartAhead, optional (with ClaimStart): (holder, limit,
+	// worker_epoch, ahead_ms). ClaimStart that also claims the jobs due
+	// within ahead_ms of now (not_before, a retry's backoff, must be over
+	// now), starts a one-off job's run with started_at = the later of now
+	// and next_run_at, and adds a column to every row: the first
+	// next_run_at of an unpaused job past now + ahead_ms, or NULL. See
+	// Store.ClaimAheadAndStart.
+	ClaimStartAhead string
 	// StartRuns, optional (with FinishRuns; see Store.Batched), starts many
 	// runs in one statement. Arguments are arrays of equal length, one
 	// element per run: (job_id, lock_epoch, scheduled_for, attempt, job_name,

@@ -127,6 +127,7 @@ func Run(t *testing.T, h Harness) {
 		{"FinishRunSkipping", testFinishRunSkipping},
 		{"NextDue", testNextDue},
 		{"ClaimAhead", testClaimAhead},
+		{"ClaimStartAhead", testClaimStartAhead},
 		{"JobLifecycle", func(t *testing.T, s *sqlstore.Store) { testJobLifecycle(t, s, h.TimeResolution) }},
 		{"Linearizable", testLinearizable},
 	}
