@@ -159,6 +159,10 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 	// none), the worker claims once more at once, without asking again
 	// unless that claim finds work: the job otherwise waited for the next
 	// poll (the bench's last on-time job, 1.0 s late).
+	//
+	// Where the claim itself tells when the next job falls due
+	// (sqlstore.ClaimNext, from a read no later than the claim: no such
+	// gap), that answer stands for NextDue's, an idle poll's included.
 	hints := newDueHints()
 	var nextDue, wake time.Time // local clock; zero: unknown
 	var from claimFrom
@@ -178,6 +182,7 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 		}
 	}
 	learnNext := true
+	full := false // the last claim filled its batch: the next one need not peek
 	for {
 		select {
 		case <-ctx.Done():
@@ -198,13 +203,25 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 		atDue := !nextDue.IsZero() && !sent.Before(nextDue)
 		hinted := hints.take(sent)
 		from.occNow = hinted
-		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, workers, w, &from, hints)
+		claimed, asked, next := s.claimOnce(ctx, runCtx, &wg, fin, workers, w, &from, hints, !full)
+		full = asked > 0 && claimed == asked
 		wait := s.cfg.PollInterval
 		switch {
-		case asked > 0 && claimed == asked || from.again:
+		case full || from.again:
 			// As many were due as there was room for (more may be), or
 			// a claim from the cursor ran short (jobs behind it may be due).
 			wait = 0
+		case next.Known:
+			// The claim told when the next job falls due (ClaimPeek: no
+			// statement more, an idle poll included): sleep until then,
+			// as after NextDue. Its now was no later than the claim's,
+			// so no job fell due unseen in between. A job created later
+			// with an earlier time is found at the next poll at worst.
+			learnNext = false
+			nextDue = next.At
+			if !nextDue.IsZero() {
+				wait = min(wait, max(time.Until(nextDue), 0))
+			}
 		case canLearn && (learnNext || atDue || claimed > 0 && !hinted):
 			learnNext = false
 			learn()
@@ -225,14 +242,16 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 }
 
 // claimOnce claims as many due jobs as there are free execution slots (at
-// most BatchSize) and starts them; it returns how many it claimed and how
-// many it asked for. With a finisher (Store.Batched) the jobs whose due
-// occurrence simply runs are started by one statement; the rest, and any
-// that statement did not start, take the per-job path.
-func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, workers *runWorkers, w *workerTerm, from *claimFrom, hints *dueHints) (int, int) {
+// most BatchSize) and starts them; it returns how many it claimed, how
+// many it asked for, and when the next job falls due where the claim
+// learnt it (peek: see Store.ClaimAndStartNext). With a finisher
+// (Store.Batched) the jobs whose due occurrence simply runs are started by
+// one statement; the rest, and any that statement did not start, take the
+// per-job path.
+func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, workers *runWorkers, w *workerTerm, from *claimFrom, hints *dueHints, peek bool) (int, int, sqlstore.ClaimNext) {
 	from.again = false // until a claim says otherwise
 	if !s.begin() {
-		return 0, 0
+		return 0, 0, sqlstore.ClaimNext{}
 	}
 	defer s.inflight.Done()
 	if w != nil && w.recheck {
@@ -240,7 +259,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 			if ctx.Err() == nil {
 				s.log.Warn("claim_give_back_failed", slog.String("error", err.Error()))
 			}
-			return 0, 0
+			return 0, 0, sqlstore.ClaimNext{}
 		}
 		w.recheck = false
 	}
@@ -253,7 +272,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 				slots++
 				continue
 			case <-ctx.Done():
-				return 0, 0
+				return 0, 0, sqlstore.ClaimNext{}
 			}
 		}
 		select {
@@ -265,6 +284,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		break
 	}
 	var claimed []sqlstore.Claimed
+	var next sqlstore.ClaimNext
 	var err error
 	var ensure func() error
 	var until func() (time.Time, bool)
@@ -275,7 +295,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		// that has expired would be another worker's already.
 		if err = w.gate.Ensure(w.tok); err == nil {
 			if fin != nil {
-				claimed, err = s.store.ClaimAndStartUnder(ctx, w.tok, slots, from.after)
+				claimed, next, err = s.store.ClaimAndStartUnderNext(ctx, w.tok, slots, from.after, peek)
 			} else {
 				claimed, err = s.store.ClaimDueUnder(ctx, w.tok, slots)
 			}
@@ -289,7 +309,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		ensure = func() error { return w.gate.Ensure(w.tok) }
 		until = untilOf(w.gate, w.tok)
 	case fin != nil:
-		claimed, err = s.store.ClaimAndStart(ctx, s.cfg.Holder, slots, from.after)
+		claimed, next, err = s.store.ClaimAndStartNext(ctx, s.cfg.Holder, slots, from.after, peek)
 	default:
 		claimed, err = s.store.ClaimDue(ctx, s.cfg.Holder, slots)
 	}
@@ -323,7 +343,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, sqlease.ErrNotLeader) {
 			s.log.Warn("claim_failed", slog.String("error", err.Error()))
 		}
-		return 0, slots
+		return 0, slots, sqlstore.ClaimNext{}
 	}
 	started := s.startBatch(runCtx, claimed, fin != nil)
 	for i := range claimed {
@@ -370,7 +390,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 			next = s.execute(runCtx, c, d)
 		})
 	}
-	return len(claimed), slots
+	return len(claimed), slots, next
 }
 
 // claimFrom is where a worker's next claim starts (sqlstore.ClaimCursor):
