@@ -354,9 +354,11 @@ func ontimeScenario(ctx context.Context, e *env, dialect string, o ontimeOpts, b
 	fmt.Printf("   start delay = handler (River: Work) start − scheduled_for, one clock (the database runs on this machine)\n")
 	fmt.Printf("   sqlease: scheduler.Config defaults (PollInterval 1 s), one worker / one leader (election defaults)%s; jobs created with CreateMany through another pool while dispatch idles\n",
 		map[bool]string{true: ", the job change feed (postgres.ListenJobs) as sqlease serve wires it", false: ""}[dialect == "postgres"])
-	fmt.Printf("   River v0.51.1: InsertMany with InsertOpts.ScheduledAt into a client started %s before%s; defaults: MaxWorkers 100, FetchCooldown 100 ms, FetchPollInterval 1 s; latency-tuned: FetchCooldown 1 ms, FetchPollInterval 10 ms; its job scheduler makes the jobs due within its next 5 s available ahead of time, and producers fetch the due ones by FetchPollInterval polls and LISTEN/NOTIFY\n",
-		riverWarm, map[bool]string{true: " (riversqlite, one connection as its documentation asks)", false: ""}[dialect == "sqlite"])
-	needRiver := len(o.ways) == 0 || slices.ContainsFunc(o.ways, func(w string) bool { return strings.HasPrefix(w, "river") })
+	if dialect != "mysql" {
+		fmt.Printf("   River v0.51.1: InsertMany with InsertOpts.ScheduledAt into a client started %s before%s; defaults: MaxWorkers 100, FetchCooldown 100 ms, FetchPollInterval 1 s; latency-tuned: FetchCooldown 1 ms, FetchPollInterval 10 ms; its job scheduler makes the jobs due within its next 5 s available ahead of time, and producers fetch the due ones by FetchPollInterval polls and LISTEN/NOTIFY\n",
+			riverWarm, map[bool]string{true: " (riversqlite, one connection as its documentation asks)", false: ""}[dialect == "sqlite"])
+	}
+	needRiver := dialect != "mysql" && (len(o.ways) == 0 || slices.ContainsFunc(o.ways, func(w string) bool { return strings.HasPrefix(w, "river") }))
 	bin, cleanup, err := "", func() {}, error(nil)
 	if needRiver {
 		bin, cleanup, err = buildRiver(ctx)
