@@ -128,6 +128,15 @@ WHERE name = ? AND paused = 0 AND locked_by IS NULL`),
 		ClaimCandidates: withClaimable(`SELECT id FROM {jobs} AS j WHERE {claimable}
 ORDER BY next_run_at, id
 LIMIT ?`),
+		// ClaimCandidates that also tells when the next job falls due, so
+		// that an idle poll learns it without a statement more. Both
+		// halves see one UTC_TIMESTAMP(6): the statement's start.
+		ClaimPeek: withClaimable(`SELECT c.id, NULL FROM (SELECT id FROM {jobs} AS j WHERE {claimable}
+ORDER BY next_run_at, id
+LIMIT ?) AS c
+UNION ALL
+SELECT NULL, TIMESTAMPDIFF(MICROSECOND, n.now, MIN(j.next_run_at)) / 1000.0
+FROM {jobs} j, (SELECT {now} AS now) n WHERE j.paused = 0 AND j.next_run_at > n.now`),
 		ClaimLockIDs: withClaimable(`SELECT id, locked_by IS NOT NULL FROM {jobs} AS j WHERE id IN ({ids}) AND {claimable}
 ORDER BY next_run_at, id
 FOR UPDATE SKIP LOCKED`),

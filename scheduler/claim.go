@@ -161,6 +161,10 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 	// none), the worker claims once more at once, without asking again
 	// unless that claim finds work: the job otherwise waited for the next
 	// poll (the bench's last on-time job, 1.0 s late).
+	//
+	// Where the claim itself tells when the next job falls due
+	// (sqlstore.ClaimNext, from a read no later than the claim: no such
+	// gap), that answer stands for NextDue's, an idle poll's included.
 	hints := newDueHints()
 	var nextDue, wake time.Time // local clock; zero: unknown
 	var from claimFrom
@@ -180,6 +184,7 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 		}
 	}
 	learnNext := true
+	full := false // the last claim filled its batch: the next one need not peek
 	for {
 		select {
 		case <-ctx.Done():
@@ -200,7 +205,8 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 		atDue := !nextDue.IsZero() && !sent.Before(nextDue)
 		hinted := hints.take(sent)
 		from.occNow = hinted
-		claimed, asked := s.claimOnce(ctx, runCtx, &wg, fin, workers, w, &from, hints)
+		claimed, asked, next := s.claimOnce(ctx, runCtx, &wg, fin, workers, w, &from, hints, !full)
+		full = asked > 0 && claimed == asked
 		wait := s.cfg.PollInterval
 		if from.nextKnown {
 			// The claim said when the next job falls due past what it
@@ -208,10 +214,21 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 			nextDue, learnNext = from.nextAt, false
 		}
 		switch {
-		case asked > 0 && claimed == asked || from.again:
+		case full || from.again:
 			// As many were due as there was room for (more may be), or
 			// a claim from the cursor ran short (jobs behind it may be due).
 			wait = 0
+		case next.Known:
+			// The claim told when the next job falls due (ClaimPeek: no
+			// statement more, an idle poll included): sleep until then,
+			// as after NextDue. Its now was no later than the claim's,
+			// so no job fell due unseen in between. A job created later
+			// with an earlier time is found at the next poll at worst.
+			learnNext = false
+			nextDue = next.At
+			if !nextDue.IsZero() {
+				wait = min(wait, max(time.Until(nextDue), 0))
+			}
 		case canLearn && !from.nextKnown && (learnNext || atDue || claimed > 0 && !hinted):
 			learnNext = false
 			learn()
@@ -232,15 +249,17 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 }
 
 // claimOnce claims as many due jobs as there are free execution slots (at
-// most BatchSize) and starts them; it returns how many it claimed and how
-// many it asked for. With a finisher (Store.Batched) the jobs whose due
-// occurrence simply runs are started by one statement; the rest, and any
-// that statement did not start, take the per-job path.
-func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, workers *runWorkers, w *workerTerm, from *claimFrom, hints *dueHints) (int, int) {
+// most BatchSize) and starts them; it returns how many it claimed, how
+// many it asked for, and when the next job falls due where the claim
+// learnt it (peek: see Store.ClaimAndStartNext). With a finisher
+// (Store.Batched) the jobs whose due occurrence simply runs are started by
+// one statement; the rest, and any that statement did not start, take the
+// per-job path.
+func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, workers *runWorkers, w *workerTerm, from *claimFrom, hints *dueHints, peek bool) (int, int, sqlstore.ClaimNext) {
 	from.again = false // until a claim says otherwise
 	from.nextKnown, from.nextAt, from.due = false, time.Time{}, sqlstore.DueAfter{}
 	if !s.begin() {
-		return 0, 0
+		return 0, 0, sqlstore.ClaimNext{}
 	}
 	defer s.inflight.Done()
 	if w != nil && w.recheck {
@@ -248,7 +267,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 			if ctx.Err() == nil {
 				s.log.Warn("claim_give_back_failed", slog.String("error", err.Error()))
 			}
-			return 0, 0
+			return 0, 0, sqlstore.ClaimNext{}
 		}
 		w.recheck = false
 	}
@@ -261,7 +280,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 				slots++
 				continue
 			case <-ctx.Done():
-				return 0, 0
+				return 0, 0, sqlstore.ClaimNext{}
 			}
 		}
 		select {
@@ -273,6 +292,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		break
 	}
 	var claimed []sqlstore.Claimed
+	var next sqlstore.ClaimNext
 	var err error
 	var ensure func() error
 	var until func() (time.Time, bool)
@@ -283,7 +303,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		// that has expired would be another worker's already.
 		if err = w.gate.Ensure(w.tok); err == nil {
 			if fin != nil {
-				claimed, err = s.claimAndStart(ctx, w, slots, from)
+				claimed, next, err = s.claimAndStart(ctx, w, slots, from, peek)
 			} else {
 				claimed, err = s.store.ClaimDueUnder(ctx, w.tok, slots)
 			}
@@ -297,7 +317,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		ensure = func() error { return w.gate.Ensure(w.tok) }
 		until = untilOf(w.gate, w.tok)
 	case fin != nil:
-		claimed, err = s.claimAndStart(ctx, nil, slots, from)
+		claimed, next, err = s.claimAndStart(ctx, nil, slots, from, peek)
 	default:
 		claimed, err = s.store.ClaimDue(ctx, s.cfg.Holder, slots)
 	}
@@ -337,7 +357,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, sqlease.ErrNotLeader) {
 			s.log.Warn("claim_failed", slog.String("error", err.Error()))
 		}
-		return 0, slots
+		return 0, slots, sqlstore.ClaimNext{}
 	}
 	started := s.startBatch(runCtx, claimed, fin != nil)
 	for i := range claimed {
@@ -404,7 +424,7 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 			next = s.execute(runCtx, c, d)
 		})
 	}
-	return len(claimed), slots
+	return len(claimed), slots, next
 }
 
 // claimFrom is where a worker's next claim starts (sqlstore.ClaimCursor):

@@ -39,11 +39,11 @@ const workerClaimAhead = 5 * time.Millisecond
 // more than 5 ms to do so reliably on a loaded machine.
 var testWorkerClaimAhead atomic.Int64
 
-// claimAndStart is ClaimAndStart (under w's worker lease when w is not nil)
-// that, for a claim from the start where the store can, also claims the
-// jobs due within workerClaimAhead (from.due: what it says of the next due
-// job).
-func (s *Scheduler) claimAndStart(ctx context.Context, w *workerTerm, slots int, from *claimFrom) ([]sqlstore.Claimed, error) {
+// claimAndStart is ClaimAndStartNext (under w's worker lease when w is not
+// nil) that, for a claim from the start where the store can, also claims
+// the jobs due within workerClaimAhead (from.due: what it says of the next
+// due job; its ClaimNext is then unknown).
+func (s *Scheduler) claimAndStart(ctx context.Context, w *workerTerm, slots int, from *claimFrom, peek bool) ([]sqlstore.Claimed, sqlstore.ClaimNext, error) {
 	if from.after.IsZero() && s.store.HasClaimStartAhead() {
 		ahead := workerClaimAhead
 		if d := time.Duration(testWorkerClaimAhead.Load()); d > 0 {
@@ -55,12 +55,12 @@ func (s *Scheduler) claimAndStart(ctx context.Context, w *workerTerm, slots int,
 		}
 		claimed, due, err := s.store.ClaimAheadAndStart(ctx, holder, epoch, slots, ahead)
 		from.due = due
-		return claimed, err
+		return claimed, sqlstore.ClaimNext{}, err
 	}
 	if w != nil {
-		return s.store.ClaimAndStartUnder(ctx, w.tok, slots, from.after)
+		return s.store.ClaimAndStartUnderNext(ctx, w.tok, slots, from.after, peek)
 	}
-	return s.store.ClaimAndStart(ctx, s.cfg.Holder, slots, from.after)
+	return s.store.ClaimAndStartNext(ctx, s.cfg.Holder, slots, from.after, peek)
 }
 
 // awaitClaimedStart waits until at, the local start of a job claimed

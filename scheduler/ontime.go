@@ -23,11 +23,22 @@ import (
 //     until then at most;
 //   - a change — PostgreSQL's job change feed (Config.Changes), or this
 //     Scheduler's own Create, Resume or Trigger — makes it claim at once
-//     and ask again.
+//     and ask again;
+//   - where the dialect's claim can tell in its own statements
+//     (JobQueries.ClaimPeek: SQLite, MySQL), every claim — an idle poll's
+//     too — says when the next job falls due, and the worker sleeps until
+//     then at most: a job created by another process, which no feed
+//     announces, runs when it falls due if a poll comes between its
+//     creation and its time. (On SQLite the claim then reads before it
+//     writes, unless the last claim came back full; see
+//     Store.ClaimAndStartNext.)
 //
 // An idle worker (its claims find nothing, nothing it knows of falls due
 // before its next poll) makes the same one claim per PollInterval as
-// before: no statement is added while nothing happens.
+// before: no statement is added while nothing happens (on SQLite the idle
+// claim is a read now, not an UPDATE). A job created elsewhere, without a
+// change feed, due sooner than the worker's next poll is found at that
+// poll at worst, as before.
 //
 // Every instant is a wake-up hint only. Database times are turned into
 // this host's clock through the database's now returned by the same

@@ -31,6 +31,13 @@ func jobQueries(prefix string) sqlstore.JobQueries {
 		// was locked before (a reclaim, whose crashed run must be marked
 		// abandoned) is written to a column of its own to be returned.
 		"{claimcols}", `lock_reclaimed = locked_by IS NOT NULL`)
+	// A job claim mode may take: due, and unlocked, stale, or claimed
+	// under a worker lease that is gone (ClaimDue and ClaimPeek).
+	claimable := `paused = 0 AND next_run_at <= {now}
+	  AND (not_before IS NULL OR not_before <= {now})
+	  AND (locked_by IS NULL OR ` + nowFrom("locked_at", "lock_timeout_ms") + ` < {now}
+	       OR (j.lock_lease_epoch < 0 AND NOT EXISTS (SELECT 1 FROM {leases} wl WHERE wl.lease_name = '` + sqlstore.WorkerLeasePrefix + `' || j.locked_by
+	           AND wl.lease_epoch = -j.lock_lease_epoch AND wl.expires_at > {now})))`
 	return withOccurrences(prefix, withCheckpoints(prefix, withOutput(prefix, sqlstore.JobQueries{
 		Migrations: []string{
 			r.Replace(`CREATE TABLE IF NOT EXISTS {jobs} (
@@ -103,16 +110,22 @@ WHERE id = ?4 AND locked_by = ?5 AND lock_epoch = ?6`),
 	lock_lease_epoch = -?3, {claimcols}
 WHERE id IN (
 	SELECT id FROM {jobs} AS j
-	WHERE paused = 0 AND next_run_at <= {now}
-	  AND (not_before IS NULL OR not_before <= {now})
-	  AND (locked_by IS NULL OR ` + nowFrom("locked_at", "lock_timeout_ms") + ` < {now}
-	       OR (j.lock_lease_epoch < 0 AND NOT EXISTS (SELECT 1 FROM {leases} wl WHERE wl.lease_name = '` + sqlstore.WorkerLeasePrefix + `' || j.locked_by
-	           AND wl.lease_epoch = -j.lock_lease_epoch AND wl.expires_at > {now})))
+	WHERE ` + claimable + `
 	ORDER BY next_run_at, id
 	LIMIT ?2
 )
 RETURNING {cols}, {now}, lock_reclaimed`),
 		ClaimDueReclaimed: true,
+		// An UPDATE returns nothing when it claims nothing: a worker's
+		// claim that may find none (its last was not full) reads first,
+		// and learns the next due time in the same statement, which takes
+		// the place of the idle poll's UPDATE (a read: no write lock, no
+		// turn at the write gate). Both halves see one 'now'.
+		ClaimPeek: r.Replace(`SELECT id, NULL FROM (SELECT id FROM {jobs} AS j WHERE ` + claimable + `
+	ORDER BY next_run_at, id LIMIT ?1)
+UNION ALL
+SELECT NULL, (julianday(min(next_run_at)) - julianday({now})) * 86400000.0 FROM {jobs}
+WHERE paused = 0 AND next_run_at > {now}`),
 		ClaimJob: r.Replace(`UPDATE {jobs} SET locked_by = ?2, locked_at = {now}, lock_epoch = lock_epoch + 1,
 	lock_lease_epoch = ?3, {claimcols}
 WHERE id = ?1 AND paused = 0 AND next_run_at <= {now}

@@ -69,3 +69,19 @@ func TestBatchStatementsSeek(t *testing.T) {
 		t.Logf("%s:\n%s", name, p)
 	}
 }
+
+// TestClaimPeekSeeksDueIndex: the read of a claim that may find nothing
+// (ClaimPeek, an idle worker's one statement a poll) takes both its halves
+// from the due index — the claimable jobs from its start, the next due
+// time from one seek past now — never from a scan of the jobs table.
+func TestClaimPeekSeeksDueIndex(t *testing.T) {
+	st := newStore(t)
+	p := queryPlan(t, st, st.Dialect().Jobs.ClaimPeek, 1)
+	t.Logf("ClaimPeek:\n%s", p)
+	if strings.Count(p, "INDEX sqlease_jobs_due") < 2 || strings.Contains(p, "SCAN sqlease_jobs\n") || strings.HasSuffix(p, "SCAN sqlease_jobs") {
+		t.Fatalf("ClaimPeek does not read both halves from the due index:\n%s", p)
+	}
+	if !strings.Contains(p, "next_run_at>?") {
+		t.Fatalf("ClaimPeek's next due time does not seek past now:\n%s", p)
+	}
+}

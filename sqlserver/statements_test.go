@@ -153,6 +153,7 @@ var empty = map[string]string{
 	"Jobs.ClaimJobs":            "batch claims take array parameters (PostgreSQL); the leader claims one job per transaction",
 	"Jobs.InsertJobs":           "bulk inserts take array parameters (PostgreSQL); CreateMany inserts one job per statement in one transaction",
 	"Jobs.NextDue":              "claim mode wakes on the next due job only with a change feed (PostgreSQL's LISTEN); here it polls",
+	"Jobs.ClaimPeek":            "no NextDue: an idle claim here learns no next due time, and claim mode polls",
 
 	// Claims ahead are the self-fenced claim's (PostgreSQL).
 	"Jobs.ClaimStartJobsAheadFenced": "no ClaimStartJobsFenced: the leader claims what is due, in fenced transactions",

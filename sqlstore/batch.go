@@ -146,8 +146,14 @@ func (s *Store) ClaimAndStartUnder(ctx context.Context, tok sqlease.Token, limit
 }
 
 func (s *Store) claimAndStart(ctx context.Context, holder string, workerEpoch int64, limit int, after ClaimCursor) ([]Claimed, error) {
+	return s.claimAndStartNext(ctx, holder, workerEpoch, limit, after, nil)
+}
+
+// claimAndStartNext is claimAndStart that, with next, also learns when the
+// next job falls due where the dialect's claim can tell (ClaimPeek).
+func (s *Store) claimAndStartNext(ctx context.Context, holder string, workerEpoch int64, limit int, after ClaimCursor, next *claimNext) ([]Claimed, error) {
 	if s.q().ClaimStart == "" {
-		return s.claimDue(ctx, holder, workerEpoch, limit)
+		return s.claimDueNext(ctx, holder, workerEpoch, limit, next)
 	}
 	out := make([]Claimed, 0, limit)
 	var bad []CorruptClaim

@@ -97,6 +97,16 @@ type JobQueries struct {
 	// (InnoDB), whose starts and finishes then waited for the claim: 0.7
 	// lock waits per run on MariaDB.)
 	ClaimCandidates, ClaimLockIDs string
+	// ClaimPeek, optional (with NextDue), tells a claim-mode worker when
+	// the next job falls due in a statement its claim makes anyway, so
+	// that an idle poll learns it too (see Store.ClaimAndStartNext):
+	// (limit). A read without locks: the ids of up to limit jobs ClaimDue
+	// would claim now, in its order, each with NULL; then one row of NULL
+	// and NextDue's answer at the same now (NULL: none). Where
+	// ClaimCandidates is set it replaces it; elsewhere a claim asked to
+	// peek runs it first with limit 1, and ClaimDue only when it found a
+	// job.
+	ClaimPeek string
 	// ClaimIDsWR claims jobs the transaction has locked (ClaimLockIDs or
 	// ClaimLockJobs) in two statements. Write: (holder, stored lease epoch,
 	// ids… as {ids}) claims each job unconditionally: the transaction has
@@ -1017,14 +1027,28 @@ func (s *Store) ClaimDueUnder(ctx context.Context, tok sqlease.Token, limit int)
 }
 
 func (s *Store) claimDue(ctx context.Context, holder string, workerEpoch int64, limit int) ([]Claimed, error) {
+	return s.claimDueNext(ctx, holder, workerEpoch, limit, nil)
+}
+
+// claimDueNext is claimDue that, with next, also learns when the next job
+// falls due (ClaimPeek; see ClaimAndStartNext).
+func (s *Store) claimDueNext(ctx context.Context, holder string, workerEpoch int64, limit int, next *claimNext) ([]Claimed, error) {
 	var c []Claimed
 	var bad []CorruptClaim
 	var err error
 	sent := time.Now()
 	if s.q().ClaimCandidates == "" {
-		_, err = s.query(ctx, nil, returning{query: s.q().ClaimDue, args: []any{holder, limit, workerEpoch}}, scanClaim(&c, &bad, s.q().ClaimDueReclaimed))
+		found := true
+		if next != nil && next.peek && s.q().ClaimPeek != "" {
+			var ids []int64
+			ids, next.ClaimNext, err = s.claimPeek(ctx, 1)
+			found = len(ids) > 0
+		}
+		if err == nil && found {
+			_, err = s.query(ctx, nil, returning{query: s.q().ClaimDue, args: []any{holder, limit, workerEpoch}}, scanClaim(&c, &bad, s.q().ClaimDueReclaimed))
+		}
 	} else {
-		c, bad, err = s.claimDueByID(ctx, holder, workerEpoch, limit)
+		c, bad, err = s.claimDueByID(ctx, holder, workerEpoch, limit, next)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claim due jobs: %w", err)
@@ -1036,8 +1060,16 @@ func (s *Store) claimDue(ctx context.Context, holder string, workerEpoch int64, 
 // (ClaimCandidates), then in one transaction locks those still claimable
 // (ClaimLockIDs) and claims them (ClaimIDsWR) under the worker epoch,
 // stored negated.
-func (s *Store) claimDueByID(ctx context.Context, holder string, workerEpoch int64, limit int) ([]Claimed, []CorruptClaim, error) {
-	candidates, err := s.scanIDs(s.db.QueryContext(ctx, s.q().ClaimCandidates, limit))
+func (s *Store) claimDueByID(ctx context.Context, holder string, workerEpoch int64, limit int, next *claimNext) ([]Claimed, []CorruptClaim, error) {
+	var candidates []int64
+	var err error
+	if next != nil && s.q().ClaimPeek != "" {
+		// The candidates' read tells the next due time too: no statement
+		// more, so asked or not.
+		candidates, next.ClaimNext, err = s.claimPeek(ctx, limit)
+	} else {
+		candidates, err = s.scanIDs(s.db.QueryContext(ctx, s.q().ClaimCandidates, limit))
+	}
 	if err != nil || len(candidates) == 0 {
 		return nil, nil, err
 	}

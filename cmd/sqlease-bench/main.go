@@ -216,7 +216,7 @@ func main() {
 	}
 	var (
 		benches     = fs.String("bench", "claim,submit,leader,memory", "scenarios to run: claim, submit, leader, memory, bulk, peer, daemon, ontime, trickle, singletons, placement, protocol (comma-separated; all = every one but bulk, peer, daemon, ontime, trickle, singletons, placement and protocol)")
-		dialects    = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite, mysql (MySQL/MariaDB: the daemon and singletons scenarios; comma-separated)")
+		dialects    = fs.String("dialects", "postgres,sqlite", "databases to benchmark: postgres, sqlite, mysql (MySQL/MariaDB: the daemon, singletons and ontime scenarios; comma-separated)")
 		mysqlDB     = fs.String("mysql-db", "", "-dialects mysql: mysql:// URL of a user that may CREATE DATABASE (default $SQLEASE_TEST_MYSQL_URL, else a private MariaDB)")
 		dbURL       = fs.String("db", "", "PostgreSQL URL of a role that may CREATE DATABASE (default $SQLEASE_TEST_POSTGRES_URL, else a private server)")
 		runs        = fs.Int("runs", 5, "repetitions of each measurement (medians are reported)")
@@ -371,6 +371,16 @@ func main() {
 			// The daemon scenario (mysql.go) and the library's singletons.
 			if want["daemon"] && !daemonScenario(ctx, e, d, *daemonJobs, *daemonNodes, *runs) {
 				return
+			}
+			if want["ontime"] {
+				// sqlease's ways only: River has no MySQL driver.
+				o := ontimeOpts{jobs: *ontimeJobs, rate: *ontimeRate, lead: *ontimeLead, timeout: 30 * time.Second, late: *ontimeLate, ways: []string{"claim", "leader"}}
+				if *ontimeWays != "" {
+					o.ways = strings.Split(*ontimeWays, ",")
+				}
+				if !ontimeScenario(ctx, e, d, o, *backlog, *runs, *timeout) {
+					return
+				}
 			}
 			if want["singletons"] {
 				for _, k := range sNodes {

@@ -66,21 +66,24 @@ type lateStart struct {
 // stallsOf is the late starts of a round grouped into stalls: starts
 // whose due times lie within 50 ms of one another's make one stall, shown
 // by when its first job was due, how late the latest start came, and how
-// many jobs it delayed. Which statement, fsync or pause a stall lines up
-// with is then found by the wall times (e.g. beside strace -tt).
-func stallsOf(late []lateStart, over time.Duration) string {
+// many jobs it delayed, and how far into the stream (from t0, the first
+// job's due time) it came, so that a stall at the stream's start (a
+// wake-up missed) is told from one in its middle. Which statement, fsync
+// or pause a stall lines up with is then found by the wall times (e.g.
+// beside strace -tt).
+func stallsOf(late []lateStart, over time.Duration, t0 time.Time) string {
 	if len(late) == 0 {
 		return ""
 	}
 	slices.SortFunc(late, func(a, b lateStart) int { return a.due.Compare(b.due) })
 	var b strings.Builder
-	fmt.Fprintf(&b, "     starts later than %s: %d, in these stalls (due from, worst delay, jobs):", over, len(late))
+	fmt.Fprintf(&b, "     starts later than %s: %d, in these stalls (due from, into the stream, worst delay, jobs):", over, len(late))
 	for i := 0; i < len(late); {
 		j, worst := i, time.Duration(0)
 		for ; j < len(late) && late[j].due.Sub(late[max(j-1, i)].due) <= 50*time.Millisecond; j++ {
 			worst = max(worst, late[j].start.Sub(late[j].due))
 		}
-		fmt.Fprintf(&b, " %s %.1f ms %d;", late[i].due.Local().Format("15:04:05.000"), float64(worst)/float64(time.Millisecond), j-i)
+		fmt.Fprintf(&b, " %s +%.3f s %.1f ms %d;", late[i].due.Local().Format("15:04:05.000"), late[i].due.Sub(t0).Seconds(), float64(worst)/float64(time.Millisecond), j-i)
 		i = j
 	}
 	return b.String()
@@ -200,7 +203,7 @@ func runOntime(ctx context.Context, e *env, o ontimeOpts) (delayStats, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	res := statsOf(delays)
-	res.stalls = stallsOf(late, o.late)
+	res.stalls = stallsOf(late, o.late, t0)
 	return res, nil
 }
 
@@ -351,9 +354,11 @@ func ontimeScenario(ctx context.Context, e *env, dialect string, o ontimeOpts, b
 	fmt.Printf("   start delay = handler (River: Work) start − scheduled_for, one clock (the database runs on this machine)\n")
 	fmt.Printf("   sqlease: scheduler.Config defaults (PollInterval 1 s), one worker / one leader (election defaults)%s; jobs created with CreateMany through another pool while dispatch idles\n",
 		map[bool]string{true: ", the job change feed (postgres.ListenJobs) as sqlease serve wires it", false: ""}[dialect == "postgres"])
-	fmt.Printf("   River v0.51.1: InsertMany with InsertOpts.ScheduledAt into a client started %s before%s; defaults: MaxWorkers 100, FetchCooldown 100 ms, FetchPollInterval 1 s; latency-tuned: FetchCooldown 1 ms, FetchPollInterval 10 ms; its job scheduler makes the jobs due within its next 5 s available ahead of time, and producers fetch the due ones by FetchPollInterval polls and LISTEN/NOTIFY\n",
-		riverWarm, map[bool]string{true: " (riversqlite, one connection as its documentation asks)", false: ""}[dialect == "sqlite"])
-	needRiver := len(o.ways) == 0 || slices.ContainsFunc(o.ways, func(w string) bool { return strings.HasPrefix(w, "river") })
+	if dialect != "mysql" {
+		fmt.Printf("   River v0.51.1: InsertMany with InsertOpts.ScheduledAt into a client started %s before%s; defaults: MaxWorkers 100, FetchCooldown 100 ms, FetchPollInterval 1 s; latency-tuned: FetchCooldown 1 ms, FetchPollInterval 10 ms; its job scheduler makes the jobs due within its next 5 s available ahead of time, and producers fetch the due ones by FetchPollInterval polls and LISTEN/NOTIFY\n",
+			riverWarm, map[bool]string{true: " (riversqlite, one connection as its documentation asks)", false: ""}[dialect == "sqlite"])
+	}
+	needRiver := dialect != "mysql" && (len(o.ways) == 0 || slices.ContainsFunc(o.ways, func(w string) bool { return strings.HasPrefix(w, "river") }))
 	bin, cleanup, err := "", func() {}, error(nil)
 	if needRiver {
 		bin, cleanup, err = buildRiver(ctx)
