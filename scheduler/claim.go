@@ -208,19 +208,15 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 		claimed, asked, next := s.claimOnce(ctx, runCtx, &wg, fin, workers, w, &from, hints, !full)
 		full = asked > 0 && claimed == asked
 		wait := s.cfg.PollInterval
-		if from.nextKnown {
-			// The claim said when the next job falls due past what it
-			// claimed, at its own now (claim ahead): no NextDue.
-			nextDue, learnNext = from.nextAt, false
-		}
 		switch {
 		case full || from.again:
 			// As many were due as there was room for (more may be), or
 			// a claim from the cursor ran short (jobs behind it may be due).
 			wait = 0
 		case next.Known:
-			// The claim told when the next job falls due (ClaimPeek: no
-			// statement more, an idle poll included): sleep until then,
+			// The claim told when the next job falls due (ClaimPeek, an
+			// idle poll's included, or a claim ahead's answer past its
+			// window: no statement more): sleep until then,
 			// as after NextDue. Its now was no later than the claim's,
 			// so no job fell due unseen in between. A job created later
 			// with an earlier time is found at the next poll at worst.
@@ -229,7 +225,7 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 			if !nextDue.IsZero() {
 				wait = min(wait, max(time.Until(nextDue), 0))
 			}
-		case canLearn && !from.nextKnown && (learnNext || atDue || claimed > 0 && !hinted):
+		case canLearn && (learnNext || atDue || claimed > 0 && !hinted):
 			learnNext = false
 			learn()
 			if gap := time.Since(sent); nextDue.IsZero() || time.Until(nextDue) > gap {
@@ -257,7 +253,6 @@ func (s *Scheduler) run(ctx context.Context, w *workerTerm) error {
 // per-job path.
 func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, fin *finisher, workers *runWorkers, w *workerTerm, from *claimFrom, hints *dueHints, peek bool) (int, int, sqlstore.ClaimNext) {
 	from.again = false // until a claim says otherwise
-	from.nextKnown, from.nextAt, from.due = false, time.Time{}, sqlstore.DueAfter{}
 	if !s.begin() {
 		return 0, 0, sqlstore.ClaimNext{}
 	}
@@ -339,12 +334,6 @@ func (s *Scheduler) claimOnce(ctx, runCtx context.Context, wg *sync.WaitGroup, f
 		claimed = append(claimed, s.claimOccurrencesDue(ctx, w, from, stored, slots-len(claimed))...)
 	}
 	got := time.Now() // when the claim's answer, and its database now, arrived
-	if d := from.due; err == nil && d.Known {
-		from.nextKnown = true
-		if !d.At.IsZero() {
-			from.nextAt = got.Add(d.At.Sub(d.Now))
-		}
-	}
 	for i := len(claimed); i < slots; i++ {
 		<-s.sem
 	}
@@ -449,12 +438,6 @@ type claimFrom struct {
 	// occAgain: a hinted read found nothing, and the next poll reads
 	// again (see claimOccurrencesDue).
 	occAgain bool
-	// due is what the last claim, if it claimed ahead, said of the next
-	// job due past its window; nextKnown: it said it, and nextAt is that
-	// job's local due time (zero: none).
-	due       sqlstore.DueAfter
-	nextKnown bool
-	nextAt    time.Time
 }
 
 // update moves the cursor after a claim sent at sent that asked for asked

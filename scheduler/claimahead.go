@@ -41,8 +41,9 @@ var testWorkerClaimAhead atomic.Int64
 
 // claimAndStart is ClaimAndStartNext (under w's worker lease when w is not
 // nil) that, for a claim from the start where the store can, also claims
-// the jobs due within workerClaimAhead (from.due: what it says of the next
-// due job; its ClaimNext is then unknown).
+// the jobs due within workerClaimAhead; either way the ClaimNext is what
+// the claim said of the next job due past what it claimed (ClaimPeek, or
+// the claim ahead's own answer).
 func (s *Scheduler) claimAndStart(ctx context.Context, w *workerTerm, slots int, from *claimFrom, peek bool) ([]sqlstore.Claimed, sqlstore.ClaimNext, error) {
 	if from.after.IsZero() && s.store.HasClaimStartAhead() {
 		ahead := workerClaimAhead
@@ -54,8 +55,16 @@ func (s *Scheduler) claimAndStart(ctx context.Context, w *workerTerm, slots int,
 			holder, epoch = w.tok.Holder, w.tok.Epoch
 		}
 		claimed, due, err := s.store.ClaimAheadAndStart(ctx, holder, epoch, slots, ahead)
-		from.due = due
-		return claimed, sqlstore.ClaimNext{}, err
+		var next sqlstore.ClaimNext
+		if err == nil && due.Known {
+			// On this host's clock, from the answer's arrival: late by
+			// its trip at most, as ClaimAndStartNext's.
+			next.Known = true
+			if !due.At.IsZero() {
+				next.At = time.Now().Add(due.At.Sub(due.Now))
+			}
+		}
+		return claimed, next, err
 	}
 	if w != nil {
 		return s.store.ClaimAndStartUnderNext(ctx, w.tok, slots, from.after, peek)
