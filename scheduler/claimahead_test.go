@@ -131,23 +131,51 @@ func leadAheadTerm(t *testing.T, st *sqlstore.Store, s *scheduler.Scheduler, hol
 // action's start nor before its occurrence, each job once.
 func TestLeaderClaimsAhead(t *testing.T) {
 	st := dbtest.Postgres(t)
+	// A leader whose loop falls behind the jobs (a starved machine: CI
+	// once started all 60 late, none claimed ahead) claims them as due,
+	// legitimately: the scenario is tried again then, up to 3 times.
+	for attempt := 1; ; attempt++ {
+		ahead, late := leaderClaimsAhead(t, st, fmt.Sprintf("a%d-", attempt))
+		if t.Failed() {
+			return
+		}
+		const n = 60
+		if ahead >= n/10 {
+			t.Logf("%d of %d runs claimed ahead", ahead, n)
+			return
+		}
+		if late < n/2 || attempt == 3 {
+			t.Fatalf("%d of %d runs claimed ahead of their due time (%d started over 5 ms late); want many", ahead, n, late)
+		}
+		t.Logf("attempt %d: the leader's loop fell behind (%d of %d starts over 5 ms late, %d claimed ahead): trying again", attempt, late, n, ahead)
+	}
+}
+
+// leaderClaimsAhead runs 60 jobs named prefix… due 1 ms apart under a
+// fresh leader term, checks each run, and returns how many were claimed
+// ahead and how many started over 5 ms after their due time.
+func leaderClaimsAhead(t *testing.T, st *sqlstore.Store, prefix string) (ahead, late int) {
+	t.Helper()
 	base := time.Now().Add(1500 * time.Millisecond).Truncate(time.Millisecond)
 	const n = 60
 	jobs := map[string]time.Time{}
 	for i := range n {
-		jobs[fmt.Sprintf("j%02d", i)] = base.Add(time.Duration(i) * time.Millisecond)
+		jobs[fmt.Sprintf("%sj%02d", prefix, i)] = base.Add(time.Duration(i) * time.Millisecond)
 	}
 	createDue(t, st, jobs)
 	rec := &aheadRecorder{}
 	s := newSched(t, scheduler.Config{Store: st, Holder: "leader", Handler: rec.handle})
-	_, stop := leadAheadTerm(t, st, s, "leader")
+	gate, stop := leadAheadTerm(t, st, s, "leader")
 	dbtest.WaitFor(t, 20*time.Second, "every job to run", func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		return len(rec.starts) >= n
 	})
 	stop()
-	ahead := 0
+	// The next attempt's term takes the lease afresh.
+	if err := st.Release(t.Context(), gate.tok); err != nil {
+		t.Fatal(err)
+	}
 	for name, due := range jobs {
 		starts := rec.of(name)
 		if len(starts) != 1 {
@@ -155,6 +183,9 @@ func TestLeaderClaimsAhead(t *testing.T) {
 		}
 		if starts[0].at.Before(due) {
 			t.Errorf("job %s started %s before it was due", name, due.Sub(starts[0].at))
+		}
+		if starts[0].at.Sub(due) > 5*time.Millisecond {
+			late++
 		}
 		runs, err := st.Runs(t.Context(), name, 10)
 		if err != nil || len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeSucceeded {
@@ -169,12 +200,7 @@ func TestLeaderClaimsAhead(t *testing.T) {
 			ahead++ // claimed ahead: a claim's own now is never exactly it
 		}
 	}
-	// Jobs 1 ms apart, claimed up to 5 ms ahead: many are (about half on
-	// a loaded machine, whose loop falls behind).
-	if ahead < n/10 {
-		t.Fatalf("%d of %d runs claimed ahead of their due time; want many", ahead, n)
-	}
-	t.Logf("%d of %d runs claimed ahead", ahead, n)
+	return ahead, late
 }
 
 // A run claimed ahead starts only while its term lasts and its gate is

@@ -20,11 +20,36 @@ import (
 // than the action's start nor before its occurrence, each job once.
 func TestWorkerClaimsAhead(t *testing.T) {
 	st := dbtest.Postgres(t)
+	// A worker that falls behind the jobs (a starved machine) claims them
+	// as due, legitimately: the scenario is tried again then, up to 3
+	// times (as TestLeaderClaimsAhead).
+	for attempt := 1; ; attempt++ {
+		ahead, late := workerClaimsAhead(t, st, fmt.Sprintf("a%d-", attempt))
+		if t.Failed() {
+			return
+		}
+		const n = 60
+		if ahead >= n/10 {
+			t.Logf("%d of %d runs claimed ahead", ahead, n)
+			return
+		}
+		if late < n/2 || attempt == 3 {
+			t.Fatalf("%d of %d runs claimed ahead of their due time (%d started over 5 ms late); want many", ahead, n, late)
+		}
+		t.Logf("attempt %d: the worker fell behind (%d of %d starts over 5 ms late, %d claimed ahead): trying again", attempt, late, n, ahead)
+	}
+}
+
+// workerClaimsAhead runs 60 jobs named prefix… due 1 ms apart under a
+// claim-mode worker, checks each run, and returns how many were claimed
+// ahead and how many started over 5 ms after their due time.
+func workerClaimsAhead(t *testing.T, st *sqlstore.Store, prefix string) (ahead, late int) {
+	t.Helper()
 	base := time.Now().Add(1500 * time.Millisecond).Truncate(time.Millisecond)
 	const n = 60
 	jobs := map[string]time.Time{}
 	for i := range n {
-		jobs[fmt.Sprintf("j%02d", i)] = base.Add(time.Duration(i) * time.Millisecond)
+		jobs[fmt.Sprintf("%sj%02d", prefix, i)] = base.Add(time.Duration(i) * time.Millisecond)
 	}
 	createDue(t, st, jobs)
 	rec := &aheadRecorder{}
@@ -38,7 +63,6 @@ func TestWorkerClaimsAhead(t *testing.T) {
 		defer rec.mu.Unlock()
 		return len(rec.starts) >= n
 	})
-	ahead := 0
 	for name, due := range jobs {
 		starts := rec.of(name)
 		if len(starts) != 1 {
@@ -46,6 +70,9 @@ func TestWorkerClaimsAhead(t *testing.T) {
 		}
 		if starts[0].at.Before(due) {
 			t.Errorf("job %s started %s before it was due", name, due.Sub(starts[0].at))
+		}
+		if starts[0].at.Sub(due) > 5*time.Millisecond {
+			late++
 		}
 		var runs []sqlease.Run
 		dbtest.WaitFor(t, 10*time.Second, "the run of "+name+" to finish", func() bool {
@@ -62,11 +89,7 @@ func TestWorkerClaimsAhead(t *testing.T) {
 			ahead++ // claimed ahead: a claim's own now is never exactly it
 		}
 	}
-	// Jobs 1 ms apart, claimed up to 5 ms ahead: many are.
-	if ahead < n/10 {
-		t.Fatalf("%d of %d runs claimed ahead of their due time; want many", ahead, n)
-	}
-	t.Logf("%d of %d runs claimed ahead", ahead, n)
+	return ahead, late
 }
 
 // A job a worker claimed ahead starts only while the worker's term lasts
