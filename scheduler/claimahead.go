@@ -72,15 +72,25 @@ func (s *Scheduler) claimAndStart(ctx context.Context, w *workerTerm, slots int,
 	return s.store.ClaimAndStartNext(ctx, s.cfg.Holder, slots, from.after, peek)
 }
 
-// awaitClaimedStart waits until at, the local start of a job claimed
-// ahead, and then, under a worker lease, for its gate to be open, and
-// reports whether the run may start: not once ctx (the runs' context; the
-// term's, under a worker lease) has ended, or the gate refuses the term
-// otherwise than as closed for now. A gate closed while the term lives
-// (ErrNotLeader: a late heartbeat) is waited for, as the leader's
-// awaitStart does: the run then starts late rather than its attempt being
-// spent unrun.
+// awaitClaimedStart is awaitStartAt for a job a claim-mode worker claimed
+// ahead: under a worker lease the start waits for its gate; without one
+// (Run) only for at, while ctx (the runs' context) lives.
 func (s *Scheduler) awaitClaimedStart(ctx context.Context, w *workerTerm, at time.Time) bool {
+	var ensure func() error
+	if w != nil {
+		ensure = func() error { return w.gate.Ensure(w.tok) }
+	}
+	return awaitStartAt(ctx, at, ensure)
+}
+
+// awaitStartAt waits until at, the local start of a run claimed ahead (by
+// the leader or a claim-mode worker), and then for ensure, the term's gate
+// (nil: none), to pass, and reports whether the run may start: not once ctx
+// (the term's, or the runs') has ended, or the gate refuses the term
+// otherwise than as closed for now. A gate closed while the term lives
+// (ErrNotLeader: a late heartbeat) is waited for, as awaitGate does: the
+// run then starts late rather than its attempt being spent unrun.
+func awaitStartAt(ctx context.Context, at time.Time, ensure func() error) bool {
 	if d := time.Until(at); d > 0 {
 		t := time.NewTimer(d)
 		select {
@@ -91,10 +101,10 @@ func (s *Scheduler) awaitClaimedStart(ctx context.Context, w *workerTerm, at tim
 		}
 	}
 	for {
-		if w == nil {
+		if ensure == nil {
 			return ctx.Err() == nil
 		}
-		err := w.gate.Ensure(w.tok)
+		err := ensure()
 		if ctx.Err() != nil {
 			return false
 		}

@@ -1050,41 +1050,9 @@ func (l *leader) run(ctx context.Context, wg *sync.WaitGroup, id int64, claimed 
 	}
 }
 
-// awaitStart waits until at, the local start of a run claimed ahead, and
-// then for the gate to be open, and reports whether the run may start: not
-// once the term has ended (ctx) or its lease is lost. A gate that is closed
-// but may open again under the same token (ErrNotLeader while ctx lives: an
-// advisory term's late heartbeat) is waited for, as awaitGate does: the run
-// then starts late rather than its attempt being spent unrun.
+// awaitStart is awaitStartAt under the leader's gate.
 func (l *leader) awaitStart(ctx context.Context, at time.Time) bool {
-	if d := time.Until(at); d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		}
-	}
-	for {
-		err := l.gate.Ensure(l.tok)
-		if ctx.Err() != nil {
-			return false
-		}
-		if err == nil {
-			return true
-		}
-		if !errors.Is(err, sqlease.ErrNotLeader) {
-			return false
-		}
-		t := time.NewTimer(10 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		}
-	}
+	return awaitStartAt(ctx, at, func() error { return l.gate.Ensure(l.tok) })
 }
 
 // startAhead starts, at its due time, the run of a job claimed ahead that

@@ -20,24 +20,7 @@ import (
 // than the action's start nor before its occurrence, each job once.
 func TestWorkerClaimsAhead(t *testing.T) {
 	st := dbtest.Postgres(t)
-	// A worker that falls behind the jobs (a starved machine) claims them
-	// as due, legitimately: the scenario is tried again then, up to 3
-	// times (as TestLeaderClaimsAhead).
-	for attempt := 1; ; attempt++ {
-		ahead, late := workerClaimsAhead(t, st, fmt.Sprintf("a%d-", attempt))
-		if t.Failed() {
-			return
-		}
-		const n = 60
-		if ahead >= n/10 {
-			t.Logf("%d of %d runs claimed ahead", ahead, n)
-			return
-		}
-		if late < n/2 || attempt == 3 {
-			t.Fatalf("%d of %d runs claimed ahead of their due time (%d started over 5 ms late); want many", ahead, n, late)
-		}
-		t.Logf("attempt %d: the worker fell behind (%d of %d starts over 5 ms late, %d claimed ahead): trying again", attempt, late, n, ahead)
-	}
+	triedUntilAhead(t, "the worker", func(prefix string) (int, int) { return workerClaimsAhead(t, st, prefix) })
 }
 
 // workerClaimsAhead runs 60 jobs named prefix… due 1 ms apart under a
