@@ -14,6 +14,7 @@ import (
 
 	"github.com/sqlease/sqlease"
 	"github.com/sqlease/sqlease/internal/dbtest"
+	"github.com/sqlease/sqlease/postgres"
 	"github.com/sqlease/sqlease/scheduler"
 	"github.com/sqlease/sqlease/sqlite"
 	"github.com/sqlease/sqlease/sqlstore"
@@ -28,16 +29,24 @@ import (
 // (p0), the worker's polls then come about every PollInterval after it,
 // and the job under test falls due half a poll after the next one. A
 // worker that learns nothing at its idle polls runs it half a poll late.
-// PostgreSQL is left out: its claim (ClaimStart) is another statement, and
-// its worker learns of new jobs from the change feed.
+// PostgreSQL's claim does not peek: its worker learns of the new job from
+// the change feed (postgres.ListenJobs, as sqlease serve wires it), and
+// is held to the same bound.
 func TestClaimIdlePollLearnsNextDue(t *testing.T) {
 	dbtest.Dialects(t, func(t *testing.T, open dbtest.Open) {
-		if strings.HasSuffix(t.Name(), "/postgres") {
-			t.Skip("PostgreSQL's claim does not peek (its worker has the change feed)")
-		}
 		ctx := context.Background()
 		st, other := open(t), open(t) // two pools on one database
-		if st.Dialect().Jobs.ClaimPeek == "" {
+		var changes <-chan struct{}
+		if strings.HasSuffix(t.Name(), "/postgres") {
+			url := dbtest.PostgresURL(t)
+			st, other = dbtest.OpenPostgres(t, url), dbtest.OpenPostgres(t, url)
+			lctx, cancel := context.WithCancel(ctx)
+			t.Cleanup(cancel)
+			var err error
+			if changes, err = postgres.ListenJobs(lctx, url, dbtest.Prefix, nil); err != nil {
+				t.Fatal(err)
+			}
+		} else if st.Dialect().Jobs.ClaimPeek == "" {
 			t.Fatal("the dialect has no ClaimPeek")
 		}
 		const poll = time.Second
@@ -50,7 +59,7 @@ func TestClaimIdlePollLearnsNextDue(t *testing.T) {
 			calls <- call{r.Job, time.Now(), r.ScheduledFor}
 			return nil
 		}}
-		defer runClaim(t, newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle, PollInterval: poll}))()
+		defer runClaim(t, newSched(t, scheduler.Config{Store: st, Holder: "w", Handler: rec.handle, PollInterval: poll, Changes: changes}))()
 		api := newSched(t, scheduler.Config{Store: other})
 		ran := func(want string) call {
 			t.Helper()
