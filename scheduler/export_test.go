@@ -18,6 +18,14 @@ func SetScheduleReadDelay(d time.Duration) (undo func()) {
 	return func() { testScheduleReadDelay.Store(0) }
 }
 
+// SetScheduleAnswerDelay makes the answer of every load of a leader's
+// window (a term's first included) arrive d after the database read its
+// clock; the returned func undoes it.
+func SetScheduleAnswerDelay(d time.Duration) (undo func()) {
+	testScheduleAnswerDelay.Store(int64(d))
+	return func() { testScheduleAnswerDelay.Store(0) }
+}
+
 // SetClaimAhead makes leaders started after it claim ahead by d instead
 // of claimAhead; the returned func undoes it.
 func SetClaimAhead(d time.Duration) (undo func()) {

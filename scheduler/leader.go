@@ -201,6 +201,7 @@ func (s *Scheduler) Lead(ctx context.Context, gate Gate, tok sqlease.Token) (err
 					}
 				} else {
 					l.applyWindow(r.rows, r.now, r.at)
+					l.sawClock(r.clock, r.clockAt)
 				}
 			}
 			l.setReading(false)
@@ -244,8 +245,11 @@ type schedRead struct {
 	rows   []sqlstore.ScheduleEntry
 	now    time.Time // reload: the database's clock as it read
 	at     time.Time // reload: the local clock as the read returned
-	last   bool      // refresh: the last page (also on an error)
-	err    error
+	// clock and clockAt: a quick reading of the database's clock after a
+	// long read, and when its answer arrived (readClock; zero: none).
+	clock, clockAt time.Time
+	last           bool // refresh: the last page (also on an error)
+	err            error
 }
 
 // reloadDue reports whether the window is half used up.
@@ -260,6 +264,22 @@ var testScheduleReadDelay atomic.Int64
 
 func slowRead(ctx context.Context) {
 	if d := time.Duration(testScheduleReadDelay.Load()); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// testScheduleAnswerDelay, set by tests, makes the answer of each load
+// of the window (a term's first included) arrive that much after the
+// database read its clock: a long read, as of a large window.
+var testScheduleAnswerDelay atomic.Int64
+
+func slowAnswer(ctx context.Context) {
+	if d := time.Duration(testScheduleAnswerDelay.Load()); d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -287,8 +307,15 @@ func (l *leader) startReload(ctx context.Context, wg *sync.WaitGroup) {
 	go func() {
 		defer wg.Done()
 		slowRead(ctx)
+		sent := time.Now()
 		entries, now, err := l.s.store.DueWindow(ctx, l.s.cfg.ScheduleHorizon, l.s.cfg.MaxScheduled)
-		l.sendRead(ctx, schedRead{reload: true, rows: entries, now: now, at: time.Now(), last: true, err: err})
+		slowAnswer(ctx)
+		at := time.Now()
+		var clock, clockAt time.Time
+		if err == nil {
+			clock, clockAt = l.readClock(ctx, sent, at)
+		}
+		l.sendRead(ctx, schedRead{reload: true, rows: entries, now: now, at: at, clock: clock, clockAt: clockAt, last: true, err: err})
 	}()
 }
 
@@ -335,8 +362,9 @@ type leader struct {
 	settled time.Time
 
 	// The database clock as of the last full load, carried forward on the
-	// local monotonic clock. It only decides when to try a claim; the claim
-	// itself compares in database time.
+	// local monotonic clock, and moved on by each claim's now (sawClock).
+	// It only decides when to try a claim; the claim itself compares in
+	// database time.
 	dbNow, localAt time.Time
 	// loadedUntil: every unpaused job due before it is in sched (or running).
 	loadedUntil time.Time
@@ -417,6 +445,46 @@ func (l *leader) setRunning(id int64, on bool) {
 
 func (l *leader) estNow() time.Time { return l.dbNow.Add(time.Since(l.localAt)) }
 
+// loadTripQuick is the longest load of the window (from its sending to its
+// answer) whose reading of the database clock is taken as it is: a longer
+// one is followed by a quick reading (readClock).
+const loadTripQuick = 2 * time.Millisecond
+
+// readClock reads the database clock once more when a load sent at sent
+// answered at at, too long after for its reading to be close (see
+// sawClock): a large window's read. It returns the reading and when its
+// answer arrived, or zeros (a quick load, or a failed read: the claims
+// correct the clock then). A load comes every ScheduleHorizon/2, so this
+// is a statement per half horizon at most, and none while the window is
+// small (an idle leader's).
+func (l *leader) readClock(ctx context.Context, sent, at time.Time) (time.Time, time.Time) {
+	if at.Sub(sent) <= loadTripQuick {
+		return time.Time{}, time.Time{}
+	}
+	now, err := l.s.store.Now(ctx)
+	if err != nil {
+		return time.Time{}, time.Time{}
+	}
+	return now, time.Now()
+}
+
+// sawClock takes a reading of the database clock, now, whose answer
+// arrived at the local instant at: the database read now no later than at,
+// so now - at is a lower bound of how far its clock is ahead of this
+// host's. estNow keeps the highest bound since the last load: a reading is
+// behind by its whole trip, and a load's trip is its read of the whole
+// window (tens of milliseconds for 10,000 jobs), which a quick claim's
+// trip corrects (readClock, then every claim). Lagging, the leader tried
+// each claim that much late, and claimed ahead (l.ahead) nothing: at a
+// trickle of 1,000 jobs a second every run started 2–8 ms late, six at a
+// time (-bench trickle). A load starts afresh from its own readings, so
+// that a drift of either clock is followed.
+func (l *leader) sawClock(now, at time.Time) {
+	if !now.IsZero() && !at.IsZero() && now.Sub(at) > l.dbNow.Sub(l.localAt) {
+		l.dbNow, l.localAt = now, at
+	}
+}
+
 // rebuild is the first reload of a term, retried with backoff while it
 // fails, for at most DispatchFailureLimit.
 func (l *leader) rebuild(ctx context.Context) error {
@@ -474,11 +542,16 @@ func (l *leader) awaitGate(ctx context.Context) error {
 func (l *leader) reload(ctx context.Context) error {
 	l.setReading(true)
 	defer l.setReading(false)
+	sent := time.Now()
 	entries, now, err := l.s.store.DueWindow(ctx, l.s.cfg.ScheduleHorizon, l.s.cfg.MaxScheduled)
 	if err != nil {
 		return err
 	}
-	l.applyWindow(entries, now, time.Now())
+	slowAnswer(ctx)
+	at := time.Now()
+	clock, clockAt := l.readClock(ctx, sent, at)
+	l.applyWindow(entries, now, at)
+	l.sawClock(clock, clockAt)
 	return nil
 }
 
@@ -776,7 +849,7 @@ func (l *leader) claimAndRun(ctx context.Context, wg *sync.WaitGroup, batch []sc
 	<-l.claiming
 	for i, e := range batch {
 		r := claims[i]
-		book(claimResult{id: e.id, due: e.next, ok: r.ok, aside: r.aside, err: r.err})
+		book(claimResult{id: e.id, due: e.next, ok: r.ok, aside: r.aside, err: r.err, now: r.c.Now, got: r.got})
 		if r.err != nil || !r.ok {
 			<-l.s.leaderSem
 			continue
@@ -805,8 +878,9 @@ type leaderClaim struct {
 	// startAt, when not zero, is the local instant a job claimed ahead
 	// falls due by the database's clock (see booked): its run starts then.
 	startAt time.Time
-	ok      bool // claimed
-	aside   bool // its row cannot be decoded: set aside (Scheduler.setAside)
+	got     time.Time // when the claim's answer arrived
+	ok      bool      // claimed
+	aside   bool      // its row cannot be decoded: set aside (Scheduler.setAside)
 	err     error
 }
 
@@ -822,7 +896,7 @@ type leaderClaim struct {
 func (l *leader) booked(claimed []sqlstore.Claimed, at map[int64]int, out []leaderClaim, got time.Time) []sqlstore.StartReq {
 	var reqs []sqlstore.StartReq
 	for _, c := range claimed {
-		out[at[c.ID]] = leaderClaim{c: c, ok: true, started: c.Started}
+		out[at[c.ID]] = leaderClaim{c: c, ok: true, started: c.Started, got: got}
 		if c.NextRunAt.After(c.Now) {
 			out[at[c.ID]].startAt = got.Add(c.NextRunAt.Sub(c.Now))
 			continue
@@ -1103,6 +1177,9 @@ type claimResult struct {
 	ok    bool
 	aside bool // set aside: not due before corruptRetry
 	err   error
+	// now and got: the claim's database now and the local instant its
+	// answer arrived (sawClock), when it claimed the job.
+	now, got time.Time
 }
 
 // bookClaim books a claim's outcome. One that failed or found nothing to claim
@@ -1111,6 +1188,7 @@ type claimResult struct {
 // times; the next refresh or reload catches anything else.
 func (l *leader) bookClaim(ctx context.Context, r claimResult) {
 	if r.err == nil && r.ok {
+		l.sawClock(r.now, r.got)
 		delete(l.failed, r.id)
 		return
 	}
@@ -1188,6 +1266,7 @@ func (l *leader) claim(ctx context.Context, id int64) (r leaderClaim) {
 	if r.err != nil {
 		return leaderClaim{err: r.err}
 	}
+	r.got = time.Now()
 	return r
 }
 
