@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	rtrace "runtime/trace"
 	"strconv"
 	"strings"
 	"syscall"
@@ -261,6 +262,7 @@ func main() {
 		dueSpread   = fs.Duration("due-spread", time.Millisecond, "claim/leader: space the due jobs' next_run_at this far apart, into the past (0: all due at one instant — with more than MaxScheduled of them the leader dispatches none)")
 		noNotify    = fs.Bool("no-notify-trigger", false, "PostgreSQL: drop the jobs table's NOTIFY trigger (the leader's change feed) after migrating, to measure what it costs")
 		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of this process (the Go client) to this file")
+		exectrace   = fs.String("exectrace", "", "write a Go execution trace of this process (the Go client) to this file: which goroutine woke which, for go tool trace")
 		childMem    = fs.String("child-memory", "", "internal: run one memory run for this dialect and print JSON")
 		singletonsN = intList{1000}
 		sNodes      = intList{3}
@@ -361,6 +363,18 @@ func main() {
 			os.Exit(1)
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if *exectrace != "" {
+		f, err := os.Create(*exectrace)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if err := rtrace.Start(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer func() { rtrace.Stop(); f.Close() }()
 	}
 
 	tuning := schedTuning{PollInterval: *poll, BatchSize: *batch, MaxConcurrent: *maxConc}
