@@ -37,6 +37,7 @@ type runCounter struct {
 	finished atomic.Int64
 	firstRun atomic.Int64 // unix nanos of the first handler call
 	finishAt []int64      // unix nanos, by finish order
+	late     []int64      // handler call − scheduled_for, nanos, by job (the first call)
 	want     int64
 	done     chan struct{}
 	once     sync.Once
@@ -44,16 +45,32 @@ type runCounter struct {
 
 func newRunCounter(minID, maxID int64, want int) *runCounter {
 	return &runCounter{minID: minID, seen: make([]atomic.Int32, maxID-minID+1), want: int64(want),
-		finishAt: make([]int64, want+1024), done: make(chan struct{})}
+		finishAt: make([]int64, want+1024), late: make([]int64, maxID-minID+1), done: make(chan struct{})}
 }
 
 func (c *runCounter) handle(ctx context.Context, r sqlease.Run) error {
-	c.firstRun.CompareAndSwap(0, time.Now().UnixNano())
+	now := time.Now()
+	c.firstRun.CompareAndSwap(0, now.UnixNano())
 	c.calls.Add(1)
 	if i := r.JobID - c.minID; i >= 0 && i < int64(len(c.seen)) {
-		c.seen[i].Add(1)
+		if c.seen[i].Add(1) == 1 {
+			atomic.StoreInt64(&c.late[i], int64(now.Sub(r.ScheduledFor)))
+		}
 	}
 	return nil
+}
+
+// startDelays returns the first calls' delays past scheduled_for, sorted
+// (seconds).
+func (c *runCounter) startDelays() []float64 {
+	var out []float64
+	for i := range c.seen {
+		if c.seen[i].Load() > 0 {
+			out = append(out, time.Duration(atomic.LoadInt64(&c.late[i])).Seconds())
+		}
+	}
+	sort.Float64s(out)
+	return out
 }
 
 // RunFinished implements scheduler.Observer; it is called after the run's
@@ -203,6 +220,7 @@ type throughputResult struct {
 	Server     *pgStats
 	PGCPU      *pgCPUUse
 	Trace      *traceSnapshot
+	Late       []float64 // trickle: each job's start delay past its scheduled_for (seconds), sorted
 }
 
 // dbCheck is what the tables say after the run.
@@ -376,6 +394,9 @@ wait:
 		tl.report(start, end, path)
 	}
 	res.PerSec = float64(res.Done) / res.Elapsed.Seconds()
+	if o.trickle > 0 {
+		res.Late = counter.startDelays()
+	}
 	if f := counter.firstRun.Load(); f != 0 {
 		res.FirstRun = time.Unix(0, f).Sub(start)
 	}

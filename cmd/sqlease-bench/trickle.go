@@ -71,9 +71,15 @@ func trickleScenario(ctx context.Context, e *env, dialect string, modes []string
 				stmts = fmt.Sprintf("  statements/job %.2f (claims %.2f), commits/job %.2f", float64(calls)/float64(max(res.Done, 1)),
 					float64(claims)/float64(max(res.Done, 1)), float64(res.Server.XactCommit)/float64(max(res.Done, 1)))
 			}
-			fmt.Printf("  run %d: [bg %2.0f%%] %-7s %6d jobs in %s (%.0f/s)  CPU per job: client %s, server %s  machine %s%s\n",
+			late := ""
+			if len(res.Late) > 0 {
+				// Not late for nothing: a start that waits for others to
+				// share a wake-up would look cheap here.
+				late = fmt.Sprintf("  start delay p50 %s p99 %s", fmtDur(time.Duration(quantile(res.Late, 0.5)*1e9)), fmtDur(time.Duration(quantile(res.Late, 0.99)*1e9)))
+			}
+			fmt.Printf("  run %d: [bg %2.0f%%] %-7s %6d jobs in %s (%.0f/s)  CPU per job: client %s, server %s  machine %s%s%s\n",
 				r, bg*100, mode, res.Done, res.Elapsed.Round(time.Millisecond), res.PerSec, fmtDur(time.Duration(client)), srv,
-				fpct(res.CPU.Utilization()), stmts)
+				fpct(res.CPU.Utilization()), late, stmts)
 		}
 	}
 	fmt.Printf("  medians of %d runs [min .. max]:\n", runs)
