@@ -178,8 +178,17 @@ func (f *finisher) loop() {
 				}
 			}
 		}
+		// What finished during a write is written at once only when it
+		// is enough for a group (a backlog); a trickle's one or two
+		// lingers like any other (the kick their finish sent is pending):
+		// written at once, they made every other statement a group of
+		// one (6.5 runs per statement with a 10 ms linger at 1,000 runs a
+		// second).
 		for group = f.take(group); len(group) > 0; group = f.take(group) {
 			reqs = f.write(group, reqs)
+			if f.linger > 0 && f.queued() < f.enough {
+				break
+			}
 		}
 	}
 }
