@@ -102,6 +102,35 @@ func createDue(t *testing.T, st *sqlstore.Store, jobs map[string]time.Time) {
 	}
 }
 
+// leadJobs creates one-off jobs due at the given times and runs a leader
+// ("leader", a term of its own) until each has started; it returns the
+// starts and the term's gate, the term over.
+func leadJobs(t *testing.T, st *sqlstore.Store, jobs map[string]time.Time) (*aheadRecorder, *aheadGate) {
+	t.Helper()
+	createDue(t, st, jobs)
+	rec := &aheadRecorder{}
+	s := newSched(t, scheduler.Config{Store: st, Holder: "leader", Handler: rec.handle})
+	gate, stop := leadAheadTerm(t, st, s, "leader")
+	dbtest.WaitFor(t, 20*time.Second, "every job to run", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.starts) >= len(jobs)
+	})
+	stop()
+	return rec, gate
+}
+
+// once returns job's one start, failing the test if it started more or
+// less than once.
+func (r *aheadRecorder) once(t *testing.T, job string) aheadStart {
+	t.Helper()
+	starts := r.of(job)
+	if len(starts) != 1 {
+		t.Fatalf("job %s started %d times", job, len(starts))
+	}
+	return starts[0]
+}
+
 // leadAheadTerm runs s.Lead under a fresh lease term of holder on st until the
 // returned stop is called; stop waits for Lead to return.
 func leadAheadTerm(t *testing.T, st *sqlstore.Store, s *scheduler.Scheduler, holder string) (*aheadGate, func()) {
@@ -170,29 +199,17 @@ func leaderClaimsAhead(t *testing.T, st *sqlstore.Store, prefix string) (ahead, 
 	for i := range n {
 		jobs[fmt.Sprintf("%sj%02d", prefix, i)] = base.Add(time.Duration(i) * time.Millisecond)
 	}
-	createDue(t, st, jobs)
-	rec := &aheadRecorder{}
-	s := newSched(t, scheduler.Config{Store: st, Holder: "leader", Handler: rec.handle})
-	gate, stop := leadAheadTerm(t, st, s, "leader")
-	dbtest.WaitFor(t, 20*time.Second, "every job to run", func() bool {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		return len(rec.starts) >= n
-	})
-	stop()
+	rec, gate := leadJobs(t, st, jobs)
 	// The next attempt's term takes the lease afresh.
 	if err := st.Release(t.Context(), gate.tok); err != nil {
 		t.Fatal(err)
 	}
 	for name, due := range jobs {
-		starts := rec.of(name)
-		if len(starts) != 1 {
-			t.Fatalf("job %s started %d times", name, len(starts))
+		start := rec.once(t, name)
+		if start.at.Before(due) {
+			t.Errorf("job %s started %s before it was due", name, due.Sub(start.at))
 		}
-		if starts[0].at.Before(due) {
-			t.Errorf("job %s started %s before it was due", name, due.Sub(starts[0].at))
-		}
-		if starts[0].at.Sub(due) > 5*time.Millisecond {
+		if start.at.Sub(due) > 5*time.Millisecond {
 			late++
 		}
 		runs, err := st.Runs(t.Context(), name, 10)
@@ -200,9 +217,9 @@ func leaderClaimsAhead(t *testing.T, st *sqlstore.Store, prefix string) (ahead, 
 			t.Fatalf("runs of %s: %+v, %v", name, runs, err)
 		}
 		r := runs[0]
-		if r.StartedAt.Before(r.ScheduledFor) || r.StartedAt.After(starts[0].at) {
+		if r.StartedAt.Before(r.ScheduledFor) || r.StartedAt.After(start.at) {
 			t.Errorf("run of %s: started_at %s, scheduled for %s, action started %s: want between", name,
-				r.StartedAt.Format(time.StampMicro), r.ScheduledFor.Format(time.StampMicro), starts[0].at.Format(time.StampMicro))
+				r.StartedAt.Format(time.StampMicro), r.ScheduledFor.Format(time.StampMicro), start.at.Format(time.StampMicro))
 		}
 		if r.StartedAt.Equal(r.ScheduledFor) {
 			ahead++ // claimed ahead: a claim's own now is never exactly it
@@ -327,23 +344,10 @@ func TestLeaderClockFollowsItsClaims(t *testing.T) {
 		for i := range n {
 			jobs[fmt.Sprintf("c%02d", i)] = base.Add(time.Duration(i) * 20 * time.Millisecond)
 		}
-		createDue(t, st, jobs)
-		rec := &aheadRecorder{}
-		s := newSched(t, scheduler.Config{Store: st, Holder: "leader", Handler: rec.handle})
-		_, stop := leadAheadTerm(t, st, s, "leader")
-		dbtest.WaitFor(t, 20*time.Second, "every job to run", func() bool {
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
-			return len(rec.starts) >= n
-		})
-		stop()
+		rec, _ := leadJobs(t, st, jobs)
 		var late []string
 		for name, due := range jobs {
-			starts := rec.of(name)
-			if len(starts) != 1 {
-				t.Fatalf("job %s started %d times", name, len(starts))
-			}
-			if d := starts[0].at.Sub(due); d > 100*time.Millisecond {
+			if d := rec.once(t, name).at.Sub(due); d > 100*time.Millisecond {
 				late = append(late, fmt.Sprintf("%s +%s", name, d.Round(time.Millisecond)))
 			}
 		}
