@@ -307,16 +307,22 @@ func (l *leader) startReload(ctx context.Context, wg *sync.WaitGroup) {
 	go func() {
 		defer wg.Done()
 		slowRead(ctx)
-		sent := time.Now()
-		entries, now, err := l.s.store.DueWindow(ctx, l.s.cfg.ScheduleHorizon, l.s.cfg.MaxScheduled)
-		slowAnswer(ctx)
-		at := time.Now()
-		var clock, clockAt time.Time
-		if err == nil {
-			clock, clockAt = l.readClock(ctx, sent, at)
-		}
-		l.sendRead(ctx, schedRead{reload: true, rows: entries, now: now, at: at, clock: clock, clockAt: clockAt, last: true, err: err})
+		l.sendRead(ctx, l.loadWindow(ctx))
 	}()
+}
+
+// loadWindow reads the jobs due within the horizon, with the database's
+// clock as it read them, and a quick reading of that clock after a long
+// read (readClock).
+func (l *leader) loadWindow(ctx context.Context) schedRead {
+	sent := time.Now()
+	entries, now, err := l.s.store.DueWindow(ctx, l.s.cfg.ScheduleHorizon, l.s.cfg.MaxScheduled)
+	slowAnswer(ctx)
+	r := schedRead{reload: true, rows: entries, now: now, at: time.Now(), last: true, err: err}
+	if err == nil {
+		r.clock, r.clockAt = l.readClock(ctx, sent, r.at)
+	}
+	return r
 }
 
 // startRefresh reads, in a goroutine, every job row with an occurrence to
@@ -542,16 +548,12 @@ func (l *leader) awaitGate(ctx context.Context) error {
 func (l *leader) reload(ctx context.Context) error {
 	l.setReading(true)
 	defer l.setReading(false)
-	sent := time.Now()
-	entries, now, err := l.s.store.DueWindow(ctx, l.s.cfg.ScheduleHorizon, l.s.cfg.MaxScheduled)
-	if err != nil {
-		return err
+	r := l.loadWindow(ctx)
+	if r.err != nil {
+		return r.err
 	}
-	slowAnswer(ctx)
-	at := time.Now()
-	clock, clockAt := l.readClock(ctx, sent, at)
-	l.applyWindow(entries, now, at)
-	l.sawClock(clock, clockAt)
+	l.applyWindow(r.rows, r.now, r.at)
+	l.sawClock(r.clock, r.clockAt)
 	return nil
 }
 
