@@ -149,6 +149,9 @@ func (e *Elector) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		lease, sentAt, err := e.tryAcquire(ctx, 0)
 		if err == nil {
+			lease, sentAt, err = e.freshen(ctx, lease, sentAt, t)
+		}
+		if err == nil {
 			resigned := e.lead(ctx, lease, sentAt, time.Time{}, &callbacks, t)
 			// Never overlap two terms' callbacks in one process: the old
 			// one was cancelled, wait for it before competing again.
@@ -161,6 +164,34 @@ func (e *Elector) Run(ctx context.Context) error {
 		e.sleep(ctx, e.followWait(lease, err))
 	}
 	return nil
+}
+
+// freshen renews a lease just acquired whose answer came more than a
+// renew interval after it was sent (a slow or loaded database): the term's
+// trust counts from the sending, so such a term would begin with most of
+// it spent, and a run started then — a delivery of 1.5 s with 0.25 s of
+// trust left — is cut off by the deadline while its receiver works on,
+// and the next leader, taking the lease as soon as it expires, sent the
+// same occurrence again while the first was still being processed (the
+// fault suite, MariaDB under CI load: an acquire answered 1.3 s late). A
+// renew that fails ends the term before it began: nothing acted under it,
+// and the lease expires for whoever is next.
+func (e *Elector) freshen(ctx context.Context, lease sqlease.Lease, sentAt time.Time, t term) (sqlease.Lease, time.Time, error) {
+	if e.cfg.Clock.Now().Sub(sentAt) <= e.cfg.RenewInterval {
+		return lease, sentAt, nil
+	}
+	tok := lease.Token()
+	renewAt := e.cfg.Clock.Now()
+	l, err := t.renew(ctx, tok, e.cfg.LeaseDuration)
+	if err != nil {
+		e.setErr(err)
+		e.log.Warn("leader_acquired_late", slog.Int64("lease_epoch", tok.Epoch), slog.Duration("answer_after", renewAt.Sub(sentAt)),
+			slog.String("error", err.Error()), slog.String("reason", "the renew after a late acquire failed: this term does not act"))
+		return sqlease.Lease{}, time.Time{}, err
+	}
+	e.log.Info("leader_acquired_late", slog.Int64("lease_epoch", tok.Epoch), slog.Duration("answer_after", renewAt.Sub(sentAt)),
+		slog.String("reason", "renewed before acting"))
+	return l, renewAt, nil
 }
 
 // missingFor reports whether the lease row has been seen missing for at

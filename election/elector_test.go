@@ -231,3 +231,54 @@ func TestRunTwice(t *testing.T) {
 		t.Fatal("second Run must fail")
 	}
 }
+
+// lateAcquire answers each Acquire late, as a loaded database does.
+type lateAcquire struct {
+	sqlease.LeaseStore
+	late   time.Duration
+	renews atomic.Int32
+}
+
+func (s *lateAcquire) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (sqlease.Lease, error) {
+	l, err := s.LeaseStore.Acquire(ctx, name, holder, ttl)
+	time.Sleep(s.late)
+	return l, err
+}
+
+func (s *lateAcquire) Renew(ctx context.Context, tok sqlease.Token, ttl time.Duration) (sqlease.Lease, error) {
+	s.renews.Add(1)
+	return s.LeaseStore.Renew(ctx, tok, ttl)
+}
+
+// TestLateAcquireRenewsBeforeActing: a term's trust counts from its
+// acquire's sending, so an acquire answered late would begin a term with
+// most of its trust spent — a run started then is cut off while its
+// receiver works on, and the next leader sends it again as soon as the
+// lease expires. Such a term renews before it acts: it begins with a
+// renew's full trust, or not at all.
+func TestLateAcquireRenewsBeforeActing(t *testing.T) {
+	s := &lateAcquire{LeaseStore: dbtest.SQLite(t), late: 700 * time.Millisecond}
+	cfg := fast(s, "a")
+	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin = 2*time.Second, 300*time.Millisecond, 300*time.Millisecond
+	var mu sync.Mutex
+	var left time.Duration
+	var renewsBefore int32
+	var ep atomic.Pointer[election.Elector] // set long before the first acquire answers
+	cfg.OnStartedLeading = func(ctx context.Context, tok sqlease.Token) {
+		st := ep.Load().Status()
+		mu.Lock()
+		left, renewsBefore = time.Until(st.TrustedUntil), s.renews.Load()
+		mu.Unlock()
+		<-ctx.Done()
+	}
+	e, _ := storetest.RunElector(t, cfg)
+	ep.Store(e)
+	dbtest.WaitFor(t, 10*time.Second, "leadership", func() bool { mu.Lock(); defer mu.Unlock(); return left != 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	// Without the renew: 2s - 0.3s - 0.7s = 1.0s of trust at most.
+	if renewsBefore < 1 || left < 1400*time.Millisecond {
+		t.Fatalf("the term began with %s of trust after %d renews: want a renew first, and over 1.4s", left, renewsBefore)
+	}
+	t.Logf("the term began with %s of trust after %d renew(s)", left, renewsBefore)
+}

@@ -329,15 +329,15 @@ func claimedAheadScenario(t *testing.T, end bool) bool {
 
 // A leader's clock follows its claims, not only its loads of the window: a
 // load's answer arrives long after the database read its clock when the
-// window is large (here 200 ms after, by a test hook), and a leader that
+// window is large (here 500 ms after, by a test hook), and a leader that
 // took the load's clock as it arrived tried every claim that much late
-// (each run 200 ms after its due time). A quick reading of the clock after
-// such a load (and each claim's) puts the leader's clock right: every run
-// starts on time.
+// (each run ~500 ms after its due time). A quick reading of the clock
+// after such a load (and each claim's) puts the leader's clock right:
+// every run starts on time.
 func TestLeaderClockFollowsItsClaims(t *testing.T) {
 	dbtest.Dialects(t, func(t *testing.T, open dbtest.Open) {
 		st := open(t)
-		defer scheduler.SetScheduleAnswerDelay(200 * time.Millisecond)()
+		defer scheduler.SetScheduleAnswerDelay(500 * time.Millisecond)()
 		const n = 30
 		base := time.Now().Add(1500 * time.Millisecond).Truncate(time.Millisecond)
 		jobs := map[string]time.Time{}
@@ -347,14 +347,16 @@ func TestLeaderClockFollowsItsClaims(t *testing.T) {
 		rec, _ := leadJobs(t, st, jobs)
 		var late []string
 		for name, due := range jobs {
-			if d := rec.once(t, name).at.Sub(due); d > 100*time.Millisecond {
+			if d := rec.once(t, name).at.Sub(due); d > 250*time.Millisecond {
 				late = append(late, fmt.Sprintf("%s +%s", name, d.Round(time.Millisecond)))
 			}
 		}
-		// A starved machine may delay a run or two.
-		if len(late) > 2 {
-			t.Fatalf("%d of %d runs started over 100 ms late: %v", len(late), n, late)
+		// A starved machine may delay a few runs (a stall of 450 ms
+		// would delay ten); a lagging clock delays every one, or (the
+		// claims' readings alone) the 25 due within the lag.
+		if len(late) > n/3 {
+			t.Fatalf("%d of %d runs started over 250 ms late: %v", len(late), n, late)
 		}
-		t.Logf("%d of %d runs started over 100 ms late: %v", len(late), n, late)
+		t.Logf("%d of %d runs started over 250 ms late: %v", len(late), n, late)
 	})
 }
