@@ -206,23 +206,15 @@ func leaderClaimsAhead(t *testing.T, st *sqlstore.Store, prefix string) (ahead, 
 	}
 	for name, due := range jobs {
 		start := rec.once(t, name)
-		if start.at.Before(due) {
-			t.Errorf("job %s started %s before it was due", name, due.Sub(start.at))
-		}
-		if start.at.Sub(due) > 5*time.Millisecond {
+		if startLate(t, name, start, due) {
 			late++
 		}
 		runs, err := st.Runs(t.Context(), name, 10)
 		if err != nil || len(runs) != 1 || runs[0].Outcome != sqlease.OutcomeSucceeded {
 			t.Fatalf("runs of %s: %+v, %v", name, runs, err)
 		}
-		r := runs[0]
-		if r.StartedAt.Before(r.ScheduledFor) || r.StartedAt.After(start.at) {
-			t.Errorf("run of %s: started_at %s, scheduled for %s, action started %s: want between", name,
-				r.StartedAt.Format(time.StampMicro), r.ScheduledFor.Format(time.StampMicro), start.at.Format(time.StampMicro))
-		}
-		if r.StartedAt.Equal(r.ScheduledFor) {
-			ahead++ // claimed ahead: a claim's own now is never exactly it
+		if runClaimedAhead(t, name, runs[0], start) {
+			ahead++
 		}
 	}
 	return ahead, late
@@ -233,16 +225,45 @@ func leaderClaimsAhead(t *testing.T, st *sqlstore.Store, prefix string) (ahead, 
 // marks it abandoned and runs the occurrence again; a gate closed at its
 // due time holds it until the gate opens again under the same term.
 func TestLeaderClaimedAheadStartsOnlyInTerm(t *testing.T) {
+	inTermCases(t, claimedAheadScenario)
+}
+
+// inTermCases runs a claimed-ahead-in-term scenario (one try; false: not
+// reached) as TermEnds (end) and GateClosed, each tried up to 5 times.
+func inTermCases(t *testing.T, scenario func(t *testing.T, end bool) bool) {
 	for _, end := range []bool{true, false} {
 		name := map[bool]string{true: "TermEnds", false: "GateClosed"}[end]
 		t.Run(name, func(t *testing.T) {
-			for attempt := 1; !claimedAheadScenario(t, end); attempt++ {
+			for attempt := 1; !scenario(t, end); attempt++ {
 				if attempt == 5 {
 					t.Fatal("the scenario was not reached in 5 attempts: first's handler never closed the gate before second fell due")
 				}
 			}
 		})
 	}
+}
+
+// startLate checks that job name's start came no earlier than its due
+// time and reports whether it came over 5 ms after it.
+func startLate(t *testing.T, name string, start aheadStart, due time.Time) bool {
+	t.Helper()
+	if start.at.Before(due) {
+		t.Errorf("job %s started %s before it was due", name, due.Sub(start.at))
+	}
+	return start.at.Sub(due) > 5*time.Millisecond
+}
+
+// runClaimedAhead checks that run r of job name recorded a started_at
+// between its occurrence and its action's start, and reports whether it
+// was claimed ahead (started_at exactly the occurrence: a claim's own now
+// never is).
+func runClaimedAhead(t *testing.T, name string, r sqlease.Run, start aheadStart) bool {
+	t.Helper()
+	if r.StartedAt.Before(r.ScheduledFor) || r.StartedAt.After(start.at) {
+		t.Errorf("run of %s: started_at %s, scheduled for %s, action started %s: want between", name,
+			r.StartedAt.Format(time.StampMicro), r.ScheduledFor.Format(time.StampMicro), start.at.Format(time.StampMicro))
+	}
+	return r.StartedAt.Equal(r.ScheduledFor)
 }
 
 // claimedAheadScenario is one try of TestLeaderClaimedAheadStartsOnlyInTerm
