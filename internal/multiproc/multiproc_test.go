@@ -566,8 +566,12 @@ func testPausedLeader(t *testing.T, b *backend) {
 	sum := finish(t, f, b)
 	newFirst := sum.RowsOf(next.Epoch)
 	for _, r := range sum.Rows {
-		if strings.Contains(r.Note, "/bypass/") {
-			t.Errorf("bypass row committed: %v", r)
+		// The stale token's: the new leader's own bypass writer may commit
+		// under its still-current epoch as its term is cancelled at the
+		// fleet's shutdown, before its release (CI saw "w0/bypass/44" under
+		// epoch 2, 2 ms before the release) — fencing as it should.
+		if strings.Contains(r.Note, "/bypass/") && r.Epoch == lead.Epoch {
+			t.Errorf("bypass row committed under the stale epoch %d: %v", lead.Epoch, r)
 		}
 		if r.Epoch == lead.Epoch && len(newFirst) > 0 && r.ID > newFirst[0].ID {
 			t.Errorf("row %v of the old epoch after the new epoch's first row %v", r, newFirst[0])
